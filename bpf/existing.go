@@ -1,0 +1,107 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+)
+
+// existingProgram describes the XDP program attached to ifindex, or returns
+// nil when there is none.
+func existingProgram(ifindex int) *ExistingProgramError {
+	id, _, err := xdpProgramOn(ifindex)
+	if err != nil || id == 0 {
+		return nil
+	}
+	e := &ExistingProgramError{ID: id}
+	if prog, err := ebpf.NewProgramFromID(id); err == nil {
+		if info, err := prog.Info(); err == nil {
+			e.Name = info.Name
+		}
+		prog.Close()
+	}
+	return e
+}
+
+// xdpProgramOn returns the id and netlink attach mode of the XDP program on ifindex.
+func xdpProgramOn(ifindex int) (ebpf.ProgramID, uint32, error) {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return 0, 0, fmt.Errorf("look up interface %d: %w", ifindex, err)
+	}
+	xdp := l.Attrs().Xdp
+	if xdp == nil || !xdp.Attached {
+		return 0, 0, nil
+	}
+	return ebpf.ProgramID(xdp.ProgId), xdp.AttachMode, nil
+}
+
+// XDPProgramID returns the id of the XDP program attached to ifindex, 0 if none.
+func XDPProgramID(ifindex int) (ebpf.ProgramID, error) {
+	id, _, err := xdpProgramOn(ifindex)
+	return id, err
+}
+
+// RemoveExisting detaches whatever XDP program is attached to ifindex: a
+// bpf_link owned by another process is detached through the link, a program
+// attached through netlink is removed through netlink.
+func RemoveExisting(ifindex int) error {
+	id, mode, err := xdpProgramOn(ifindex)
+	if err != nil || id == 0 {
+		return err
+	}
+	if l, err := findXDPLink(ifindex); err != nil {
+		return err
+	} else if l != nil {
+		defer l.Close()
+		if err := l.Detach(); err != nil {
+			return fmt.Errorf("detach XDP link of program %d: %w", id, err)
+		}
+		return nil
+	}
+	nl, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("look up interface %d: %w", ifindex, err)
+	}
+	if err := netlink.LinkSetXdpFdWithFlags(nl, -1, netlinkFlags(mode)); err != nil {
+		return fmt.Errorf("remove XDP program %d: %w", id, err)
+	}
+	return nil
+}
+
+// netlinkFlags maps IFLA_XDP_ATTACHED values to XDP_FLAGS_*.
+func netlinkFlags(attachMode uint32) int {
+	switch attachMode {
+	case 1: // XDP_ATTACHED_DRV
+		return 1 << 2
+	case 2: // XDP_ATTACHED_SKB
+		return 1 << 1
+	case 3: // XDP_ATTACHED_HW
+		return 1 << 3
+	default:
+		return 0
+	}
+}
+
+func findXDPLink(ifindex int) (link.Link, error) {
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue
+		}
+		if xdp := info.XDP(); xdp != nil && int(xdp.Ifindex) == ifindex {
+			return it.Take(), nil
+		}
+	}
+	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return nil, fmt.Errorf("list BPF links: %w", err)
+	}
+	return nil, nil
+}

@@ -1,0 +1,44 @@
+package bpf
+
+// Policy says what the XDP program drops.
+type Policy struct {
+	// DropAll drops every frame, IP or not, whole or truncated.
+	DropAll bool
+	// Protocols lists the IP protocols dropped, in IPv4 and IPv6 alike.
+	// Every other frame passes.
+	Protocols []uint8
+	// DryRun passes every frame; Drops still reports what would be dropped.
+	DryRun bool
+}
+
+// Drops reports whether the policy selects frames of class c for dropping
+// (in a dry run: whether it would).
+func (p Policy) Drops(c Class) bool {
+	if p.DropAll {
+		return true
+	}
+	proto, ok := c.Protocol()
+	if !ok {
+		return false
+	}
+	for _, d := range p.Protocols {
+		if d == proto {
+			return true
+		}
+	}
+	return false
+}
+
+// verdicts is the per-class verdict table the program is loaded with.
+func (p Policy) verdicts() [ClassCount]uint8 {
+	var v [ClassCount]uint8
+	if p.DryRun {
+		return v
+	}
+	for c := range v {
+		if p.Drops(Class(c)) {
+			v[c] = uint8(xdpDropVerdictVERDICT_DROP)
+		}
+	}
+	return v
+}

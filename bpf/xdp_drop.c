@@ -1,0 +1,199 @@
+//go:build ignore
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+
+/*
+ * xdp_drop: classify every frame (Ethernet, up to two VLAN tags, IPv4 or IPv6
+ * past its extension headers, then the IP protocol), count packets and bytes
+ * per class in a per-CPU block, and drop or pass it by a load-time policy.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "xdp_drop.h"
+
+#define VLAN_MAX_DEPTH 2
+#define IPV6_EXT_MAX 8
+
+#ifndef ETH_P_8021AD
+#define ETH_P_8021AD 0x88A8
+#endif
+
+/* IPv6 extension headers skipped on the way to the protocol. */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+
+struct hdr_cursor {
+	void *pos;
+};
+
+struct vlan_hdr {
+	__be16 h_vlan_TCI;
+	__be16 h_vlan_encapsulated_proto;
+};
+
+/* Common head of hop-by-hop, routing, destination options and AH. */
+struct ipv6_ext_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
+};
+
+struct ipv6_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 identification;
+};
+
+/*
+ * Per-class verdict, written by the loader before load. The map is frozen
+ * read-only, so the policy costs one byte load and no helper call.
+ */
+volatile const __u8 verdicts[CLASS_COUNT];
+
+/* Not read by the program: they carry the shared enums into BTF for bpf2go -type. */
+volatile const enum class_idx class_count = CLASS_COUNT;
+volatile const enum verdict verdict_drop = VERDICT_DROP;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct counter_block);
+	__uint(max_entries, 1);
+} counters SEC(".maps");
+
+static __always_inline int is_vlan(__be16 proto)
+{
+	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
+}
+
+static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end)
+{
+	struct iphdr *iph = nh->pos;
+
+	if ((void *)(iph + 1) > data_end)
+		return CLASS_IPV4_TRUNCATED;
+	if (iph->ihl < 5 || nh->pos + iph->ihl * 4 > data_end)
+		return CLASS_IPV4_TRUNCATED;
+	return CLASS_IPV4 + iph->protocol;
+}
+
+static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end)
+{
+	struct ipv6hdr *ip6h = nh->pos;
+	__u8 next;
+	int i;
+
+	if ((void *)(ip6h + 1) > data_end)
+		return CLASS_IPV6_TRUNCATED;
+	next = ip6h->nexthdr;
+	nh->pos = ip6h + 1;
+
+#pragma unroll
+	for (i = 0; i < IPV6_EXT_MAX; i++) {
+		struct ipv6_ext_hdr *eh = nh->pos;
+		struct ipv6_frag_hdr *fh = nh->pos;
+		__u32 len;
+
+		switch (next) {
+		case NEXTHDR_HOP:
+		case NEXTHDR_ROUTING:
+		case NEXTHDR_DEST:
+		case NEXTHDR_AUTH:
+		case NEXTHDR_FRAGMENT:
+			break;
+		default:
+			return CLASS_IPV6 + next;
+		}
+		/* Every extension header is at least 8 bytes long. */
+		if (nh->pos + 8 > data_end)
+			return CLASS_IPV6_TRUNCATED;
+		if (next == NEXTHDR_FRAGMENT) {
+			next = fh->nexthdr;
+			/* A later fragment carries payload, not headers: class it by the name. */
+			if (fh->frag_off & bpf_htons(0xFFF8))
+				return CLASS_IPV6 + next;
+			len = 8;
+		} else if (next == NEXTHDR_AUTH) {
+			next = eh->nexthdr;
+			len = ((__u32)eh->hdrlen + 2) << 2;
+		} else {
+			next = eh->nexthdr;
+			len = ((__u32)eh->hdrlen + 1) << 3;
+		}
+		if (nh->pos + len > data_end)
+			return CLASS_IPV6_TRUNCATED;
+		nh->pos += len;
+	}
+	/* Chain longer than the bound: class it by the header where parsing stopped. */
+	return CLASS_IPV6 + next;
+}
+
+static __always_inline __u32 classify(void *data, void *data_end)
+{
+	struct hdr_cursor nh = { .pos = data };
+	struct ethhdr *eth = data;
+	__be16 proto;
+	int i;
+
+	if ((void *)(eth + 1) > data_end)
+		return CLASS_L2_TRUNCATED;
+	proto = eth->h_proto;
+	nh.pos = eth + 1;
+
+#pragma unroll
+	for (i = 0; i < VLAN_MAX_DEPTH; i++) {
+		struct vlan_hdr *vh = nh.pos;
+
+		if (!is_vlan(proto))
+			break;
+		if ((void *)(vh + 1) > data_end)
+			return CLASS_L2_TRUNCATED;
+		proto = vh->h_vlan_encapsulated_proto;
+		nh.pos = vh + 1;
+	}
+
+	if (proto == bpf_htons(ETH_P_IP))
+		return classify_ipv4(&nh, data_end);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return classify_ipv6(&nh, data_end);
+	if (proto == bpf_htons(ETH_P_ARP))
+		return CLASS_L2_ARP;
+	if (is_vlan(proto))
+		return CLASS_L2_VLAN_OVERFLOW;
+	return CLASS_L2_OTHER;
+}
+
+SEC("xdp")
+int xdp_drop(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct counter_block *c;
+	__u32 key = 0;
+	__u32 class;
+	int verdict = XDP_PASS;
+
+	class = classify(data, data_end);
+	if (class >= CLASS_COUNT)
+		goto out;
+
+	c = bpf_map_lookup_elem(&counters, &key);
+	if (!c)
+		goto out;
+	c->class[class].packets++;
+	c->class[class].bytes += data_end - data;
+
+	if (verdicts[class] == VERDICT_DROP)
+		verdict = XDP_DROP;
+out:
+	return verdict;
+}
+
+char __license[] SEC("license") = "Dual BSD/GPL";

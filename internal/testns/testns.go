@@ -1,0 +1,292 @@
+//go:build linux
+
+// Package testns gives each privileged test a network namespace of its own
+// with a veth pair inside, removed when the test ends, and refuses to let a
+// test attach anywhere else: the initial namespace carries the machine's own
+// network.
+package testns
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// RequireEnv turns skipped privileged tests into failures when set to 1 (CI sets it).
+const RequireEnv = "XDP_DROP_REQUIRE_PRIVILEGED"
+
+// Veth names inside every test namespace: traffic is sent from Peer and
+// received (and filtered) on Dev.
+const (
+	Dev  = "xdpt0"
+	Peer = "xdpt1"
+)
+
+// RequirePrivileged skips the test unless it runs as root, or fails it when
+// XDP_DROP_REQUIRE_PRIVILEGED=1 says privileged tests must run.
+func RequirePrivileged(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("privileged test needs root, and %s=1 forbids skipping it", RequireEnv)
+	}
+	t.Skip("needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN) to create namespaces and attach XDP")
+}
+
+// NS is a network namespace made for one test, holding the veth pair Dev/Peer.
+type NS struct {
+	Name    string
+	Path    string
+	handle  netns.NsHandle
+	nl      *netlink.Handle
+	DevIdx  int
+	PeerIdx int
+}
+
+// New creates a named network namespace ("ip netns exec NAME" works in it)
+// with a veth pair, both ends up, IPv6 off so the kernel sends nothing of its
+// own. It is deleted when the test ends.
+func New(t testing.TB) *NS {
+	t.Helper()
+	RequirePrivileged(t)
+	n, err := create()
+	if err != nil {
+		t.Fatalf("create test namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Delete(); err != nil {
+			t.Errorf("delete test namespace %s: %v", n.Name, err)
+		}
+	})
+	return n
+}
+
+func create() (*NS, error) {
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, err
+	}
+	n := &NS{Name: "xdpdrop-test-" + hex.EncodeToString(suffix[:])}
+	n.Path = "/var/run/netns/" + n.Name
+
+	// netns.NewNamed moves the calling thread; run it on a thread that is
+	// put back, or thrown away if it cannot be.
+	err := onThread(func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		h, err := netns.NewNamed(n.Name)
+		if err != nil {
+			return err
+		}
+		n.handle = h
+		return netns.Set(orig)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new namespace: %w", err)
+	}
+	if err := n.setup(); err != nil {
+		n.Delete()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *NS) setup() error {
+	var err error
+	n.nl, err = netlink.NewHandleAt(n.handle)
+	if err != nil {
+		return fmt.Errorf("netlink in namespace: %w", err)
+	}
+	if err := n.Do(func() error {
+		for _, k := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("disable IPv6: %w", err)
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: Dev}, PeerName: Peer}
+	if err := n.nl.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth: %w", err)
+	}
+	for _, name := range []string{Dev, Peer} {
+		l, err := n.nl.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		if err := n.nl.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up: %w", name, err)
+		}
+		if name == Dev {
+			n.DevIdx = l.Attrs().Index
+		} else {
+			n.PeerIdx = l.Attrs().Index
+		}
+	}
+	return nil
+}
+
+// Delete removes the namespace and everything in it.
+func (n *NS) Delete() error {
+	if n.nl != nil {
+		n.nl.Close()
+	}
+	if n.handle.IsOpen() {
+		n.handle.Close()
+	}
+	return netns.DeleteNamed(n.Name)
+}
+
+// Do runs f on an OS thread that is inside the namespace, so that every
+// syscall f makes from the calling goroutine (netlink, bpf link_create,
+// BPF_PROG_TEST_RUN with an ingress ifindex) acts on the namespace.
+func (n *NS) Do(f func() error) error {
+	return onThread(func() error {
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		if err := netns.Set(n.handle); err != nil {
+			return fmt.Errorf("enter namespace %s: %w", n.Name, err)
+		}
+		ferr := f()
+		if err := netns.Set(orig); err != nil {
+			return errors.Join(ferr, errThreadLost)
+		}
+		return ferr
+	})
+}
+
+var errThreadLost = errors.New("could not return thread to its namespace")
+
+// onThread runs f locked to an OS thread; when f leaves the thread in a
+// namespace it could not undo, the thread stays locked and dies with the goroutine.
+func onThread(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := f()
+		if !errors.Is(err, errThreadLost) {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// Netlink returns a netlink handle that acts inside the namespace.
+func (n *NS) Netlink() *netlink.Handle { return n.nl }
+
+// CheckAttachable returns an error unless the calling thread is inside this
+// test namespace and ifname is one of its veth ends. Every test attach goes
+// through it, so a test cannot drop traffic on the machine's own interfaces.
+func (n *NS) CheckAttachable(ifname string) error {
+	if err := CheckNotInitial(); err != nil {
+		return err
+	}
+	cur, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer cur.Close()
+	if !cur.Equal(n.handle) {
+		return fmt.Errorf("refusing to attach to %q: the calling thread is not in test namespace %s", ifname, n.Name)
+	}
+	if ifname != Dev && ifname != Peer {
+		return fmt.Errorf("refusing to attach to %q: only the test veth pair %s/%s may be used", ifname, Dev, Peer)
+	}
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("refusing to attach to %q: %w", ifname, err)
+	}
+	if l.Type() != "veth" {
+		return fmt.Errorf("refusing to attach to %q: it is a %s, not a test veth", ifname, l.Type())
+	}
+	return nil
+}
+
+// CheckNotInitial returns an error when the calling thread is in the initial
+// network namespace (that of PID 1).
+func CheckNotInitial() error {
+	var initial, cur unix.Stat_t
+	if err := unix.Stat("/proc/1/ns/net", &initial); err != nil {
+		return fmt.Errorf("stat initial namespace: %w", err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), &cur); err != nil {
+		return fmt.Errorf("stat current namespace: %w", err)
+	}
+	if initial.Ino == cur.Ino && initial.Dev == cur.Dev {
+		return errors.New("refusing to attach in the initial network namespace: it carries this machine's own network")
+	}
+	return nil
+}
+
+// Exec runs a command inside the namespace (ip netns exec) and returns it unstarted.
+func (n *NS) Exec(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// XDPProgramID returns the id of the XDP program on ifname in the namespace, 0 if none.
+func (n *NS) XDPProgramID(ifname string) (uint32, error) {
+	l, err := n.nl.LinkByName(ifname)
+	if err != nil {
+		return 0, err
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached {
+		return x.ProgId, nil
+	}
+	return 0, nil
+}
+
+// WaitNoXDP polls until ifname has no XDP program, for at most d; it returns
+// how long that took, or an error naming the program still attached.
+func (n *NS) WaitNoXDP(ifname string, d time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		id, err := n.XDPProgramID(ifname)
+		if err != nil {
+			return 0, err
+		}
+		if id == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > d {
+			return 0, fmt.Errorf("%s still has XDP program %d after %v", ifname, id, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// RxPackets returns the rx_packets counter of ifname in the namespace.
+func (n *NS) RxPackets(ifname string) (uint64, error) {
+	l, err := n.nl.LinkByName(ifname)
+	if err != nil {
+		return 0, err
+	}
+	if s := l.Attrs().Statistics; s != nil {
+		return s.RxPackets, nil
+	}
+	return 0, errors.New("no statistics")
+}
+
+// Cmdline describes a command for error messages.
+func Cmdline(c *exec.Cmd) string { return strings.Join(c.Args, " ") }
