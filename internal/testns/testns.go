@@ -224,17 +224,31 @@ func (n *NS) CheckAttachable(ifname string) error {
 	return nil
 }
 
-// CheckNotInitial returns an error when the calling thread is in the initial
-// network namespace (that of PID 1).
+// hostNS identifies the network namespace this process started in, read
+// before any thread moved: the machine's own, or one the tests were put in.
+var hostNS, hostNSErr = nsOf("/proc/self/ns/net")
+
+func nsOf(path string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Stat(path, &st)
+	return st, err
+}
+
+// CheckNotInitial returns an error when the calling thread is in the network
+// namespace the process started in (or in PID 1's, where that is readable).
 func CheckNotInitial() error {
-	var initial, cur unix.Stat_t
-	if err := unix.Stat("/proc/1/ns/net", &initial); err != nil {
-		return fmt.Errorf("stat initial namespace: %w", err)
+	if hostNSErr != nil {
+		return fmt.Errorf("identify the starting network namespace: %w", hostNSErr)
 	}
-	if err := unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), &cur); err != nil {
-		return fmt.Errorf("stat current namespace: %w", err)
+	cur, err := nsOf(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		return fmt.Errorf("identify the current network namespace: %w", err)
 	}
-	if initial.Ino == cur.Ino && initial.Dev == cur.Dev {
+	same := func(a unix.Stat_t) bool { return a.Ino == cur.Ino && a.Dev == cur.Dev }
+	if same(hostNS) {
+		return errors.New("refusing to attach in the network namespace the tests started in: it may carry this machine's own network")
+	}
+	if pid1, err := nsOf("/proc/1/ns/net"); err == nil && same(pid1) {
 		return errors.New("refusing to attach in the initial network namespace: it carries this machine's own network")
 	}
 	return nil

@@ -1,0 +1,70 @@
+//go:build linux
+
+package testns
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PacketSocket sees the frames that reach an interface's network stack, that
+// is, the frames an XDP program passed.
+type PacketSocket struct {
+	fd int
+}
+
+// OpenPacketSocket opens an AF_PACKET socket bound to ifname in the namespace.
+func (n *NS) OpenPacketSocket(ifname string) (*PacketSocket, error) {
+	var s *PacketSocket
+	err := n.Do(func() error {
+		l, err := n.nl.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		proto := htons(unix.ETH_P_ALL)
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, int(proto))
+		if err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: l.Attrs().Index}); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("bind packet socket to %s: %w", ifname, err)
+		}
+		s = &PacketSocket{fd: fd}
+		return nil
+	})
+	return s, err
+}
+
+// Drain reads every frame that arrives until none has arrived for quiet, and
+// returns them (incoming frames only).
+func (s *PacketSocket) Drain(quiet time.Duration) ([][]byte, error) {
+	var got [][]byte
+	buf := make([]byte, 65536)
+	last := time.Now()
+	for time.Since(last) < quiet {
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return got, err
+		}
+		last = time.Now()
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		got = append(got, append([]byte(nil), buf[:n]...))
+	}
+	return got, nil
+}
+
+// Close closes the socket.
+func (s *PacketSocket) Close() error { return unix.Close(s.fd) }
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
