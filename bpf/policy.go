@@ -1,4 +1,18 @@
+// Package bpf loads the xdp_drop XDP program, attaches it to a network
+// interface with bpf_link and reads its per-class counters. It knows nothing
+// of Telegraf.
 package bpf
+
+// Mode is the XDP attach mode.
+type Mode string
+
+const (
+	ModeNative  Mode = "native"
+	ModeGeneric Mode = "generic"
+	ModeOffload Mode = "offload"
+	// ModeAuto tries native first and falls back to generic.
+	ModeAuto Mode = "auto"
+)
 
 // Policy says what the XDP program drops.
 type Policy struct {

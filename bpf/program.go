@@ -1,8 +1,5 @@
 //go:build linux
 
-// Package bpf loads the xdp_drop XDP program, attaches it to a network
-// interface with bpf_link and reads its per-class counters. It knows nothing
-// of Telegraf.
 package bpf
 
 import (
@@ -12,17 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-)
-
-// Mode is the XDP attach mode.
-type Mode string
-
-const (
-	ModeNative  Mode = "native"
-	ModeGeneric Mode = "generic"
-	ModeOffload Mode = "offload"
-	// ModeAuto tries native first and falls back to generic.
-	ModeAuto Mode = "auto"
 )
 
 // Counter is a packet and byte count.

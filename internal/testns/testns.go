@@ -54,6 +54,7 @@ type NS struct {
 	nl      *netlink.Handle
 	DevIdx  int
 	PeerIdx int
+	veths   map[string]bool // devices this helper created
 }
 
 // New creates a named network namespace ("ip netns exec NAME" works in it)
@@ -123,25 +124,60 @@ func (n *NS) setup() error {
 	}); err != nil {
 		return fmt.Errorf("disable IPv6: %w", err)
 	}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: Dev}, PeerName: Peer}
+	var err2 error
+	n.DevIdx, n.PeerIdx, err2 = n.AddVeth(Dev, Peer)
+	return err2
+}
+
+// AddVeth creates another veth pair in the namespace, both ends up, and
+// returns their indexes. Its ends become attachable.
+func (n *NS) AddVeth(name, peer string) (int, int, error) {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
 	if err := n.nl.LinkAdd(veth); err != nil {
-		return fmt.Errorf("add veth: %w", err)
+		return 0, 0, fmt.Errorf("add veth %s/%s: %w", name, peer, err)
 	}
-	for _, name := range []string{Dev, Peer} {
-		l, err := n.nl.LinkByName(name)
+	if n.veths == nil {
+		n.veths = make(map[string]bool)
+	}
+	var idx [2]int
+	for i, ifname := range []string{name, peer} {
+		n.veths[ifname] = true
+		l, err := n.nl.LinkByName(ifname)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if err := n.nl.LinkSetUp(l); err != nil {
-			return fmt.Errorf("set %s up: %w", name, err)
+			return 0, 0, fmt.Errorf("set %s up: %w", ifname, err)
 		}
-		if name == Dev {
-			n.DevIdx = l.Attrs().Index
-		} else {
-			n.PeerIdx = l.Attrs().Index
-		}
+		idx[i] = l.Attrs().Index
 	}
-	return nil
+	return idx[0], idx[1], nil
+}
+
+// AddBridge creates a bridge in the namespace, which has no native XDP: a
+// device for tests of the generic fallback. It becomes attachable.
+func (n *NS) AddBridge(name string) error {
+	if err := n.nl.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+		return fmt.Errorf("add bridge %s: %w", name, err)
+	}
+	l, err := n.nl.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	if n.veths == nil {
+		n.veths = make(map[string]bool)
+	}
+	n.veths[name] = true
+	return n.nl.LinkSetUp(l)
+}
+
+// DelLink deletes an interface of the namespace (a veth takes its peer along).
+func (n *NS) DelLink(name string) error {
+	l, err := n.nl.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return n.nl.LinkDel(l)
 }
 
 // Delete removes the namespace and everything in it.
@@ -211,15 +247,15 @@ func (n *NS) CheckAttachable(ifname string) error {
 	if !cur.Equal(n.handle) {
 		return fmt.Errorf("refusing to attach to %q: the calling thread is not in test namespace %s", ifname, n.Name)
 	}
-	if ifname != Dev && ifname != Peer {
-		return fmt.Errorf("refusing to attach to %q: only the test veth pair %s/%s may be used", ifname, Dev, Peer)
+	if !n.veths[ifname] {
+		return fmt.Errorf("refusing to attach to %q: only devices this test created may be used", ifname)
 	}
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return fmt.Errorf("refusing to attach to %q: %w", ifname, err)
 	}
-	if l.Type() != "veth" {
-		return fmt.Errorf("refusing to attach to %q: it is a %s, not a test veth", ifname, l.Type())
+	if l.Type() != "veth" && l.Type() != "bridge" {
+		return fmt.Errorf("refusing to attach to %q: it is a %s, not a test veth or bridge", ifname, l.Type())
 	}
 	return nil
 }

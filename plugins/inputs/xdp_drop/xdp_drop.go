@@ -1,0 +1,150 @@
+package xdp_drop
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/plugins/inputs"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+//go:embed sample.conf
+var sampleConfig string
+
+// XDPDrop attaches an XDP drop program to network interfaces and reports
+// its per-protocol drop and pass counters.
+type XDPDrop struct {
+	Interfaces []string `toml:"interfaces"`
+	Mode       string   `toml:"mode"`
+	Drop       []any    `toml:"drop"`
+	DryRun     bool     `toml:"dry_run"`
+	Replace    bool     `toml:"replace"`
+
+	Log telegraf.Logger `toml:"-"`
+
+	mode   bpf.Mode
+	policy bpf.Policy
+
+	mu     sync.Mutex
+	ifaces []*iface
+}
+
+// maxIfaceName is IFNAMSIZ less the terminating NUL.
+const maxIfaceName = 15
+
+func (*XDPDrop) SampleConfig() string { return sampleConfig }
+
+// Init validates the configuration. It touches no kernel state.
+func (x *XDPDrop) Init() error {
+	if err := x.checkInterfaces(); err != nil {
+		return err
+	}
+	switch m := bpf.Mode(x.Mode); m {
+	case "":
+		x.mode = bpf.ModeNative
+	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
+		x.mode = m
+	default:
+		return fmt.Errorf(`mode = %q is not a mode; use "native" (default), "generic", "offload" or "auto"`, x.Mode)
+	}
+	policy, err := parseDrop(x.Drop)
+	if err != nil {
+		return err
+	}
+	policy.DryRun = x.DryRun
+	x.policy = policy
+
+	x.ifaces = make([]*iface, len(x.Interfaces))
+	for i, name := range x.Interfaces {
+		x.ifaces[i] = &iface{name: name}
+	}
+	return nil
+}
+
+func (x *XDPDrop) checkInterfaces() error {
+	if len(x.Interfaces) == 0 {
+		return errors.New(`interfaces is empty; list the interfaces to attach to, e.g. interfaces = ["eth1"]`)
+	}
+	seen := make(map[string]bool, len(x.Interfaces))
+	for _, name := range x.Interfaces {
+		switch {
+		case name == "":
+			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
+		case len(name) > maxIfaceName:
+			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", name, maxIfaceName)
+		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
+			return fmt.Errorf("interfaces: %q is not a valid interface name", name)
+		case seen[name]:
+			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// parseDrop turns the drop option into a policy.
+func parseDrop(drop []any) (bpf.Policy, error) {
+	const accepted = `use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47]`
+	if len(drop) == 0 {
+		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping)", accepted)
+	}
+	var p bpf.Policy
+	seen := make(map[uint8]bool)
+	for _, item := range drop {
+		var proto uint8
+		switch v := item.(type) {
+		case string:
+			if strings.EqualFold(v, "all") {
+				if len(drop) != 1 {
+					return bpf.Policy{}, errors.New(`drop: "all" must stand alone; use ["all"], or list protocols without it`)
+				}
+				return bpf.Policy{DropAll: true}, nil
+			}
+			n, ok := lookupProtocol(v)
+			if !ok {
+				return bpf.Policy{}, fmt.Errorf("drop: %q is not an IP protocol name; %s%s", v, accepted, suggest(v))
+			}
+			proto = n
+		case int64:
+			if v < 0 || v > 255 {
+				return bpf.Policy{}, fmt.Errorf("drop: %d is out of range; IP protocol numbers are 0-255", v)
+			}
+			proto = uint8(v)
+		default:
+			return bpf.Policy{}, fmt.Errorf("drop: %v (%T) is neither a protocol name nor a number; %s", item, item, accepted)
+		}
+		if seen[proto] {
+			return bpf.Policy{}, fmt.Errorf("drop: protocol %s (%d) is listed twice", protocolTag(proto), proto)
+		}
+		seen[proto] = true
+		p.Protocols = append(p.Protocols, proto)
+	}
+	return p, nil
+}
+
+// suggest names a keyword close to a mistyped protocol name.
+func suggest(name string) string {
+	l := strings.ToLower(name)
+	for _, k := range []string{"icmp", "udp", "tcp", "sctp", "gre", "esp"} {
+		if strings.Contains(l, k) && l != k {
+			if k == "icmp" && strings.Contains(l, "6") {
+				return `; did you mean "ipv6-icmp"?`
+			}
+			return fmt.Sprintf("; did you mean %q?", k)
+		}
+	}
+	if _, err := strconv.Atoi(name); err == nil {
+		return "; numbers are 0-255"
+	}
+	return ""
+}
+
+func init() {
+	inputs.Add("xdp_drop", func() telegraf.Input { return &XDPDrop{} })
+}

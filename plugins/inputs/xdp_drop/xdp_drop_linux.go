@@ -1,0 +1,228 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/influxdata/telegraf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+// iface is one configured interface and, when attached, its program.
+type iface struct {
+	name     string
+	prog     *bpf.Program
+	err      error  // why it is not attached
+	reported string // the last error reported through the accumulator
+	counters bpf.Counters
+}
+
+// Start attaches to every configured interface. An interface that fails is
+// reported and retried at every gather; it never stops the others.
+func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, ifc := range x.ifaces {
+		if err := x.attach(ifc); err != nil {
+			x.report(acc, ifc, err)
+		}
+	}
+	return nil
+}
+
+// Gather emits the counters of every attached interface and the link state
+// of every configured one, attaching those that are not attached yet.
+func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := time.Now()
+	for _, ifc := range x.ifaces {
+		if ifc.prog != nil {
+			if err := ifc.prog.Attached(); err != nil {
+				// Emit what was counted since the last gather before the
+				// program and its counters go.
+				x.emitCounters(acc, ifc, now)
+				x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+				x.report(acc, ifc, ifc.err)
+			}
+		}
+		if ifc.prog == nil {
+			if err := x.attach(ifc); err != nil {
+				x.report(acc, ifc, err)
+			}
+		}
+		x.emitCounters(acc, ifc, now)
+		x.emitLink(acc, ifc, now)
+	}
+	return nil
+}
+
+// Stop detaches every interface.
+func (x *XDPDrop) Stop() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, ifc := range x.ifaces {
+		x.release(ifc, errors.New("stopped"))
+	}
+}
+
+func (x *XDPDrop) release(ifc *iface, why error) {
+	if ifc.prog == nil {
+		return
+	}
+	if err := ifc.prog.Close(); err != nil {
+		x.Log.Errorf("interface %q: detach: %v", ifc.name, err)
+	}
+	ifc.prog = nil
+	ifc.err = why
+}
+
+// attach loads a program for the interface and attaches it; on any failure
+// nothing is left attached or loaded.
+func (x *XDPDrop) attach(ifc *iface) error {
+	dev, err := net.InterfaceByName(ifc.name)
+	if err != nil {
+		ifc.err = unknownInterface(ifc.name)
+		return ifc.err
+	}
+	prog, err := bpf.Load(x.policy)
+	if err != nil {
+		ifc.err = x.explain(ifc.name, err)
+		return ifc.err
+	}
+	if x.Replace {
+		if err := x.replaceExisting(ifc.name, dev.Index); err != nil {
+			prog.Close()
+			ifc.err = err
+			return err
+		}
+	}
+	if err := prog.Attach(dev.Index, x.mode); err != nil {
+		prog.Close()
+		ifc.err = x.explain(ifc.name, err)
+		return ifc.err
+	}
+	ifc.prog = prog
+	ifc.err = nil
+	ifc.reported = ""
+	if x.mode == bpf.ModeAuto && prog.Mode() != bpf.ModeNative {
+		x.Log.Warnf("interface %q: driver has no native XDP; attached in %s mode (slower)", ifc.name, prog.Mode())
+	}
+	x.Log.Infof("interface %q: attached in %s mode, program id %d", ifc.name, prog.Mode(), prog.ID())
+	return nil
+}
+
+func (x *XDPDrop) replaceExisting(name string, ifindex int) error {
+	id, err := bpf.XDPProgramID(ifindex)
+	if err != nil || id == 0 {
+		return err
+	}
+	if err := bpf.RemoveExisting(ifindex); err != nil {
+		return fmt.Errorf("interface %q: replace = true, but removing XDP program id %d failed: %w", name, id, err)
+	}
+	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, id)
+	return nil
+}
+
+// explain turns a load or attach error into one that says what to do.
+func (x *XDPDrop) explain(name string, err error) error {
+	var existing *bpf.ExistingProgramError
+	switch {
+	case errors.Is(err, bpf.ErrPermission):
+		exe, _ := os.Executable()
+		if exe == "" {
+			exe = "telegraf-xdp-drop"
+		}
+		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin+ep %s", name, err, exe)
+	case errors.Is(err, bpf.ErrNativeUnsupported):
+		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
+	case errors.As(err, &existing):
+		return fmt.Errorf("interface %q: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", name, err)
+	case x.mode == bpf.ModeOffload:
+		return fmt.Errorf(`interface %q: offload mode failed: %w; few NICs offload XDP with per-CPU maps: use mode = "native"`, name, err)
+	}
+	return fmt.Errorf("interface %q: %w", name, err)
+}
+
+func unknownInterface(name string) error {
+	var names []string
+	if list, err := net.Interfaces(); err == nil {
+		for _, i := range list {
+			names = append(names, i.Name)
+		}
+	}
+	sort.Strings(names)
+	return fmt.Errorf("interface %q not found (interfaces here: %s); it is attached once it appears", name, strings.Join(names, ", "))
+}
+
+// report passes an error to Telegraf once per distinct error, so an interface
+// that stays missing does not log at every gather.
+func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
+	if err.Error() == ifc.reported {
+		return
+	}
+	ifc.reported = err.Error()
+	acc.AddError(err)
+}
+
+func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Time) {
+	if ifc.prog == nil {
+		return
+	}
+	if err := ifc.prog.ReadCounters(&ifc.counters); err != nil {
+		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		return
+	}
+	for i, c := range ifc.counters {
+		if c.Packets == 0 {
+			continue
+		}
+		class := bpf.Class(i)
+		acc.AddFields("xdp_drop",
+			map[string]any{"packets": c.Packets, "bytes": c.Bytes},
+			map[string]string{
+				"interface": ifc.name,
+				"family":    class.Family().String(),
+				"protocol":  classProtocol(class),
+				"action":    x.action(class),
+			}, now)
+	}
+}
+
+func (x *XDPDrop) emitLink(acc telegraf.Accumulator, ifc *iface, now time.Time) {
+	tags := map[string]string{"interface": ifc.name, "mode": string(x.mode)}
+	fields := map[string]any{"attached": ifc.prog != nil}
+	if ifc.prog != nil {
+		tags["mode"] = string(ifc.prog.Mode())
+		fields["program_id"] = int64(ifc.prog.ID())
+	} else if ifc.err != nil {
+		fields["error"] = ifc.err.Error()
+	}
+	acc.AddFields("xdp_drop_link", fields, tags, now)
+}
+
+func classProtocol(c bpf.Class) string {
+	if proto, ok := c.Protocol(); ok {
+		return protocolTag(proto)
+	}
+	return c.Name()
+}
+
+func (x *XDPDrop) action(c bpf.Class) string {
+	switch {
+	case !x.policy.Drops(c):
+		return "pass"
+	case x.policy.DryRun:
+		return "would_drop"
+	default:
+		return "drop"
+	}
+}

@@ -1,0 +1,268 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+// inNS runs f inside the test namespace, after checking that every
+// configured interface that exists there is a test veth, so the plugin can
+// attach nowhere else.
+func inNS(t *testing.T, ns *testns.NS, p *XDPDrop, f func() error) {
+	t.Helper()
+	require.NoError(t, ns.Do(func() error {
+		for _, name := range p.Interfaces {
+			if _, err := ns.Netlink().LinkByName(name); err != nil {
+				continue // absent: nothing can be attached
+			}
+			if err := ns.CheckAttachable(name); err != nil {
+				return err
+			}
+		}
+		return f()
+	}))
+}
+
+func send(t *testing.T, ns *testns.NS, flows []traffic.Flow) {
+	t.Helper()
+	gen, err := traffic.NewGenerator()
+	require.NoError(t, err)
+	defer gen.Close()
+	require.NoError(t, ns.Do(func() error {
+		for _, f := range flows {
+			if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// expectedMetrics builds the xdp_drop points a mix must produce on iface.
+func expectedMetrics(iface string, flows []traffic.Flow, action func(bpf.Class) string) []telegraf.Metric {
+	want := traffic.Expected(flows)
+	var out []telegraf.Metric
+	for i, c := range want {
+		if c.Packets == 0 {
+			continue
+		}
+		class := bpf.Class(i)
+		out = append(out, testutil.MustMetric("xdp_drop",
+			map[string]string{"interface": iface, "family": class.Family().String(), "protocol": classProtocol(class), "action": action(class)},
+			map[string]any{"packets": c.Packets, "bytes": c.Bytes}, time.Unix(0, 0)))
+	}
+	return out
+}
+
+func linkMetric(iface, mode string, id uint32) telegraf.Metric {
+	return testutil.MustMetric("xdp_drop_link",
+		map[string]string{"interface": iface, "mode": mode},
+		map[string]any{"attached": true, "program_id": int64(id)}, time.Unix(0, 0))
+}
+
+// gatherUntil gathers until the xdp_drop points count want packets in all.
+func gatherUntil(t *testing.T, ns *testns.NS, p *XDPDrop, want uint64) *testutil.Accumulator {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		acc := &testutil.Accumulator{}
+		inNS(t, ns, p, func() error { return p.Gather(acc) })
+		var total uint64
+		for _, m := range acc.GetTelegrafMetrics() {
+			if m.Name() == "xdp_drop" {
+				v, _ := m.GetField("packets")
+				total += v.(uint64)
+			}
+		}
+		if total >= want || time.Now().After(deadline) {
+			return acc
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestGatherRealAttachment(t *testing.T) {
+	for _, dry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
+			ns := testns.New(t)
+			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp", "icmp", int64(47)}, DryRun: dry, Log: testutil.Logger{}}
+			require.NoError(t, p.Init())
+			acc := &testutil.Accumulator{}
+			inNS(t, ns, p, func() error { return p.Start(acc) })
+			defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+			require.Empty(t, acc.Errors)
+
+			mix := traffic.Mix()
+			send(t, ns, mix)
+			acc = gatherUntil(t, ns, p, uint64(traffic.Total(mix)))
+			require.Empty(t, acc.Errors)
+
+			id, err := ns.XDPProgramID(testns.Dev)
+			require.NoError(t, err)
+			require.NotZero(t, id)
+			want := expectedMetrics(testns.Dev, mix, func(c bpf.Class) string {
+				proto, ok := c.Protocol()
+				if ok && (proto == 17 || proto == 1 || proto == 47) {
+					if dry {
+						return "would_drop"
+					}
+					return "drop"
+				}
+				return "pass"
+			})
+			want = append(want, linkMetric(testns.Dev, "native", id))
+			testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
+		})
+	}
+}
+
+// TestInterfaceAppearsLater configures an interface that does not exist yet:
+// it is reported, the other interface keeps working, and it is attached at
+// the first gather after it appears.
+func TestInterfaceAppearsLater(t *testing.T) {
+	ns := testns.New(t)
+	p := &XDPDrop{Interfaces: []string{"xdpt2", testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Len(t, acc.Errors, 1)
+	require.Contains(t, acc.Errors[0].Error(), `interface "xdpt2" not found`)
+	require.Contains(t, acc.Errors[0].Error(), testns.Dev, "the error lists the interfaces that exist")
+
+	for i := 0; i < 3; i++ {
+		acc = &testutil.Accumulator{}
+		inNS(t, ns, p, func() error { return p.Gather(acc) })
+		require.Empty(t, acc.Errors, "a missing interface is reported once, not at every gather")
+		m, ok := acc.Get("xdp_drop_link")
+		require.True(t, ok)
+		require.Equal(t, "xdpt2", m.Tags["interface"])
+		require.Equal(t, false, m.Fields["attached"])
+		require.Contains(t, m.Fields["error"], "not found")
+		require.True(t, acc.HasTag("xdp_drop_link", "interface"))
+	}
+	require.True(t, attachedIn(acc, testns.Dev))
+
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	require.True(t, attachedIn(acc, "xdpt2"))
+	require.True(t, attachedIn(acc, testns.Dev))
+	id, err := ns.XDPProgramID("xdpt2")
+	require.NoError(t, err)
+	require.NotZero(t, id)
+
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+	for _, name := range []string{"xdpt2", testns.Dev} {
+		id, err := ns.XDPProgramID(name)
+		require.NoError(t, err)
+		require.Zero(t, id, "Stop detaches %s", name)
+	}
+}
+
+func attachedIn(acc *testutil.Accumulator, iface string) bool {
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() != "xdp_drop_link" {
+			continue
+		}
+		if v, _ := m.GetTag("interface"); v == iface {
+			a, _ := m.GetField("attached")
+			return a == true
+		}
+	}
+	return false
+}
+
+// TestRefusesForeignProgram: an XDP program that is not ours is left alone
+// and named; replace = true replaces it.
+func TestRefusesForeignProgram(t *testing.T) {
+	ns := testns.New(t)
+	other, err := bpf.Load(bpf.Policy{})
+	require.NoError(t, err)
+	defer other.Close()
+	require.NoError(t, ns.Do(func() error {
+		if err := ns.CheckAttachable(testns.Dev); err != nil {
+			return err
+		}
+		return other.Attach(ns.DevIdx, bpf.ModeNative)
+	}))
+
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Len(t, acc.Errors, 1)
+	msg := acc.Errors[0].Error()
+	require.Contains(t, msg, fmt.Sprintf("XDP program id %d", other.ID()))
+	require.Contains(t, msg, "replace = true")
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, uint32(other.ID()), id, "the other program stays")
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Empty(t, acc.Errors)
+	id, err = ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotEqual(t, uint32(other.ID()), id)
+	require.Equal(t, uint32(p.ifaces[0].prog.ID()), id)
+}
+
+// TestNativeUnsupported uses a device without native XDP: mode native fails
+// with advice, auto falls back to generic and says so in the mode tag.
+func TestNativeUnsupported(t *testing.T) {
+	ns := testns.New(t)
+	require.NoError(t, ns.AddBridge("xdpbr0"))
+
+	p := &XDPDrop{Interfaces: []string{"xdpbr0"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Len(t, acc.Errors, 1)
+	require.Contains(t, acc.Errors[0].Error(), `mode = "generic"`)
+	require.Contains(t, acc.Errors[0].Error(), `mode = "auto"`)
+	id, err := ns.XDPProgramID("xdpbr0")
+	require.NoError(t, err)
+	require.Zero(t, id, "nothing attached after a failed attach")
+
+	log := &captureLog{}
+	p = &XDPDrop{Interfaces: []string{"xdpbr0"}, Mode: "auto", Drop: []any{"all"}, Log: log}
+	require.NoError(t, p.Init())
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Empty(t, acc.Errors)
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	m, ok := acc.Get("xdp_drop_link")
+	require.True(t, ok)
+	require.Equal(t, "generic", m.Tags["mode"])
+	require.Equal(t, true, m.Fields["attached"])
+	require.Contains(t, strings.Join(log.warnings, "\n"), "attached in generic mode")
+}
+
+type captureLog struct {
+	testutil.Logger
+	warnings []string
+}
+
+func (l *captureLog) Warnf(format string, args ...any) {
+	l.warnings = append(l.warnings, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package xdp_drop
+
+import (
+	"errors"
+
+	"github.com/influxdata/telegraf"
+)
+
+type iface struct{ name string }
+
+var errNotLinux = errors.New("xdp_drop needs Linux: XDP is a Linux kernel feature")
+
+func (*XDPDrop) Start(telegraf.Accumulator) error  { return errNotLinux }
+func (*XDPDrop) Gather(telegraf.Accumulator) error { return errNotLinux }
+func (*XDPDrop) Stop()                             {}

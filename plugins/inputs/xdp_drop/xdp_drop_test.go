@@ -1,0 +1,94 @@
+package xdp_drop
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+func TestSampleConfigMatchesTopLevel(t *testing.T) {
+	top, err := os.ReadFile("../../../sample.conf")
+	require.NoError(t, err)
+	require.Equal(t, string(top), (&XDPDrop{}).SampleConfig(), "sample.conf and plugins/inputs/xdp_drop/sample.conf must be the same text")
+}
+
+func TestInitValid(t *testing.T) {
+	cases := []struct {
+		name   string
+		plugin *XDPDrop
+		mode   bpf.Mode
+		policy bpf.Policy
+	}{
+		{"drop all", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}}, bpf.ModeNative, bpf.Policy{DropAll: true}},
+		{"ALL any case", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"ALL"}}, bpf.ModeNative, bpf.Policy{DropAll: true}},
+		{"names and numbers", &XDPDrop{Interfaces: []string{"eth1", "eth2"}, Mode: "generic", Drop: []any{"udp", "ICMP", int64(47), "ipv6-icmp", "132"}},
+			bpf.ModeGeneric, bpf.Policy{Protocols: []uint8{17, 1, 47, 58, 132}}},
+		{"alias", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "auto", Drop: []any{"icmpv6"}}, bpf.ModeAuto, bpf.Policy{Protocols: []uint8{58}}},
+		{"dry run", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "offload", Drop: []any{int64(0)}, DryRun: true}, bpf.ModeOffload, bpf.Policy{Protocols: []uint8{0}, DryRun: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.plugin
+			require.NoError(t, p.Init())
+			require.Equal(t, c.mode, p.mode)
+			require.Equal(t, c.policy, p.policy)
+		})
+	}
+}
+
+// TestInitErrors checks that every bad option is refused with an error that
+// names the option and the bad value.
+func TestInitErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		plugin *XDPDrop
+		want   []string
+	}{
+		{"no interfaces", &XDPDrop{Drop: []any{"all"}}, []string{"interfaces", "empty"}},
+		{"empty name", &XDPDrop{Interfaces: []string{""}, Drop: []any{"all"}}, []string{"interfaces", "empty name"}},
+		{"duplicate", &XDPDrop{Interfaces: []string{"eth1", "eth1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "twice"}},
+		{"name too long", &XDPDrop{Interfaces: []string{"abcdefghijklmnop"}, Drop: []any{"all"}}, []string{"interfaces", `"abcdefghijklmnop"`, "15"}},
+		{"name with slash", &XDPDrop{Interfaces: []string{"eth/1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth/1"`, "not a valid"}},
+		{"unknown mode", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "fast", Drop: []any{"all"}}, []string{"mode", `"fast"`, `"native"`, `"generic"`, `"offload"`, `"auto"`}},
+		{"mode wrong case", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "Native", Drop: []any{"all"}}, []string{"mode", `"Native"`}},
+		{"no drop", &XDPDrop{Interfaces: []string{"eth1"}}, []string{"drop", "empty", `["all"]`}},
+		{"unknown protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udpp"}}, []string{"drop", `"udpp"`, `did you mean "udp"`}},
+		{"icmp6 typo", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"icmp-v6"}}, []string{"drop", `"icmp-v6"`, `"ipv6-icmp"`}},
+		{"number too big", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(256)}}, []string{"drop", "256", "0-255"}},
+		{"negative number", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(-1)}}, []string{"drop", "-1", "0-255"}},
+		{"numeric string too big", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"300"}}, []string{"drop", `"300"`, "0-255"}},
+		{"all with others", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all", "udp"}}, []string{"drop", `"all"`, "alone"}},
+		{"others with all", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", "all"}}, []string{"drop", `"all"`, "alone"}},
+		{"float", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{1.5}}, []string{"drop", "1.5", "float64"}},
+		{"bool", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{true}}, []string{"drop", "true", "bool"}},
+		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := c.plugin
+			err := p.Init()
+			require.Error(t, err)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestProtocolTags(t *testing.T) {
+	for n, want := range map[uint8]string{
+		0: "hopopt", 1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 58: "ipv6-icmp",
+		59: "ipv6-nonxt", 89: "ospfigp", 132: "sctp", 61: "61", 146: "146", 253: "253", 255: "255",
+	} {
+		require.Equal(t, want, protocolTag(n), "protocol %d", n)
+	}
+	for i := 0; i < 256; i++ {
+		tag := protocolTag(uint8(i))
+		n, ok := lookupProtocol(tag)
+		require.True(t, ok, "tag %q must be accepted in drop lists", tag)
+		require.Equal(t, uint8(i), n, "tag %q", tag)
+	}
+}
