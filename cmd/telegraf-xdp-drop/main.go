@@ -1,0 +1,55 @@
+// Command telegraf-xdp-drop runs the xdp_drop input plugin under Telegraf's
+// inputs.execd: it attaches an XDP drop program to the interfaces in its
+// config and prints per-protocol drop and pass counters as line protocol.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/influxdata/telegraf/plugins/common/shim"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	configFile := flag.String("config", "", "path to the plugin's config file (one [[inputs.xdp_drop]] section)")
+	pollInterval := flag.Duration("poll_interval", time.Second, "how often to gather and print metrics")
+	pollDisabled := flag.Bool("poll_interval_disabled", false,
+		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
+	debug := flag.Bool("debug", false, "log debug messages")
+	flag.Parse()
+	if *pollDisabled {
+		*pollInterval = shim.PollIntervalDisabled
+	}
+
+	log, err := setupLogging(os.Stderr, *debug)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "E! set up logging: %v\n", err)
+		return 1
+	}
+	if *configFile == "" {
+		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf/xdp_drop.conf")
+		return 2
+	}
+	plugin, err := loadConfig(*configFile)
+	if err != nil {
+		log.Errorf("%v", err)
+		return 1
+	}
+
+	s := shim.New()
+	if err := s.AddInput(plugin); err != nil {
+		log.Errorf("config %s: %v", *configFile, unwrapInit(err))
+		return 1
+	}
+	if err := s.Run(*pollInterval); err != nil {
+		log.Errorf("%v", err)
+		return 1
+	}
+	return 0
+}
