@@ -36,6 +36,6 @@ lint: ## Run go vet and check formatting
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: install
-install: build ## Install the binary to $(PREFIX)/bin with CAP_BPF and CAP_NET_ADMIN (root)
+install: build ## Install the binary to $(PREFIX)/bin with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (root)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
-	setcap cap_bpf,cap_net_admin+ep $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
+	setcap cap_bpf,cap_net_admin,cap_perfmon+ep $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop

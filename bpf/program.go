@@ -5,6 +5,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -21,7 +22,10 @@ type Counter struct {
 type Counters [ClassCount]Counter
 
 // ErrPermission is returned when the process may not load or attach BPF programs.
-var ErrPermission = errors.New("operation not permitted: needs CAP_BPF and CAP_NET_ADMIN (or root)")
+// CAP_PERFMON is among them because the verifier allows the program's
+// variable-offset packet reads (IPv4 options, IPv6 extension headers) only
+// to "root", which it takes to mean CAP_PERFMON.
+var ErrPermission = errors.New("operation not permitted: needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (or root)")
 
 // ErrNativeUnsupported is returned when the driver has no native XDP support.
 var ErrNativeUnsupported = errors.New("driver does not support native XDP")
@@ -73,11 +77,14 @@ func Load(policy Policy) (*Program, error) {
 	p := &Program{}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load XDP program: %+v", ve)
+		if errors.As(err, &ve) && strings.Contains(fmt.Sprintf("%+v", ve), "prohibited for !root") {
+			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
 		}
 		if errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
+		}
+		if ve != nil {
+			return nil, fmt.Errorf("load XDP program: %+v", ve)
 		}
 		return nil, fmt.Errorf("load XDP program: %w", err)
 	}

@@ -63,7 +63,7 @@ type NS struct {
 func New(t testing.TB) *NS {
 	t.Helper()
 	RequirePrivileged(t)
-	n, err := create()
+	n, err := Create("xdpdrop-test-")
 	if err != nil {
 		t.Fatalf("create test namespace: %v", err)
 	}
@@ -75,12 +75,15 @@ func New(t testing.TB) *NS {
 	return n
 }
 
-func create() (*NS, error) {
+// Create makes a namespace named prefix plus a random suffix, set up as New
+// does, for programs that are not tests (the demo, benchmarks). The caller
+// must Delete it.
+func Create(prefix string) (*NS, error) {
 	var suffix [4]byte
 	if _, err := rand.Read(suffix[:]); err != nil {
 		return nil, err
 	}
-	n := &NS{Name: "xdpdrop-test-" + hex.EncodeToString(suffix[:])}
+	n := &NS{Name: prefix + hex.EncodeToString(suffix[:])}
 	n.Path = "/var/run/netns/" + n.Name
 
 	// netns.NewNamed moves the calling thread; run it on a thread that is

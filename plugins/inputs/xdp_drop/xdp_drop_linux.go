@@ -141,7 +141,7 @@ func (x *XDPDrop) explain(name string, err error) error {
 		if exe == "" {
 			exe = "telegraf-xdp-drop"
 		}
-		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin+ep %s", name, err, exe)
+		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
 		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
 	case errors.As(err, &existing):
@@ -204,7 +204,7 @@ func (x *XDPDrop) emitLink(acc telegraf.Accumulator, ifc *iface, now time.Time) 
 		tags["mode"] = string(ifc.prog.Mode())
 		fields["program_id"] = int64(ifc.prog.ID())
 	} else if ifc.err != nil {
-		fields["error"] = ifc.err.Error()
+		fields["error"] = firstLine(ifc.err)
 	}
 	acc.AddFields("xdp_drop_link", fields, tags, now)
 }
@@ -225,4 +225,14 @@ func (x *XDPDrop) action(c bpf.Class) string {
 	default:
 		return "drop"
 	}
+}
+
+// firstLine shortens a multi-line error (a verifier log) for the error
+// field; the whole text reaches Telegraf's log through the accumulator.
+func firstLine(err error) string {
+	msg, rest, multi := strings.Cut(err.Error(), "\n")
+	if multi && rest != "" {
+		return msg + " (verifier log in Telegraf's log)"
+	}
+	return msg
 }

@@ -1,0 +1,71 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+const setcapCaps = "cap_bpf,cap_net_admin,cap_perfmon+ep"
+
+// TestLeastPrivilege runs the binary as an unprivileged user: with the file
+// capabilities make install grants it attaches and reports; without them it
+// fails with the exact setcap command to run.
+func TestLeastPrivilege(t *testing.T) {
+	ns := testns.New(t)
+	for _, tool := range []string{"setcap", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed (Debian libcap2-bin, util-linux): %v", tool, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "xdp-drop-cap")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "telegraf-xdp-drop")
+	raw, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	conf := filepath.Join(dir, "xdp_drop.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev)), 0o644))
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+
+	runAsNobody := func() (string, string) {
+		cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Start())
+		_, err = io.WriteString(stdin, "\n")
+		require.NoError(t, err)
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(stdout.String(), "xdp_drop_link") && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		stdin.Close()
+		require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
+		return stdout.String(), stderr.String()
+	}
+
+	out, errOut := runAsNobody()
+	require.Contains(t, out, "attached=false")
+	require.Contains(t, errOut, "E! ")
+	require.Contains(t, errOut, "setcap "+setcapCaps+" "+bin, "the error prints the exact setcap command")
+
+	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
+	out, errOut = runAsNobody()
+	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
+	require.NotContains(t, errOut, "E! ")
+}
