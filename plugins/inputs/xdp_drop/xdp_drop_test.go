@@ -2,6 +2,7 @@ package xdp_drop
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,15 @@ func TestSampleConfigMatchesTopLevel(t *testing.T) {
 	top, err := os.ReadFile("../../../sample.conf")
 	require.NoError(t, err)
 	require.Equal(t, string(top), (&XDPDrop{}).SampleConfig(), "sample.conf and plugins/inputs/xdp_drop/sample.conf must be the same text")
+}
+
+func TestReadmeHasSampleConfig(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "```toml @sample.conf\n"+sampleConfig+"```", "README.md must embed sample.conf verbatim")
+	top, err := os.ReadFile("../../../README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(top), "```toml\n"+strings.TrimPrefix(sampleConfig, "# Drop traffic at the driver with XDP and count it per protocol\n")+"```", "the top README must show sample.conf")
 }
 
 func TestInitValid(t *testing.T) {
