@@ -47,6 +47,9 @@ func (e *ExistingProgramError) Error() string {
 	return fmt.Sprintf("interface already has XDP program id %d (%s)", e.ID, e.Name)
 }
 
+// ProgramName is the kernel name of the XDP program, as bpftool shows it.
+const ProgramName = "xdp_drop"
+
 // Program is one loaded copy of the XDP program with its own counters,
 // attached to at most one interface.
 type Program struct {

@@ -48,10 +48,11 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 		if ifc.prog != nil {
 			if err := ifc.prog.Attached(); err != nil {
 				// Emit what was counted since the last gather before the
-				// program and its counters go.
+				// program and its counters go; the attach below reports
+				// what became of the interface.
 				x.emitCounters(acc, ifc, now)
+				x.Log.Warnf("interface %q: program id %d no longer attached: %v", ifc.name, ifc.prog.ID(), err)
 				x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-				x.report(acc, ifc, ifc.err)
 			}
 		}
 		if ifc.prog == nil {
@@ -144,6 +145,9 @@ func (x *XDPDrop) explain(name string, err error) error {
 		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
 		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
+	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
+		return fmt.Errorf("interface %q: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
+			"it is left alone: stop the other instance, or set replace = true to take the interface over", name, err)
 	case errors.As(err, &existing):
 		return fmt.Errorf("interface %q: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", name, err)
 	case x.mode == bpf.ModeOffload:

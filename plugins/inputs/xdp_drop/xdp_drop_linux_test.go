@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
@@ -191,15 +194,22 @@ func attachedIn(acc *testutil.Accumulator, iface string) bool {
 // and named; replace = true replaces it.
 func TestRefusesForeignProgram(t *testing.T) {
 	ns := testns.New(t)
-	other, err := bpf.Load(bpf.Policy{})
+	other, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "foreign", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 2, asm.DWord), asm.Return()},
+	})
 	require.NoError(t, err)
 	defer other.Close()
+	var l link.Link
 	require.NoError(t, ns.Do(func() error {
 		if err := ns.CheckAttachable(testns.Dev); err != nil {
 			return err
 		}
-		return other.Attach(ns.DevIdx, bpf.ModeNative)
+		l, err = link.AttachXDP(link.XDPOptions{Program: other, Interface: ns.DevIdx})
+		return err
 	}))
+	defer l.Close()
+	otherID := programID(t, other)
 
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
 	require.NoError(t, p.Init())
@@ -207,11 +217,12 @@ func TestRefusesForeignProgram(t *testing.T) {
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Len(t, acc.Errors, 1)
 	msg := acc.Errors[0].Error()
-	require.Contains(t, msg, fmt.Sprintf("XDP program id %d", other.ID()))
+	require.Contains(t, msg, fmt.Sprintf("XDP program id %d (foreign)", otherID))
+	require.Contains(t, msg, "not ours")
 	require.Contains(t, msg, "replace = true")
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
-	require.Equal(t, uint32(other.ID()), id, "the other program stays")
+	require.Equal(t, uint32(otherID), id, "the other program stays")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
 	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
@@ -222,8 +233,46 @@ func TestRefusesForeignProgram(t *testing.T) {
 	require.Empty(t, acc.Errors)
 	id, err = ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
-	require.NotEqual(t, uint32(other.ID()), id)
+	require.NotEqual(t, uint32(otherID), id)
 	require.Equal(t, uint32(p.ifaces[0].prog.ID()), id)
+}
+
+func programID(t *testing.T, p *ebpf.Program) ebpf.ProgramID {
+	t.Helper()
+	info, err := p.Info()
+	require.NoError(t, err)
+	id, ok := info.ID()
+	require.True(t, ok)
+	return id
+}
+
+// TestRecognisesOwnProgram: an xdp_drop program this instance did not attach
+// (another instance, or one left attached through netlink) is named as ours
+// and left alone.
+func TestRecognisesOwnProgram(t *testing.T) {
+	ns := testns.New(t)
+	stale, err := bpf.Load(bpf.Policy{DropAll: true})
+	require.NoError(t, err)
+	defer stale.Close()
+	require.NoError(t, ns.Do(func() error {
+		if err := ns.CheckAttachable(testns.Dev); err != nil {
+			return err
+		}
+		return stale.Attach(ns.DevIdx, bpf.ModeNative)
+	}))
+
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Len(t, acc.Errors, 1)
+	msg := acc.Errors[0].Error()
+	require.Contains(t, msg, fmt.Sprintf("XDP program id %d (xdp_drop)", stale.ID()))
+	require.Contains(t, msg, "an xdp_drop program that another running instance owns")
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, uint32(stale.ID()), id)
 }
 
 // TestNativeUnsupported uses a device without native XDP: mode native fails

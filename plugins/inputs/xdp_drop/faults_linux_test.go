@@ -1,0 +1,88 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"testing"
+
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+func linkPoint(t *testing.T, acc *testutil.Accumulator, iface string) map[string]any {
+	t.Helper()
+	for _, m := range acc.GetTelegrafMetrics() {
+		if v, _ := m.GetTag("interface"); m.Name() == "xdp_drop_link" && v == iface {
+			return m.Fields()
+		}
+	}
+	t.Fatalf("no xdp_drop_link point for %s", iface)
+	return nil
+}
+
+func packetsOf(acc *testutil.Accumulator, iface string) uint64 {
+	var total uint64
+	for _, m := range acc.GetTelegrafMetrics() {
+		if v, _ := m.GetTag("interface"); m.Name() == "xdp_drop" && v == iface {
+			p, _ := m.GetField("packets")
+			total += p.(uint64)
+		}
+	}
+	return total
+}
+
+// TestInterfaceDeletedAndRecreated: a deleted interface is reported as not
+// attached with an error, once; the other keeps reporting; recreated with the
+// same name it is attached again at the next gather, with a new program id
+// and counters from zero.
+func TestInterfaceDeletedAndRecreated(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Empty(t, acc.Errors)
+
+	mix := traffic.Mix()
+	send(t, ns, mix)
+	acc = gatherUntil(t, ns, p, uint64(traffic.Total(mix)))
+	oldID := linkPoint(t, acc, "xdpt2")["program_id"]
+	require.NotNil(t, oldID)
+
+	require.NoError(t, ns.DelLink("xdpt2"))
+	for i := 0; i < 3; i++ {
+		acc = &testutil.Accumulator{}
+		inNS(t, ns, p, func() error { return p.Gather(acc) })
+		if i == 0 {
+			require.Len(t, acc.Errors, 1, "the loss is reported once")
+			require.Contains(t, acc.Errors[0].Error(), `interface "xdpt2" not found`)
+		} else {
+			require.Empty(t, acc.Errors, "no error storm while it stays away")
+		}
+		f := linkPoint(t, acc, "xdpt2")
+		require.Equal(t, false, f["attached"])
+		require.Contains(t, f["error"], "not found")
+		require.NotContains(t, f, "program_id")
+		require.Equal(t, true, linkPoint(t, acc, testns.Dev)["attached"], "the other interface keeps working")
+		require.Equal(t, uint64(traffic.Total(mix)), packetsOf(acc, testns.Dev), "and keeps its counters")
+	}
+
+	_, _, err = ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	f := linkPoint(t, acc, "xdpt2")
+	require.Equal(t, true, f["attached"])
+	require.NotEqual(t, oldID, f["program_id"], "a new program, so the counter reset is visible")
+	require.Zero(t, packetsOf(acc, "xdpt2"), "counters start from zero")
+	id, err := ns.XDPProgramID("xdpt2")
+	require.NoError(t, err)
+	require.Equal(t, f["program_id"], int64(id))
+}
