@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,6 +67,17 @@ func Load(policy Policy) (*Program, error) {
 	spec, err := loadXdpDrop()
 	if err != nil {
 		return nil, fmt.Errorf("read embedded XDP program: %w", err)
+	}
+	return load(spec, policy)
+}
+
+// memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
+// memory to it (before 5.11); later kernels charge the memory cgroup.
+var memlock = sync.OnceValue(rlimit.RemoveMemlock)
+
+func load(spec *ebpf.CollectionSpec, policy Policy) (*Program, error) {
+	if err := memlock(); err != nil {
+		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
 	var count uint32
 	if err := spec.Variables[xdpDropVarClassCount].Get(&count); err != nil {
