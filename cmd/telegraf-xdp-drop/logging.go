@@ -33,9 +33,31 @@ func (w *levelWriter) print(level telegraf.LogLevel, args ...any) {
 	}
 }
 
+// levelWriter is also the plugin's telegraf.Logger in the watch view.
+var _ telegraf.Logger = (*levelWriter)(nil)
+
 func (w *levelWriter) Errorf(format string, args ...any) {
 	w.print(telegraf.Error, fmt.Sprintf(format, args...))
 }
+func (w *levelWriter) Error(args ...any) { w.print(telegraf.Error, args...) }
+func (w *levelWriter) Warnf(format string, args ...any) {
+	w.print(telegraf.Warn, fmt.Sprintf(format, args...))
+}
+func (w *levelWriter) Warn(args ...any) { w.print(telegraf.Warn, args...) }
+func (w *levelWriter) Infof(format string, args ...any) {
+	w.print(telegraf.Info, fmt.Sprintf(format, args...))
+}
+func (w *levelWriter) Info(args ...any) { w.print(telegraf.Info, args...) }
+func (w *levelWriter) Debugf(format string, args ...any) {
+	w.print(telegraf.Debug, fmt.Sprintf(format, args...))
+}
+func (w *levelWriter) Debug(args ...any) { w.print(telegraf.Debug, args...) }
+func (w *levelWriter) Tracef(format string, args ...any) {
+	w.print(telegraf.Trace, fmt.Sprintf(format, args...))
+}
+func (w *levelWriter) Trace(args ...any)                { w.print(telegraf.Trace, args...) }
+func (w *levelWriter) Level() telegraf.LogLevel         { return w.level }
+func (w *levelWriter) AddAttribute(string, interface{}) {}
 
 // setupLogging routes Telegraf's logger, which the shim and the plugin use,
 // through a levelWriter on out. The logger's own sink, which stamps a time on

@@ -22,6 +22,7 @@ func run() int {
 	pollDisabled := flag.Bool("poll_interval_disabled", false,
 		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
 	debug := flag.Bool("debug", false, "log debug messages")
+	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface and protocol every second until Ctrl-C, instead of line protocol")
 	flag.Parse()
 	if *pollDisabled {
 		*pollInterval = shim.PollIntervalDisabled
@@ -40,6 +41,19 @@ func run() int {
 	if err != nil {
 		log.Errorf("%v", err)
 		return 1
+	}
+
+	if *watchView {
+		plugin.Log = log
+		if err := plugin.Init(); err != nil {
+			log.Errorf("config %s: %v", *configFile, err)
+			return 1
+		}
+		if err := watch(plugin, os.Stdout, time.Second, log); err != nil {
+			log.Errorf("%v", err)
+			return 1
+		}
+		return 0
 	}
 
 	s := shim.New()

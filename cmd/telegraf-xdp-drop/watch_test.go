@@ -1,0 +1,80 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+// TestWatchView runs the console view on known traffic: its table shows the
+// exact totals per protocol and action, fits 80 columns, and Ctrl-C
+// (SIGINT) detaches and exits 0.
+func TestWatchView(t *testing.T) {
+	ns := testns.New(t)
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n", testns.Dev))
+	cmd := ns.Exec(binary, "-config", conf, "-watch")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitAttached(t, ns, testns.Dev)
+
+	mix := traffic.Mix()
+	gen, err := traffic.NewGenerator()
+	require.NoError(t, err)
+	defer gen.Close()
+	require.NoError(t, ns.Do(func() error {
+		for _, f := range mix {
+			if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+
+	// 50 plain and 12 tagged IPv4/UDP frames: 62 in all.
+	udp := regexp.MustCompile(`(?m)^xdpt0\s+ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62$`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !udp.MatchString(out.String()) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	screen := out.String()
+	require.Regexp(t, udp, screen)
+	require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+tcp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+40$`, screen)
+	require.Regexp(t, `(?m)^xdpt0\s+l2\s+arp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+6$`, screen)
+	require.Regexp(t, `(?m)^total\s+drop\s+[\d,]+`, screen)
+	require.Contains(t, screen, "PKTS/S")
+	require.Contains(t, screen, "link xdpt0: attached, native mode, program id")
+	for _, line := range strings.Split(screen, "\n") {
+		require.LessOrEqual(t, len(line), 80, "line wider than 80 columns: %q", line)
+	}
+	t.Logf("watch view:\n%s", lastScreen(screen))
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+	require.NoError(t, err)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr: %s", errOut.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch view still running 5s after SIGINT")
+	}
+}
+
+func lastScreen(s string) string {
+	screens := strings.Split(strings.TrimSpace(s), "\n\n")
+	return screens[len(screens)-1]
+}
