@@ -77,6 +77,10 @@ var memlock = sync.OnceValue(rlimit.RemoveMemlock)
 
 func load(spec *ebpf.CollectionSpec, policy Policy) (*Program, error) {
 	if err := memlock(); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			// Without CAP_BPF the probe for memcg accounting fails too.
+			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
+		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
 	var count uint32

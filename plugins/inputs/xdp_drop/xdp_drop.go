@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/filter"
 	"github.com/influxdata/telegraf/plugins/inputs"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
@@ -20,16 +21,21 @@ var sampleConfig string
 // XDPDrop attaches an XDP drop program to network interfaces and reports
 // its per-protocol drop and pass counters.
 type XDPDrop struct {
-	Interfaces []string `toml:"interfaces"`
-	Mode       string   `toml:"mode"`
-	Drop       []any    `toml:"drop"`
-	DryRun     bool     `toml:"dry_run"`
-	Replace    bool     `toml:"replace"`
+	Interfaces       []string `toml:"interfaces"`
+	InterfaceExclude []string `toml:"interface_exclude"`
+	Namespace        string   `toml:"namespace"`
+	Mode             string   `toml:"mode"`
+	Drop             []any    `toml:"drop"`
+	DryRun           bool     `toml:"dry_run"`
+	Replace          bool     `toml:"replace"`
 
 	Log telegraf.Logger `toml:"-"`
 
 	mode   bpf.Mode
 	policy bpf.Policy
+	// selector matches the glob patterns of interfaces less
+	// interface_exclude; nil when every interface is named exactly.
+	selector filter.Filter
 
 	mu     sync.Mutex
 	ifaces []*iface
@@ -60,23 +66,44 @@ func (x *XDPDrop) Init() error {
 	policy.DryRun = x.DryRun
 	x.policy = policy
 
-	x.ifaces = make([]*iface, len(x.Interfaces))
-	for i, name := range x.Interfaces {
-		x.ifaces[i] = &iface{name: name}
+	if err := x.checkNamespace(); err != nil {
+		return err
+	}
+
+	x.ifaces = nil
+	for _, name := range x.Interfaces {
+		if !isPattern(name) {
+			x.ifaces = append(x.ifaces, &iface{name: name})
+		}
+	}
+	return nil
+}
+
+func isPattern(name string) bool { return strings.ContainsAny(name, "*?[") }
+
+func (x *XDPDrop) checkNamespace() error {
+	switch {
+	case x.Namespace == "":
+		return nil
+	case strings.ContainsAny(x.Namespace, " \t\n"):
+		return fmt.Errorf("namespace = %q: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", x.Namespace)
+	case !strings.Contains(x.Namespace, "/") && (x.Namespace == "." || x.Namespace == ".."):
+		return fmt.Errorf("namespace = %q: not a namespace name", x.Namespace)
 	}
 	return nil
 }
 
 func (x *XDPDrop) checkInterfaces() error {
 	if len(x.Interfaces) == 0 {
-		return errors.New(`interfaces is empty; list the interfaces to attach to, e.g. interfaces = ["eth1"]`)
+		return errors.New(`interfaces is empty; list the interfaces to attach to, e.g. interfaces = ["eth1"] or ["eth*"]`)
 	}
 	seen := make(map[string]bool, len(x.Interfaces))
+	var patterns []string
 	for _, name := range x.Interfaces {
 		switch {
 		case name == "":
 			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
-		case len(name) > maxIfaceName:
+		case len(name) > maxIfaceName && !isPattern(name):
 			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", name, maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
 			return fmt.Errorf("interfaces: %q is not a valid interface name", name)
@@ -84,6 +111,28 @@ func (x *XDPDrop) checkInterfaces() error {
 			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", name)
 		}
 		seen[name] = true
+		if isPattern(name) {
+			patterns = append(patterns, name)
+		}
+	}
+	exclude, err := filter.Compile(x.InterfaceExclude)
+	if err != nil {
+		return fmt.Errorf("interface_exclude: %w", err)
+	}
+	for _, name := range x.Interfaces {
+		if !isPattern(name) && exclude != nil && exclude.Match(name) {
+			return fmt.Errorf("interfaces: %q is named exactly but also matches interface_exclude; remove one of the two", name)
+		}
+	}
+	if len(patterns) == 0 {
+		if len(x.InterfaceExclude) > 0 {
+			return errors.New("interface_exclude is set but interfaces has no glob pattern to exclude from; use patterns such as \"eth*\"")
+		}
+		return nil
+	}
+	x.selector, err = filter.NewIncludeExcludeFilter(patterns, x.InterfaceExclude)
+	if err != nil {
+		return fmt.Errorf("interfaces: %w", err)
 	}
 	return nil
 }

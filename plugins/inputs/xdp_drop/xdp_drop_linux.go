@@ -16,9 +16,11 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
-// iface is one configured interface and, when attached, its program.
+// iface is one configured or matched interface and, when attached, its program.
 type iface struct {
 	name     string
+	matched  bool // found by a glob pattern, not named exactly
+	missing  bool // the last attach found no such interface
 	prog     *bpf.Program
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
@@ -30,11 +32,16 @@ type iface struct {
 func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, ifc := range x.ifaces {
-		if err := x.attach(ifc); err != nil {
-			x.report(acc, ifc, err)
+	err := x.inNamespace(func() error {
+		x.discover(acc)
+		for _, ifc := range x.ifaces {
+			if err := x.attach(ifc); err != nil {
+				x.report(acc, ifc, err)
+			}
 		}
-	}
+		return nil
+	})
+	x.namespaceFailed(acc, err)
 	return nil
 }
 
@@ -44,26 +51,99 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	now := time.Now()
+	err := x.inNamespace(func() error {
+		x.discover(acc)
+		for _, ifc := range x.ifaces {
+			x.check(acc, ifc, now)
+			if ifc.prog == nil {
+				if err := x.attach(ifc); err != nil {
+					x.report(acc, ifc, err)
+				}
+			}
+		}
+		return nil
+	})
+	x.namespaceFailed(acc, err)
 	for _, ifc := range x.ifaces {
-		if ifc.prog != nil {
-			if err := ifc.prog.Attached(); err != nil {
-				// Emit what was counted since the last gather before the
-				// program and its counters go; the attach below reports
-				// what became of the interface.
-				x.emitCounters(acc, ifc, now)
-				x.Log.Warnf("interface %q: program id %d no longer attached: %v", ifc.name, ifc.prog.ID(), err)
-				x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-			}
-		}
-		if ifc.prog == nil {
-			if err := x.attach(ifc); err != nil {
-				x.report(acc, ifc, err)
-			}
-		}
 		x.emitCounters(acc, ifc, now)
 		x.emitLink(acc, ifc, now)
 	}
+	x.forgetVanished()
 	return nil
+}
+
+// check releases the program of an interface the kernel detached it from
+// (the interface went away), after emitting what it counted since the last
+// gather.
+func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time) {
+	if ifc.prog == nil {
+		return
+	}
+	err := ifc.prog.Attached()
+	if err == nil {
+		return
+	}
+	x.emitCounters(acc, ifc, now)
+	x.Log.Warnf("interface %q: program id %d no longer attached: %v", ifc.name, ifc.prog.ID(), err)
+	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+}
+
+// namespaceFailed marks every unattached interface with the namespace error.
+func (x *XDPDrop) namespaceFailed(acc telegraf.Accumulator, err error) {
+	if err == nil {
+		return
+	}
+	for _, ifc := range x.ifaces {
+		if ifc.prog == nil {
+			ifc.err = err
+			x.report(acc, ifc, err)
+		}
+	}
+	if len(x.ifaces) == 0 {
+		acc.AddError(err)
+	}
+}
+
+// discover adds the interfaces that glob patterns match and that are not
+// tracked yet. Loopback is matched only when named exactly.
+func (x *XDPDrop) discover(acc telegraf.Accumulator) {
+	if x.selector == nil {
+		return
+	}
+	list, err := net.Interfaces()
+	if err != nil {
+		acc.AddError(fmt.Errorf("list interfaces: %w", err))
+		return
+	}
+	tracked := make(map[string]bool, len(x.ifaces))
+	for _, ifc := range x.ifaces {
+		tracked[ifc.name] = true
+	}
+	var added []string
+	for _, dev := range list {
+		if dev.Flags&net.FlagLoopback != 0 || tracked[dev.Name] || !x.selector.Match(dev.Name) {
+			continue
+		}
+		x.ifaces = append(x.ifaces, &iface{name: dev.Name, matched: true})
+		added = append(added, dev.Name)
+	}
+	if len(added) > 0 {
+		x.Log.Infof("interfaces matched: %s", strings.Join(added, ", "))
+	}
+}
+
+// forgetVanished releases interfaces found by a pattern that have gone
+// away, once their absence has been reported.
+func (x *XDPDrop) forgetVanished() {
+	kept := x.ifaces[:0]
+	for _, ifc := range x.ifaces {
+		if ifc.matched && ifc.missing && ifc.prog == nil {
+			x.Log.Infof("interface %q: gone; no longer tracked until a pattern matches it again", ifc.name)
+			continue
+		}
+		kept = append(kept, ifc)
+	}
+	x.ifaces = kept
 }
 
 // Stop detaches every interface.
@@ -90,6 +170,7 @@ func (x *XDPDrop) release(ifc *iface, why error) {
 // nothing is left attached or loaded.
 func (x *XDPDrop) attach(ifc *iface) error {
 	dev, err := net.InterfaceByName(ifc.name)
+	ifc.missing = err != nil
 	if err != nil {
 		ifc.err = unknownInterface(ifc.name)
 		return ifc.err

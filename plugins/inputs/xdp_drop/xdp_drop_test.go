@@ -74,6 +74,11 @@ func TestInitErrors(t *testing.T) {
 		{"others with all", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", "all"}}, []string{"drop", `"all"`, "alone"}},
 		{"float", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{1.5}}, []string{"drop", "1.5", "float64"}},
 		{"bool", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{true}}, []string{"drop", "true", "bool"}},
+		{"bad glob", &XDPDrop{Interfaces: []string{"eth[1"}, Drop: []any{"all"}}, []string{"interfaces"}},
+		{"bad exclude glob", &XDPDrop{Interfaces: []string{"eth*"}, InterfaceExclude: []string{"eth[1"}, Drop: []any{"all"}}, []string{"interface_exclude"}},
+		{"exclude without pattern", &XDPDrop{Interfaces: []string{"eth1"}, InterfaceExclude: []string{"eth2"}, Drop: []any{"all"}}, []string{"interface_exclude", "no glob pattern"}},
+		{"named and excluded", &XDPDrop{Interfaces: []string{"eth1", "en*"}, InterfaceExclude: []string{"eth*"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "interface_exclude"}},
+		{"namespace with space", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "my ns", Drop: []any{"all"}}, []string{"namespace", `"my ns"`}},
 		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
 	}
 	for _, c := range cases {
