@@ -220,6 +220,25 @@ func (p *Program) Close() error {
 	return errors.Join(err, p.objs.Close())
 }
 
+// ReadPerCPU reads the counters of every CPU and calls f for each CPU with
+// traffic, with its counters in dst. dst is reused between calls.
+func (p *Program) ReadPerCPU(dst *Counters, f func(cpu int, c *Counters)) error {
+	if err := p.objs.Counters.Lookup(uint32(0), &p.perCPU); err != nil {
+		return fmt.Errorf("read counters: %w", err)
+	}
+	for cpu := range p.perCPU {
+		seen := false
+		for c := range p.perCPU[cpu].Class {
+			dst[c] = Counter{Packets: p.perCPU[cpu].Class[c].Packets, Bytes: p.perCPU[cpu].Class[c].Bytes}
+			seen = seen || dst[c].Packets != 0
+		}
+		if seen {
+			f(cpu, dst)
+		}
+	}
+	return nil
+}
+
 // ReadCounters sums the per-CPU counters into dst.
 func (p *Program) ReadCounters(dst *Counters) error {
 	if err := p.objs.Counters.Lookup(uint32(0), &p.perCPU); err != nil {

@@ -28,6 +28,7 @@ type XDPDrop struct {
 	Drop             []any    `toml:"drop"`
 	DryRun           bool     `toml:"dry_run"`
 	Replace          bool     `toml:"replace"`
+	PerCPU           bool     `toml:"per_cpu"`
 
 	Log telegraf.Logger `toml:"-"`
 

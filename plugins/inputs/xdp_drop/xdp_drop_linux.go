@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -262,23 +263,40 @@ func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Ti
 	if ifc.prog == nil {
 		return
 	}
+	if x.PerCPU {
+		err := ifc.prog.ReadPerCPU(&ifc.counters, func(cpu int, c *bpf.Counters) {
+			x.emitClasses(acc, ifc.name, c, strconv.Itoa(cpu), now)
+		})
+		if err != nil {
+			x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		}
+		return
+	}
 	if err := ifc.prog.ReadCounters(&ifc.counters); err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
-	for i, c := range ifc.counters {
+	x.emitClasses(acc, ifc.name, &ifc.counters, "", now)
+}
+
+// emitClasses emits one xdp_drop point per class with traffic; cpu, when
+// not empty, adds the cpu tag.
+func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *bpf.Counters, cpu string, now time.Time) {
+	for i, c := range counters {
 		if c.Packets == 0 {
 			continue
 		}
 		class := bpf.Class(i)
-		acc.AddFields("xdp_drop",
-			map[string]any{"packets": c.Packets, "bytes": c.Bytes},
-			map[string]string{
-				"interface": ifc.name,
-				"family":    class.Family().String(),
-				"protocol":  classProtocol(class),
-				"action":    x.action(class),
-			}, now)
+		tags := map[string]string{
+			"interface": name,
+			"family":    class.Family().String(),
+			"protocol":  classProtocol(class),
+			"action":    x.action(class),
+		}
+		if cpu != "" {
+			tags["cpu"] = cpu
+		}
+		acc.AddFields("xdp_drop", map[string]any{"packets": c.Packets, "bytes": c.Bytes}, tags, now)
 	}
 }
 

@@ -1,0 +1,87 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+// TestPerCPUSumsToTotal sends traffic from every CPU in turn and checks that
+// the per_cpu view, summed over its cpu tags, equals the summed view.
+func TestPerCPUSumsToTotal(t *testing.T) {
+	ns := testns.New(t)
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"tcp"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	gen, err := traffic.NewGenerator()
+	require.NoError(t, err)
+	defer gen.Close()
+	mix := traffic.Mix()
+	cpus := runtime.NumCPU()
+	require.NoError(t, ns.Do(func() error {
+		var all unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &all); err != nil {
+			return err
+		}
+		defer unix.SchedSetaffinity(0, &all)
+		for cpu := 0; cpu < cpus; cpu++ {
+			var one unix.CPUSet
+			one.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &one); err != nil {
+				return err
+			}
+			for _, f := range mix {
+				if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}))
+	total := uint64(traffic.Total(mix) * cpus)
+	summed := gatherUntil(t, ns, p, total)
+
+	p.PerCPU = true
+	perCPU := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(perCPU) })
+
+	type key struct{ iface, family, protocol, action string }
+	want := map[key][2]uint64{}
+	for _, m := range summed.GetTelegrafMetrics() {
+		if m.Name() == "xdp_drop" {
+			tg := m.Tags()
+			pk, _ := m.GetField("packets")
+			by, _ := m.GetField("bytes")
+			want[key{tg["interface"], tg["family"], tg["protocol"], tg["action"]}] = [2]uint64{pk.(uint64), by.(uint64)}
+		}
+	}
+	got := map[key][2]uint64{}
+	seen := map[string]bool{}
+	for _, m := range perCPU.GetTelegrafMetrics() {
+		if m.Name() != "xdp_drop" {
+			continue
+		}
+		tg := m.Tags()
+		require.Contains(t, tg, "cpu")
+		seen[tg["cpu"]] = true
+		k := key{tg["interface"], tg["family"], tg["protocol"], tg["action"]}
+		pk, _ := m.GetField("packets")
+		by, _ := m.GetField("bytes")
+		g := got[k]
+		got[k] = [2]uint64{g[0] + pk.(uint64), g[1] + by.(uint64)}
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, total, packetsOf(summed, testns.Dev))
+	t.Logf("traffic counted on %d of %d CPUs", len(seen), cpus)
+}
