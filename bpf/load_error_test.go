@@ -22,7 +22,7 @@ func TestLoadErrorCarriesVerifierLog(t *testing.T) {
 		asm.LoadMem(asm.R0, asm.R1, 4000, asm.Word),
 		asm.Return(),
 	}
-	_, err = load(spec, Policy{DropAll: true})
+	_, err = load(spec, Policy{DropAll: true}, nil)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "load XDP program")
 	require.Contains(t, err.Error(), "invalid bpf_context access", "the verifier's reason")

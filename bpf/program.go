@@ -68,14 +68,14 @@ func Load(policy Policy) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded XDP program: %w", err)
 	}
-	return load(spec, policy)
+	return load(spec, policy, nil)
 }
 
 // memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
 // memory to it (before 5.11); later kernels charge the memory cgroup.
 var memlock = sync.OnceValue(rlimit.RemoveMemlock)
 
-func load(spec *ebpf.CollectionSpec, policy Policy) (*Program, error) {
+func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions) (*Program, error) {
 	if err := memlock(); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			// Without CAP_BPF the probe for memcg accounting fails too.
@@ -95,7 +95,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy) (*Program, error) {
 	}
 
 	p := &Program{}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) && strings.Contains(fmt.Sprintf("%+v", ve), "prohibited for !root") {
 			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,8 @@ type XDPDrop struct {
 	DryRun           bool     `toml:"dry_run"`
 	Replace          bool     `toml:"replace"`
 	PerCPU           bool     `toml:"per_cpu"`
+	PinPath          string   `toml:"pin_path"`
+	KeepAttached     bool     `toml:"keep_attached"`
 
 	Log telegraf.Logger `toml:"-"`
 
@@ -70,6 +73,9 @@ func (x *XDPDrop) Init() error {
 	if err := x.checkNamespace(); err != nil {
 		return err
 	}
+	if err := x.checkPinning(); err != nil {
+		return err
+	}
 
 	x.ifaces = nil
 	for _, name := range x.Interfaces {
@@ -81,6 +87,16 @@ func (x *XDPDrop) Init() error {
 }
 
 func isPattern(name string) bool { return strings.ContainsAny(name, "*?[") }
+
+func (x *XDPDrop) checkPinning() error {
+	switch {
+	case x.PinPath != "" && !filepath.IsAbs(x.PinPath):
+		return fmt.Errorf("pin_path = %q is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", x.PinPath)
+	case x.KeepAttached && x.PinPath == "":
+		return errors.New(`keep_attached = true needs pin_path: the attachment is kept by pinning it, e.g. pin_path = "/sys/fs/bpf/xdp_drop"`)
+	}
+	return nil
+}
 
 func (x *XDPDrop) checkNamespace() error {
 	switch {

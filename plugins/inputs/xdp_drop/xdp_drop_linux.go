@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,11 +148,15 @@ func (x *XDPDrop) forgetVanished() {
 	x.ifaces = kept
 }
 
-// Stop detaches every interface.
+// Stop detaches every interface, except with keep_attached, where the
+// pinned links keep the programs attached.
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, ifc := range x.ifaces {
+		if x.KeepAttached && ifc.prog != nil {
+			x.Log.Infof("interface %q: left attached (keep_attached), program id %d", ifc.name, ifc.prog.ID())
+		}
 		x.release(ifc, errors.New("stopped"))
 	}
 }
@@ -176,7 +181,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = unknownInterface(ifc.name)
 		return ifc.err
 	}
-	prog, err := bpf.Load(x.policy)
+	prog, err := x.load(ifc.name)
 	if err != nil {
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
@@ -188,7 +193,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 			return err
 		}
 	}
-	if err := prog.Attach(dev.Index, x.mode); err != nil {
+	if err := x.attachProgram(prog, ifc.name, dev.Index); err != nil {
 		prog.Close()
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
@@ -201,6 +206,50 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	x.Log.Infof("interface %q: attached in %s mode, program id %d", ifc.name, prog.Mode(), prog.ID())
 	return nil
+}
+
+// load loads a program for the interface, with its counters pinned when
+// pin_path is set.
+func (x *XDPDrop) load(name string) (*bpf.Program, error) {
+	if x.PinPath == "" {
+		return bpf.Load(x.policy)
+	}
+	mounted, err := bpf.EnsureBPFFS(x.PinPath)
+	if err != nil {
+		return nil, fmt.Errorf("pin_path: %w", err)
+	}
+	if mounted {
+		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
+	}
+	dir := filepath.Join(x.PinPath, name)
+	if !x.KeepAttached {
+		if released, err := bpf.ReleaseKept(dir); err != nil {
+			return nil, err
+		} else if released {
+			x.Log.Warnf("interface %q: released the attachment an earlier run kept (keep_attached is off now)", name)
+		}
+	}
+	prog, note, err := bpf.LoadPinned(x.policy, dir)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		x.Log.Infof("interface %q: %s (%s)", name, note, dir)
+	}
+	return prog, nil
+}
+
+// attachProgram attaches, keeping the attachment past the process when
+// keep_attached is set.
+func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int) error {
+	if !x.KeepAttached {
+		return prog.Attach(ifindex, x.mode)
+	}
+	note, err := prog.AttachKept(ifindex, x.mode, filepath.Join(x.PinPath, name))
+	if note != "" {
+		x.Log.Infof("interface %q: %s", name, note)
+	}
+	return err
 }
 
 func (x *XDPDrop) replaceExisting(name string, ifindex int) error {

@@ -79,6 +79,8 @@ func TestInitErrors(t *testing.T) {
 		{"exclude without pattern", &XDPDrop{Interfaces: []string{"eth1"}, InterfaceExclude: []string{"eth2"}, Drop: []any{"all"}}, []string{"interface_exclude", "no glob pattern"}},
 		{"named and excluded", &XDPDrop{Interfaces: []string{"eth1", "en*"}, InterfaceExclude: []string{"eth*"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "interface_exclude"}},
 		{"namespace with space", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "my ns", Drop: []any{"all"}}, []string{"namespace", `"my ns"`}},
+		{"relative pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, PinPath: "bpf/xdp"}, []string{"pin_path", `"bpf/xdp"`, "absolute"}},
+		{"keep_attached without pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}, []string{"keep_attached", "pin_path"}},
 		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
 	}
 	for _, c := range cases {

@@ -1,0 +1,212 @@
+//go:build linux
+
+package bpf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultBPFFS is where Linux conventionally mounts the BPF filesystem.
+const DefaultBPFFS = "/sys/fs/bpf"
+
+// fingerprint names the program build and policy whose counters a pin
+// holds: counters pinned under another policy or program must not be mixed
+// with new ones, since the action of a class depends on both.
+func (p Policy) fingerprint() string {
+	h := sha256.New()
+	h.Write(_XdpDropBytes)
+	v := p.verdicts()
+	h.Write(v[:])
+	if p.DryRun {
+		h.Write([]byte("dry_run"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// EnsureBPFFS checks that dir is on a BPF filesystem. When dir lies under
+// /sys/fs/bpf and nothing is mounted there, it mounts one, as systemd does.
+func EnsureBPFFS(dir string) (mounted bool, err error) {
+	if onBPFFS(dir) {
+		return false, nil
+	}
+	clean := filepath.Clean(dir)
+	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
+		if !onBPFFS(DefaultBPFFS) {
+			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); err != nil {
+				return false, fmt.Errorf("mount the BPF filesystem on %s: %w (mount it with: mount -t bpf bpf %s)", DefaultBPFFS, err, DefaultBPFFS)
+			}
+			return true, nil
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("%s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", dir, DefaultBPFFS)
+}
+
+// onBPFFS reports whether the closest existing ancestor of dir is on bpffs.
+func onBPFFS(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d, &st); err == nil {
+			return st.Type == unix.BPF_FS_MAGIC
+		}
+		if d == "/" {
+			return false
+		}
+	}
+}
+
+// LoadPinned loads the program like Load, with its counters pinned in dir:
+// counters pinned there by an earlier run with the same program and policy
+// are continued; counters pinned under another program or policy are
+// unpinned and replaced, and note says so.
+func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("create pin directory: %w", err)
+	}
+	name := "counters_" + policy.fingerprint()
+	stale, err := filepath.Glob(filepath.Join(dir, "counters_*"))
+	if err != nil {
+		return nil, "", err
+	}
+	for _, s := range stale {
+		if filepath.Base(s) == name {
+			continue
+		}
+		if err := os.Remove(s); err != nil {
+			return nil, "", fmt.Errorf("unpin stale counters %s: %w", s, err)
+		}
+		note = "counters pinned under another policy or program version were dropped; counting starts from zero"
+	}
+
+	spec, err := loadXdpDrop()
+	if err != nil {
+		return nil, "", fmt.Errorf("read embedded XDP program: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	var pinned *ebpf.Map
+	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
+		if err := spec.Maps[xdpDropMapCounters].Compatible(m); err != nil {
+			m.Close()
+			return nil, "", fmt.Errorf("pinned counters %s do not fit this program: %w; remove the pin", path, err)
+		}
+		pinned = m
+		defer m.Close()
+		if note == "" {
+			note = "continuing pinned counters"
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("open pinned counters %s: %w", path, err)
+	}
+
+	var opts *ebpf.CollectionOptions
+	if pinned != nil {
+		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{xdpDropMapCounters: pinned}}
+	}
+	p, err = load(spec, policy, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	if pinned == nil {
+		if err := p.objs.Counters.Pin(path); err != nil {
+			p.Close()
+			return nil, "", fmt.Errorf("pin counters at %s: %w", path, err)
+		}
+	}
+	return p, note, nil
+}
+
+const linkPin = "link"
+
+// AttachKept attaches like Attach, but keeps the attachment past the
+// process: the link is pinned in dir. A link pinned there by an earlier run
+// on the same interface and in the same mode is taken over: this program
+// replaces the old one atomically, with no moment unfiltered.
+func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, err error) {
+	path := filepath.Join(dir, linkPin)
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		cur, ok := p.adoptable(l, ifindex, mode)
+		if ok {
+			if err := l.Update(p.objs.XdpDrop); err != nil {
+				l.Close()
+				return "", fmt.Errorf("replace the program of the kept link: %w", err)
+			}
+			p.link, p.mode = l, cur
+			return "took over the attachment kept by an earlier run", nil
+		}
+		// Another interface, or another mode: let the old link go.
+		l.Unpin()
+		l.Close()
+		note = "released a kept attachment that no longer fits"
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("open kept link %s: %w", path, err)
+	}
+	if err := p.Attach(ifindex, mode); err != nil {
+		return note, err
+	}
+	if err := p.link.Pin(path); err != nil {
+		p.Detach()
+		return note, fmt.Errorf("pin link at %s: %w", path, err)
+	}
+	return note, nil
+}
+
+// adoptable reports whether a kept link is alive on ifindex in a mode that
+// mode allows, and which mode it is in.
+func (p *Program) adoptable(l link.Link, ifindex int, mode Mode) (Mode, bool) {
+	info, err := l.Info()
+	if err != nil {
+		return "", false
+	}
+	xdp := info.XDP()
+	if xdp == nil || int(xdp.Ifindex) != ifindex {
+		return "", false
+	}
+	_, attachMode, err := xdpProgramOn(ifindex)
+	if err != nil {
+		return "", false
+	}
+	var cur Mode
+	switch attachMode {
+	case 1:
+		cur = ModeNative
+	case 2:
+		cur = ModeGeneric
+	case 3:
+		cur = ModeOffload
+	default:
+		return "", false
+	}
+	if mode == cur || mode == ModeAuto && cur != ModeOffload {
+		return cur, true
+	}
+	return "", false
+}
+
+// ReleaseKept removes a link kept in dir by an earlier run with
+// keep_attached, detaching its program; it reports whether there was one.
+func ReleaseKept(dir string) (bool, error) {
+	path := filepath.Join(dir, linkPin)
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open kept link %s: %w", path, err)
+	}
+	defer l.Close()
+	if err := l.Unpin(); err != nil {
+		return true, fmt.Errorf("unpin kept link %s: %w", path, err)
+	}
+	return true, nil
+}

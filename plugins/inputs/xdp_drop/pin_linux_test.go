@@ -1,0 +1,136 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+// pinDir returns a fresh directory on the BPF filesystem, removed with its
+// pins when the test ends.
+func pinDir(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	dir := filepath.Join(bpf.DefaultBPFFS, "xdpdrop-test-"+hex.EncodeToString(b[:]))
+	_, err = bpf.EnsureBPFFS(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func runOnce(t *testing.T, ns *testns.NS, p *XDPDrop, flows []traffic.Flow, want uint64) *testutil.Accumulator {
+	t.Helper()
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Empty(t, acc.Errors)
+	send(t, ns, flows)
+	acc = gatherUntil(t, ns, p, want)
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+	return acc
+}
+
+// TestPinnedCountersSurviveRestart: with pin_path a restarted plugin
+// continues the same counters exactly; a changed policy starts anew rather
+// than mixing counts whose actions differ.
+func TestPinnedCountersSurviveRestart(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	mix := traffic.Mix()
+	n := uint64(traffic.Total(mix))
+	conf := func(drop ...any) *XDPDrop {
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, PinPath: dir, Log: testutil.Logger{}}
+	}
+
+	acc := runOnce(t, ns, conf("udp"), mix, n)
+	require.Equal(t, n, packetsOf(acc, testns.Dev))
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "without keep_attached the attachment ends with Stop")
+
+	acc = runOnce(t, ns, conf("udp"), mix, 2*n)
+	require.Equal(t, 2*n, packetsOf(acc, testns.Dev), "the restart continues the pinned counters")
+	want := expectedMetrics(testns.Dev, append(append([]traffic.Flow{}, mix...), mix...), func(c bpf.Class) string {
+		if p, ok := c.Protocol(); ok && p == 17 {
+			return "drop"
+		}
+		return "pass"
+	})
+	var got []telegraf.Metric
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == "xdp_drop" {
+			got = append(got, m)
+		}
+	}
+	testutil.RequireMetricsEqual(t, want, got, testutil.IgnoreTime(), testutil.SortMetrics())
+
+	acc = runOnce(t, ns, conf("tcp"), mix, n)
+	require.Equal(t, n, packetsOf(acc, testns.Dev), "a changed policy starts from zero")
+	pins, err := filepath.Glob(filepath.Join(dir, testns.Dev, "counters_*"))
+	require.NoError(t, err)
+	require.Len(t, pins, 1, "the old policy's counters are unpinned")
+}
+
+// TestKeepAttached: with keep_attached the program stays attached after
+// Stop and keeps dropping and counting; the next run takes the attachment
+// over without a gap; turning keep_attached off releases it.
+func TestKeepAttached(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	mix := traffic.Mix()
+	n := uint64(traffic.Total(mix))
+	kept := func() *XDPDrop {
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, KeepAttached: true, Log: testutil.Logger{}}
+	}
+
+	runOnce(t, ns, kept(), mix, n)
+	id1, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id1, "still attached after Stop")
+
+	send(t, ns, mix) // while no agent runs: still dropped and counted
+	acc := runOnce(t, ns, kept(), mix, 3*n)
+	require.Equal(t, 3*n, packetsOf(acc, testns.Dev))
+	id2, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id2)
+	require.NotEqual(t, id1, id2, "the new run's program took the link over")
+
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}}
+	acc = runOnce(t, ns, p, mix, 4*n)
+	require.Equal(t, 4*n, packetsOf(acc, testns.Dev))
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "keep_attached off: the kept link is released and Stop detaches")
+	_, err = os.Stat(filepath.Join(dir, testns.Dev, "link"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestPinPathNotBPFFS(t *testing.T) {
+	ns := testns.New(t)
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: t.TempDir(), Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Len(t, acc.Errors, 1)
+	require.Contains(t, acc.Errors[0].Error(), "pin_path")
+	require.Contains(t, acc.Errors[0].Error(), "mount -t bpf bpf")
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id)
+}
