@@ -26,6 +26,12 @@ build: ## Build the plugin binary into bin/
 test: ## Run all tests (privileged ones need root; XDP_DROP_REQUIRE_PRIVILEGED=1 fails instead of skipping)
 	$(GO) test -count=1 $(GOTESTFLAGS) ./...
 
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the classifier against the reference for FUZZTIME (default 30s; root)
+	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) ./bpf/
+
 .PHONY: demo
 demo: ## Run the demo: own namespace, veth and traffic; prints the plugin's line protocol (root)
 	$(GO) run ./internal/demo
