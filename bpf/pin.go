@@ -31,6 +31,9 @@ func (p Policy) fingerprint() string {
 	if p.DryRun {
 		h.Write([]byte("dry_run"))
 	}
+	if p.PerQueue {
+		h.Write([]byte("per_queue"))
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 

@@ -23,6 +23,20 @@ type Policy struct {
 	Protocols []uint8
 	// DryRun passes every frame; Drops still reports what would be dropped.
 	DryRun bool
+	// PerQueue counts each RX queue apart (QueueSlots blocks, the last
+	// shared by higher queues) instead of one block for all.
+	PerQueue bool
+}
+
+// QueueSlots is the number of per-queue counter blocks with PerQueue: 64
+// queues and one overflow block for queues 64 and above.
+const QueueSlots = 65
+
+func (p Policy) queueSlots() uint32 {
+	if p.PerQueue {
+		return QueueSlots
+	}
+	return 1
 }
 
 // Drops reports whether the policy selects frames of class c for dropping

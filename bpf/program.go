@@ -60,6 +60,7 @@ type Program struct {
 	mode   Mode
 	id     ebpf.ProgramID
 	perCPU []xdpDropCounterBlock
+	slots  uint32 // counter blocks: 1, or QueueSlots with per-queue counting
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -93,8 +94,16 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 	if err := spec.Variables[xdpDropVarVerdicts].Set(policy.verdicts()); err != nil {
 		return nil, fmt.Errorf("set policy: %w", err)
 	}
+	slots := uint32(0)
+	if policy.PerQueue {
+		slots = QueueSlots
+	}
+	if err := spec.Variables[xdpDropVarQueueSlots].Set(slots); err != nil {
+		return nil, fmt.Errorf("set queue_slots: %w", err)
+	}
+	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
 
-	p := &Program{}
+	p := &Program{slots: policy.queueSlots()}
 	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) && strings.Contains(fmt.Sprintf("%+v", ve), "prohibited for !root") {
@@ -220,36 +229,73 @@ func (p *Program) Close() error {
 	return errors.Join(err, p.objs.Close())
 }
 
-// ReadPerCPU reads the counters of every CPU and calls f for each CPU with
-// traffic, with its counters in dst. dst is reused between calls.
-func (p *Program) ReadPerCPU(dst *Counters, f func(cpu int, c *Counters)) error {
-	if err := p.objs.Counters.Lookup(uint32(0), &p.perCPU); err != nil {
-		return fmt.Errorf("read counters: %w", err)
+// Read reads the counters and calls f for every counter block with traffic:
+// one per RX queue when the program counts per queue and perQueue is set
+// (queue -1 otherwise: summed over queues), one per CPU when perCPU is set
+// (cpu -1 otherwise: summed over CPUs). dst is reused between calls.
+func (p *Program) Read(perQueue, perCPU bool, dst *Counters, f func(queue, cpu int, c *Counters)) error {
+	perQueue = perQueue && p.slots > 1
+	if !perQueue {
+		*dst = Counters{}
 	}
-	for cpu := range p.perCPU {
-		seen := false
-		for c := range p.perCPU[cpu].Class {
-			dst[c] = Counter{Packets: p.perCPU[cpu].Class[c].Packets, Bytes: p.perCPU[cpu].Class[c].Bytes}
-			seen = seen || dst[c].Packets != 0
+	cpus := len(p.perCPU)
+	sums := make([]Counters, 0)
+	if perCPU && !perQueue {
+		sums = make([]Counters, cpus)
+	}
+	for q := uint32(0); q < p.slots; q++ {
+		if err := p.objs.Counters.Lookup(q, &p.perCPU); err != nil {
+			return fmt.Errorf("read counters: %w", err)
 		}
-		if seen {
-			f(cpu, dst)
+		if perQueue {
+			*dst = Counters{}
 		}
+		for cpu := range p.perCPU {
+			block := &p.perCPU[cpu].Class
+			switch {
+			case perCPU && perQueue:
+				for c := range block {
+					dst[c] = Counter{Packets: block[c].Packets, Bytes: block[c].Bytes}
+				}
+				emit(dst, int(q), cpu, f)
+			case perCPU:
+				for c := range block {
+					sums[cpu][c].Packets += block[c].Packets
+					sums[cpu][c].Bytes += block[c].Bytes
+				}
+			default:
+				for c := range block {
+					dst[c].Packets += block[c].Packets
+					dst[c].Bytes += block[c].Bytes
+				}
+			}
+		}
+		if perQueue && !perCPU {
+			emit(dst, int(q), -1, f)
+		}
+	}
+	switch {
+	case perCPU && !perQueue:
+		for cpu := range sums {
+			emit(&sums[cpu], -1, cpu, f)
+		}
+	case !perCPU && !perQueue:
+		f(-1, -1, dst)
 	}
 	return nil
 }
 
-// ReadCounters sums the per-CPU counters into dst.
-func (p *Program) ReadCounters(dst *Counters) error {
-	if err := p.objs.Counters.Lookup(uint32(0), &p.perCPU); err != nil {
-		return fmt.Errorf("read counters: %w", err)
-	}
-	*dst = Counters{}
-	for cpu := range p.perCPU {
-		for c := range p.perCPU[cpu].Class {
-			dst[c].Packets += p.perCPU[cpu].Class[c].Packets
-			dst[c].Bytes += p.perCPU[cpu].Class[c].Bytes
+// emit calls f for a block that has seen traffic.
+func emit(c *Counters, queue, cpu int, f func(queue, cpu int, c *Counters)) {
+	for i := range c {
+		if c[i].Packets != 0 {
+			f(queue, cpu, c)
+			return
 		}
 	}
-	return nil
+}
+
+// ReadCounters sums the counters over CPUs and queues into dst.
+func (p *Program) ReadCounters(dst *Counters) error {
+	return p.Read(false, false, dst, func(int, int, *Counters) {})
 }

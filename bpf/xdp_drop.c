@@ -57,6 +57,13 @@ struct ipv6_frag_hdr {
  */
 volatile const __u8 verdicts[CLASS_COUNT];
 
+/*
+ * Per-RX-queue counting: the number of counter blocks, one per queue, the
+ * last shared by all higher queues. 0 (the default) keeps one block; the
+ * verifier then prunes the queue code, so it costs nothing when off.
+ */
+volatile const __u32 queue_slots;
+
 /* Not read by the program: they carry the shared enums into BTF for bpf2go -type. */
 volatile const enum class_idx class_count = CLASS_COUNT;
 volatile const enum verdict verdict_drop = VERDICT_DROP;
@@ -184,6 +191,11 @@ int xdp_drop(struct xdp_md *ctx)
 	if (class >= CLASS_COUNT)
 		goto out;
 
+	if (queue_slots) {
+		key = ctx->rx_queue_index;
+		if (key >= queue_slots)
+			key = queue_slots - 1;
+	}
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		goto out;

@@ -52,6 +52,7 @@ const (
 	xdpDropMapCounters    = "counters"
 	xdpDropProgXdpDrop    = "xdp_drop"
 	xdpDropVarClassCount  = "class_count"
+	xdpDropVarQueueSlots  = "queue_slots"
 	xdpDropVarVerdictDrop = "verdict_drop"
 	xdpDropVarVerdicts    = "verdicts"
 )
@@ -113,6 +114,7 @@ type xdpDropMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
 	ClassCount  *ebpf.VariableSpec `ebpf:"class_count"`
+	QueueSlots  *ebpf.VariableSpec `ebpf:"queue_slots"`
 	VerdictDrop *ebpf.VariableSpec `ebpf:"verdict_drop"`
 	Verdicts    *ebpf.VariableSpec `ebpf:"verdicts"`
 }
@@ -151,6 +153,7 @@ func (m *xdpDropMaps) Close() error {
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
 	ClassCount  *ebpf.Variable `ebpf:"class_count"`
+	QueueSlots  *ebpf.Variable `ebpf:"queue_slots"`
 	VerdictDrop *ebpf.Variable `ebpf:"verdict_drop"`
 	Verdicts    *ebpf.Variable `ebpf:"verdicts"`
 }

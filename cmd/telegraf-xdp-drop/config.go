@@ -12,7 +12,7 @@ import (
 )
 
 // options lists the keys of [[inputs.xdp_drop]], for error messages.
-const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, replace, per_cpu, pin_path, keep_attached"
+const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, replace, per_cpu, per_queue, pin_path, keep_attached"
 
 // loadConfig reads the plugin's config file strictly: unlike the shim's own
 // loader it refuses unknown keys, other plugins and repeated sections, so a

@@ -135,7 +135,16 @@ func (n *NS) setup() error {
 // AddVeth creates another veth pair in the namespace, both ends up, and
 // returns their indexes. Its ends become attachable.
 func (n *NS) AddVeth(name, peer string) (int, int, error) {
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
+	return n.AddVethQueues(name, peer, 1)
+}
+
+// AddVethQueues is AddVeth with queues RX and TX queues on each end. A
+// frame sent with XDP_TX from CPU c arrives on RX queue c % queues.
+func (n *NS) AddVethQueues(name, peer string, queues int) (int, int, error) {
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{Name: name, NumRxQueues: queues, NumTxQueues: queues},
+		PeerName:  peer, PeerNumRxQueues: uint32(queues), PeerNumTxQueues: uint32(queues),
+	}
 	if err := n.nl.LinkAdd(veth); err != nil {
 		return 0, 0, fmt.Errorf("add veth %s/%s: %w", name, peer, err)
 	}

@@ -30,6 +30,7 @@ type XDPDrop struct {
 	DryRun           bool     `toml:"dry_run"`
 	Replace          bool     `toml:"replace"`
 	PerCPU           bool     `toml:"per_cpu"`
+	PerQueue         bool     `toml:"per_queue"`
 	PinPath          string   `toml:"pin_path"`
 	KeepAttached     bool     `toml:"keep_attached"`
 
@@ -68,6 +69,7 @@ func (x *XDPDrop) Init() error {
 		return err
 	}
 	policy.DryRun = x.DryRun
+	policy.PerQueue = x.PerQueue
 	x.policy = policy
 
 	if err := x.checkNamespace(); err != nil {

@@ -312,25 +312,35 @@ func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Ti
 	if ifc.prog == nil {
 		return
 	}
-	if x.PerCPU {
-		err := ifc.prog.ReadPerCPU(&ifc.counters, func(cpu int, c *bpf.Counters) {
-			x.emitClasses(acc, ifc.name, c, strconv.Itoa(cpu), now)
-		})
-		if err != nil {
-			x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-		}
-		return
-	}
-	if err := ifc.prog.ReadCounters(&ifc.counters); err != nil {
+	err := ifc.prog.Read(x.PerQueue, x.PerCPU, &ifc.counters, func(queue, cpu int, c *bpf.Counters) {
+		x.emitClasses(acc, ifc.name, c, queueTag(queue), cpuTag(cpu), now)
+	})
+	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-		return
 	}
-	x.emitClasses(acc, ifc.name, &ifc.counters, "", now)
 }
 
-// emitClasses emits one xdp_drop point per class with traffic; cpu, when
-// not empty, adds the cpu tag.
-func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *bpf.Counters, cpu string, now time.Time) {
+func cpuTag(cpu int) string {
+	if cpu < 0 {
+		return ""
+	}
+	return strconv.Itoa(cpu)
+}
+
+// queueTag names an RX queue; the last block holds every queue past it.
+func queueTag(queue int) string {
+	switch {
+	case queue < 0:
+		return ""
+	case queue == bpf.QueueSlots-1:
+		return "overflow"
+	}
+	return strconv.Itoa(queue)
+}
+
+// emitClasses emits one xdp_drop point per class with traffic; queue and
+// cpu, when not empty, add the rx_queue and cpu tags.
+func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *bpf.Counters, queue, cpu string, now time.Time) {
 	for i, c := range counters {
 		if c.Packets == 0 {
 			continue
@@ -344,6 +354,9 @@ func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *b
 		}
 		if cpu != "" {
 			tags["cpu"] = cpu
+		}
+		if queue != "" {
+			tags["rx_queue"] = queue
 		}
 		acc.AddFields("xdp_drop", map[string]any{"packets": c.Packets, "bytes": c.Bytes}, tags, now)
 	}
