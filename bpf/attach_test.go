@@ -52,14 +52,7 @@ func TestAttachRealTraffic(t *testing.T) {
 			require.NoError(t, err)
 
 			mix := traffic.Mix()
-			require.NoError(t, ns.Do(func() error {
-				for _, f := range mix {
-					if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-						return err
-					}
-				}
-				return nil
-			}))
+			require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))
 
 			want := traffic.Expected(mix)
 			var got bpf.Counters

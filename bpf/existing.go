@@ -55,7 +55,7 @@ func RemoveExisting(ifindex int) error {
 	if err != nil || id == 0 {
 		return err
 	}
-	if l, err := findXDPLink(ifindex); err != nil {
+	if l, err := findXDPLink(ifindex, id); err != nil {
 		return err
 	} else if l != nil {
 		defer l.Close()
@@ -88,7 +88,11 @@ func netlinkFlags(attachMode uint32) int {
 	}
 }
 
-func findXDPLink(ifindex int) (link.Link, error) {
+// findXDPLink finds the XDP link that attaches program id to ifindex.
+// Interface indexes repeat across network namespaces and link info carries
+// no namespace, so the program id (unique system-wide, read from this
+// namespace's interface) is what singles the link out.
+func findXDPLink(ifindex int, id ebpf.ProgramID) (link.Link, error) {
 	it := new(link.Iterator)
 	defer it.Close()
 	for it.Next() {
@@ -96,7 +100,7 @@ func findXDPLink(ifindex int) (link.Link, error) {
 		if err != nil {
 			continue
 		}
-		if xdp := info.XDP(); xdp != nil && int(xdp.Ifindex) == ifindex {
+		if xdp := info.XDP(); xdp != nil && int(xdp.Ifindex) == ifindex && info.Program == id {
 			return it.Take(), nil
 		}
 	}

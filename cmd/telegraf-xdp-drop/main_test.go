@@ -202,14 +202,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	gen, err := traffic.NewGenerator()
 	require.NoError(t, err)
 	defer gen.Close()
-	require.NoError(t, ns.Do(func() error {
-		for _, f := range mix {
-			if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
+	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))
 
 	var got map[key][2]int64
 	var ms []telegraf.Metric

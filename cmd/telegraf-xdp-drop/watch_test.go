@@ -36,14 +36,7 @@ func TestWatchView(t *testing.T) {
 	gen, err := traffic.NewGenerator()
 	require.NoError(t, err)
 	defer gen.Close()
-	require.NoError(t, ns.Do(func() error {
-		for _, f := range mix {
-			if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
+	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))
 
 	// 50 plain and 12 tagged IPv4/UDP frames: 62 in all.
 	udp := regexp.MustCompile(`(?m)^xdpt0\s+ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62$`)

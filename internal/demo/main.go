@@ -126,14 +126,7 @@ func run() error {
 	mix := traffic.Mix()
 	for g := 1; g <= gathers; g++ {
 		status("sending %d frames from %s: %s", traffic.Total(mix), testns.Peer, flowNames(mix))
-		if err := ns.Do(func() error {
-			for _, f := range mix {
-				if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
+		if err := ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }); err != nil {
 			return err
 		}
 		time.Sleep(200 * time.Millisecond) // let the receiving NAPI finish

@@ -88,3 +88,30 @@ func tagged(frame []byte) bool {
 	et := uint16(frame[12])<<8 | uint16(frame[13])
 	return et == 0x8100 || et == 0x88A8
 }
+
+// SendFlows sends every flow of a mix out of ifindex, in order.
+func (g *Generator) SendFlows(ifindex int, flows []Flow) error {
+	for _, f := range flows {
+		if err := g.Send(ifindex, f.Frame, f.Count); err != nil {
+			return fmt.Errorf("flow %s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// OnCPU runs f with the calling thread bound to cpu, then restores the
+// thread's affinity. A veth receives what is sent from CPU c on its RX queue
+// c (modulo its queues), so this spreads traffic over CPUs and queues. The
+// caller must hold its OS thread (runtime.LockOSThread).
+func OnCPU(cpu int, f func() error) error {
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return err
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return fmt.Errorf("bind to CPU %d: %w", cpu, err)
+	}
+	return f()
+}

@@ -43,10 +43,7 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
 	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 
 	mix := traffic.Mix()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -19,10 +18,7 @@ import (
 func TestPerCPUSumsToTotal(t *testing.T) {
 	ns := testns.New(t)
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"tcp"}, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	startPlugin(t, ns, p)
 
 	gen, err := traffic.NewGenerator()
 	require.NoError(t, err)
@@ -30,21 +26,9 @@ func TestPerCPUSumsToTotal(t *testing.T) {
 	mix := traffic.Mix()
 	cpus := runtime.NumCPU()
 	require.NoError(t, ns.Do(func() error {
-		var all unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &all); err != nil {
-			return err
-		}
-		defer unix.SchedSetaffinity(0, &all)
 		for cpu := 0; cpu < cpus; cpu++ {
-			var one unix.CPUSet
-			one.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &one); err != nil {
+			if err := traffic.OnCPU(cpu, func() error { return gen.SendFlows(ns.PeerIdx, mix) }); err != nil {
 				return err
-			}
-			for _, f := range mix {
-				if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-					return err
-				}
 			}
 		}
 		return nil

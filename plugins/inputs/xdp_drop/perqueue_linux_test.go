@@ -8,7 +8,6 @@ import (
 
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -19,14 +18,10 @@ import (
 // from that CPU (the mix cpu+1 times).
 func TestPerQueue(t *testing.T) {
 	ns := testns.New(t)
-	devIdx, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", 4)
+	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", 4)
 	require.NoError(t, err)
-	_ = devIdx
 	p := &XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"udp"}, PerQueue: true, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 
 	gen, err := traffic.NewGenerator()
@@ -35,22 +30,10 @@ func TestPerQueue(t *testing.T) {
 	mix := traffic.Mix()
 	cpus := min(runtime.NumCPU(), 4)
 	require.NoError(t, ns.Do(func() error {
-		var all unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &all); err != nil {
-			return err
-		}
-		defer unix.SchedSetaffinity(0, &all)
 		for cpu := 0; cpu < cpus; cpu++ {
-			var one unix.CPUSet
-			one.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &one); err != nil {
-				return err
-			}
 			for i := 0; i <= cpu; i++ {
-				for _, f := range mix {
-					if err := gen.Send(peerIdx, f.Frame, f.Count); err != nil {
-						return err
-					}
+				if err := traffic.OnCPU(cpu, func() error { return gen.SendFlows(peerIdx, mix) }); err != nil {
+					return err
 				}
 			}
 		}

@@ -123,10 +123,7 @@ func TestKeepAttached(t *testing.T) {
 func TestPinPathNotBPFFS(t *testing.T) {
 	ns := testns.New(t)
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: t.TempDir(), Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc := startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	require.Contains(t, acc.Errors[0].Error(), "pin_path")
 	require.Contains(t, acc.Errors[0].Error(), "mount -t bpf bpf")

@@ -38,19 +38,23 @@ func inNS(t *testing.T, ns *testns.NS, p *XDPDrop, f func() error) {
 	}))
 }
 
+// startPlugin initialises p and starts it inside the namespace; it is stopped
+// when the test ends. It returns the accumulator Start reported to.
+func startPlugin(t *testing.T, ns *testns.NS, p *XDPDrop) *testutil.Accumulator {
+	t.Helper()
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, p, func() error { p.Stop(); return nil }) })
+	return acc
+}
+
 func send(t *testing.T, ns *testns.NS, flows []traffic.Flow) {
 	t.Helper()
 	gen, err := traffic.NewGenerator()
 	require.NoError(t, err)
 	defer gen.Close()
-	require.NoError(t, ns.Do(func() error {
-		for _, f := range flows {
-			if err := gen.Send(ns.PeerIdx, f.Frame, f.Count); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
+	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, flows) }))
 }
 
 // expectedMetrics builds the xdp_drop points a mix must produce on iface.
@@ -101,10 +105,7 @@ func TestGatherRealAttachment(t *testing.T) {
 		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
 			ns := testns.New(t)
 			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp", "icmp", int64(47)}, DryRun: dry, Log: testutil.Logger{}}
-			require.NoError(t, p.Init())
-			acc := &testutil.Accumulator{}
-			inNS(t, ns, p, func() error { return p.Start(acc) })
-			defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+			acc := startPlugin(t, ns, p)
 			require.Empty(t, acc.Errors)
 
 			mix := traffic.Mix()
@@ -137,10 +138,7 @@ func TestGatherRealAttachment(t *testing.T) {
 func TestInterfaceAppearsLater(t *testing.T) {
 	ns := testns.New(t)
 	p := &XDPDrop{Interfaces: []string{"xdpt2", testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc := startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	require.Contains(t, acc.Errors[0].Error(), `interface "xdpt2" not found`)
 	require.Contains(t, acc.Errors[0].Error(), testns.Dev, "the error lists the interfaces that exist")
@@ -226,10 +224,7 @@ func TestRefusesForeignProgram(t *testing.T) {
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
 	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc = &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	id, err = ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
@@ -262,10 +257,7 @@ func TestRecognisesOwnProgram(t *testing.T) {
 	}))
 
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
-	require.NoError(t, p.Init())
-	acc := &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc := startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	msg := acc.Errors[0].Error()
 	require.Contains(t, msg, fmt.Sprintf("XDP program id %d (xdp_drop)", stale.ID()))
@@ -294,10 +286,7 @@ func TestNativeUnsupported(t *testing.T) {
 
 	log := &captureLog{}
 	p = &XDPDrop{Interfaces: []string{"xdpbr0"}, Mode: "auto", Drop: []any{"all"}, Log: log}
-	require.NoError(t, p.Init())
-	acc = &testutil.Accumulator{}
-	inNS(t, ns, p, func() error { return p.Start(acc) })
-	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
+	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 	m, ok := acc.Get("xdp_drop_link")
