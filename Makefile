@@ -36,6 +36,10 @@ fuzz: ## Fuzz the classifier against the reference for FUZZTIME (default 30s; ro
 demo: ## Run the demo: own namespace, veth and traffic; prints the plugin's line protocol (root)
 	$(GO) run ./internal/demo
 
+.PHONY: e2e
+e2e: ## End to end with real Telegraf, InfluxDB, Prometheus and Alertmanager in a namespace (root)
+	bash test/e2e/run.sh
+
 .PHONY: lint
 lint: ## Run go vet and check formatting
 	$(GO) vet ./...

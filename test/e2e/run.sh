@@ -1,0 +1,575 @@
+#!/usr/bin/env bash
+# End-to-end run of xdp_drop with the real pipeline: a pinned Telegraf runs
+# telegraf-xdp-drop under inputs.execd, attached to a veth in a network
+# namespace of its own; Telegraf writes to InfluxDB 1.x and serves
+# prometheus_client; Prometheus evaluates the shipped alert rules and
+# notifies Alertmanager. A known traffic mix is sent through the veth and
+# checked end to end, then the lifecycle under Telegraf (SIGTERM, SIGKILL of
+# the plugin, restart). Run as root: make e2e.
+#
+# Safety: everything runs inside the namespace this script creates; the
+# plugin's config names only the veth created there, and every server
+# listens on 127.0.0.1 there. Nothing attaches in the initial namespace.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+TELEGRAF_VERSION=v1.37.2
+TELEGRAF_TAGS=custom,inputs.execd,outputs.file,outputs.influxdb,outputs.prometheus_client,parsers.influx,serializers.influx,serializers.prometheus
+TELEGRAF_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/xdp_drop/telegraf-$TELEGRAF_VERSION
+TELEGRAF=$TELEGRAF_DIR/telegraf
+
+DEV=xdpe0           # the plugin attaches here
+PEER=xdpe1          # sendmix sends from here
+DROP=udp,ipv6-icmp,gre
+RESTART_DELAY=2     # seconds, inputs.execd restart_delay
+THRESHOLD_PPS=1     # e2e drop-rate threshold, through xdp_drop:drop_threshold_pps
+ALERT_FOR=5s        # e2e for: of every alert (the shipped ones are minutes)
+
+RULES=$ROOT/examples/prometheus/xdp_drop.rules.yml
+RULES_TEST=$ROOT/examples/prometheus/xdp_drop.rules.test.yml
+EXECD_SNIPPET=$ROOT/examples/telegraf.d/xdp_drop.conf
+QUERIES=$ROOT/examples/influxdb/queries.md
+DASHBOARD=$ROOT/examples/grafana/xdp_drop.json
+
+START_US=${EPOCHREALTIME/[.,]/}
+SUMMARY=()
+NS=""
+WORK=""
+TELEGRAF_PID=""
+OK=0
+
+log() { printf '== %s\n' "$*" >&2; }
+note() { SUMMARY+=("$*"); printf '   %s\n' "$*" >&2; }
+now_ms() { local us=${EPOCHREALTIME/[.,]/}; echo $((us / 1000)); }
+since_ms() { echo $(($(now_ms) - $1)); }
+
+fail() {
+	printf '\nFAIL: %s\n' "$*" >&2
+	if [ -n "$WORK" ] && [ -d "$WORK/logs" ]; then
+		for f in "$WORK"/logs/*.log; do
+			[ -s "$f" ] || continue
+			printf -- '--- last lines of %s\n' "$f" >&2
+			tail -n 15 "$f" >&2
+		done
+	fi
+	exit 1
+}
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 100 ms; returns 1 on timeout.
+wait_until() {
+	local deadline=$(($(now_ms) + $1 * 1000))
+	shift
+	until "$@"; do
+		(($(now_ms) < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# nsx runs a (foreground) command inside the namespace.
+nsx() { ip netns exec "$NS" "$@"; }
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [ -n "$NS" ] && [ -e "/run/netns/$NS" ]; then
+		# Telegraf first, so that the plugin detaches through the normal path
+		# and Telegraf does not log failed writes to a stopped InfluxDB.
+		if [ -n "$TELEGRAF_PID" ] && [ "$(ip netns identify "$TELEGRAF_PID" 2>/dev/null)" = "$NS" ] &&
+			kill -TERM "$TELEGRAF_PID" 2>/dev/null; then
+			for _ in $(seq 50); do
+				kill -0 "$TELEGRAF_PID" 2>/dev/null || break
+				sleep 0.1
+			done
+		fi
+		# Every process in the namespace is one this run started (or their
+		# children): end them by pid, politely first.
+		local pids
+		mapfile -t pids < <(ip netns pids "$NS")
+		((${#pids[@]} == 0)) || kill -TERM "${pids[@]}" 2>/dev/null
+		for _ in $(seq 50); do
+			[ -n "$(ip netns pids "$NS")" ] || break
+			sleep 0.1
+		done
+		mapfile -t pids < <(ip netns pids "$NS")
+		((${#pids[@]} == 0)) || kill -KILL "${pids[@]}" 2>/dev/null
+		sleep 0.2
+		ip netns del "$NS"
+	fi
+	wait 2>/dev/null
+	if [ -n "$WORK" ]; then
+		if [ "$OK" = 1 ] && [ -z "${E2E_KEEP:-}" ]; then
+			rm -rf "$WORK"
+		else
+			echo "logs and configs kept in $WORK" >&2
+		fi
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+[ "$(id -u)" -eq 0 ] || fail "run as root: the e2e creates a network namespace and attaches XDP"
+
+# ---------------------------------------------------------------- tools
+log "dependencies"
+need=()
+for pkg in influxdb influxdb-client prometheus prometheus-alertmanager iproute2 curl jq; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if ((${#need[@]})); then
+	note "installing ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v go >/dev/null || fail "go is not on PATH"
+
+log "promtool: the shipped rules and their unit tests"
+promtool check rules "$RULES" >/dev/null || fail "promtool check rules $RULES"
+(cd "$(dirname "$RULES_TEST")" && promtool test rules "$(basename "$RULES_TEST")") >/dev/null ||
+	fail "promtool test rules $RULES_TEST"
+jq -e '.panels | length > 0' "$DASHBOARD" >/dev/null || fail "$DASHBOARD is not a dashboard in valid JSON"
+note "promtool: rules valid, unit tests pass; dashboard JSON valid"
+
+# The cached Telegraf is used only when it was built from the pinned
+# version with exactly these plugins; go version -m reads both from it.
+telegraf_cached() {
+	[ -x "$TELEGRAF" ] || return 1
+	local info
+	info=$(go version -m "$TELEGRAF") || return 1
+	grep -qE "^\s+mod\s+github.com/influxdata/telegraf\s+$TELEGRAF_VERSION\s" <<<"$info" &&
+		grep -qE "^\s+build\s+-tags=$TELEGRAF_TAGS$" <<<"$info"
+}
+if telegraf_cached; then
+	note "telegraf $TELEGRAF_VERSION: cached in $TELEGRAF_DIR"
+else
+	log "building telegraf $TELEGRAF_VERSION into $TELEGRAF_DIR (once; about a minute from cold Go caches)"
+	t0=$(now_ms)
+	mkdir -p "$TELEGRAF_DIR"
+	GOBIN=$TELEGRAF_DIR go install -tags "$TELEGRAF_TAGS" "github.com/influxdata/telegraf/cmd/telegraf@$TELEGRAF_VERSION"
+	telegraf_cached || fail "built $TELEGRAF, but go version -m does not show $TELEGRAF_VERSION with tags $TELEGRAF_TAGS"
+	note "telegraf $TELEGRAF_VERSION: built in $(($(since_ms "$t0") / 1000))s"
+fi
+
+WORK=$(mktemp -d /tmp/xdpdrop-e2e.XXXXXX)
+mkdir -p "$WORK/bin" "$WORK/logs" "$WORK/influxdb" "$WORK/prometheus" "$WORK/alertmanager"
+LOGS=$WORK/logs
+
+log "building telegraf-xdp-drop and sendmix"
+go build -o "$WORK/bin/telegraf-xdp-drop" ./cmd/telegraf-xdp-drop
+go build -o "$WORK/bin/sendmix" ./test/e2e/sendmix
+
+# ---------------------------------------------------------------- namespace
+log "network namespace"
+NS=xdpdrop-e2e-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+ip netns add "$NS"
+# IPv6 off before the veth exists, so the kernel sends nothing of its own
+# (no router solicitations, no DAD) and every counted frame is ours.
+nsx sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+ip -n "$NS" link add "$DEV" type veth peer name "$PEER"
+for l in lo "$DEV" "$PEER"; do ip -n "$NS" link set "$l" up; done
+note "namespace $NS: veth $DEV (XDP) <- $PEER (traffic)"
+
+# xdp_prog_id prints the id of the XDP program on $DEV, or nothing.
+xdp_prog_id() { ip -n "$NS" -j link show dev "$DEV" | jq -r '.[0].xdp.prog.id // empty'; }
+xdp_attached() { [ -n "$(xdp_prog_id)" ]; }
+xdp_detached() { [ -z "$(xdp_prog_id)" ]; }
+
+# ---------------------------------------------------------------- configs
+cat >"$WORK/xdp_drop.conf" <<EOF
+[[inputs.xdp_drop]]
+  interfaces = ["$DEV"]
+  drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
+EOF
+
+cat >"$WORK/influxdb.conf" <<EOF
+reporting-disabled = true
+bind-address = "127.0.0.1:8088"
+[meta]
+  dir = "$WORK/influxdb/meta"
+[data]
+  dir = "$WORK/influxdb/data"
+  wal-dir = "$WORK/influxdb/wal"
+  query-log-enabled = false
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:8086"
+  log-enabled = false
+EOF
+
+# Telegraf's execd section is the shipped snippet with this run's paths and
+# restart delay, so the snippet itself is what gets tested.
+execd=$(sed -e "s|/usr/local/bin/telegraf-xdp-drop|$WORK/bin/telegraf-xdp-drop|" \
+	-e "s|/etc/telegraf-xdp-drop/xdp_drop.conf|$WORK/xdp_drop.conf|" \
+	-e "s|restart_delay = \"[^\"]*\"|restart_delay = \"${RESTART_DELAY}s\"|" "$EXECD_SNIPPET")
+if ! grep -q "\"$WORK/bin/telegraf-xdp-drop\", \"-config\", \"$WORK/xdp_drop.conf\", \"-poll_interval_disabled\"" <<<"$execd" ||
+	! grep -q "restart_delay = \"${RESTART_DELAY}s\"" <<<"$execd" || ! grep -q 'signal = "STDIN"' <<<"$execd"; then
+	fail "$EXECD_SNIPPET no longer has the command, signal and restart_delay lines this run rewrites"
+fi
+cat >"$WORK/telegraf.conf" <<EOF
+[agent]
+  interval = "1s"
+  flush_interval = "1s"
+  collection_jitter = "0s"
+  flush_jitter = "0s"
+  hostname = "e2e"
+
+$execd
+
+[[outputs.influxdb]]
+  urls = ["http://127.0.0.1:8086"]
+  database = "telegraf"
+
+[[outputs.prometheus_client]]
+  listen = "127.0.0.1:9273"
+  metric_version = 2
+  collectors_exclude = ["gocollector", "process"]
+EOF
+
+# The shipped rules, unchanged but for the for: durations (minutes in
+# production); the threshold comes from the override the rules file
+# documents, a recording rule in a file of its own.
+sed -E "s/^( +for: ).*/\1$ALERT_FOR/" "$RULES" >"$WORK/prometheus/xdp_drop.rules.yml"
+diff <(grep -vE '^ +for: ' "$RULES") <(grep -vE '^ +for: ' "$WORK/prometheus/xdp_drop.rules.yml") >/dev/null ||
+	fail "rewriting for: changed more than for: lines"
+[ "$(grep -cE "^ +for: $ALERT_FOR$" "$WORK/prometheus/xdp_drop.rules.yml")" = "$(grep -cE '^ +- alert: ' "$RULES")" ] ||
+	fail "not every alert in $RULES has a for: line to shorten"
+cat >"$WORK/prometheus/threshold.rules.yml" <<EOF
+groups:
+  - name: xdp_drop_e2e_threshold
+    rules:
+      - record: xdp_drop:drop_threshold_pps
+        expr: vector($THRESHOLD_PPS)
+EOF
+cat >"$WORK/prometheus/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - $WORK/prometheus/xdp_drop.rules.yml
+  - $WORK/prometheus/threshold.rules.yml
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: ["127.0.0.1:9093"]
+scrape_configs:
+  - job_name: telegraf
+    static_configs:
+      - targets: ["127.0.0.1:9273"]
+EOF
+promtool check config "$WORK/prometheus/prometheus.yml" >/dev/null || fail "promtool check config"
+
+cat >"$WORK/alertmanager/alertmanager.yml" <<EOF
+route:
+  receiver: blackhole
+  group_wait: 1s
+  group_interval: 1s
+receivers:
+  - name: blackhole
+EOF
+
+# ---------------------------------------------------------------- services
+http_ok() { nsx curl -sf -o /dev/null "$1"; }
+
+log "starting influxd, alertmanager, prometheus"
+ip netns exec "$NS" influxd run -config "$WORK/influxdb.conf" >"$LOGS/influxd.log" 2>&1 &
+ip netns exec "$NS" prometheus-alertmanager --config.file="$WORK/alertmanager/alertmanager.yml" \
+	--storage.path="$WORK/alertmanager" --web.listen-address=127.0.0.1:9093 \
+	--cluster.listen-address= >"$LOGS/alertmanager.log" 2>&1 &
+ip netns exec "$NS" prometheus --config.file="$WORK/prometheus/prometheus.yml" \
+	--storage.tsdb.path="$WORK/prometheus/data" --web.listen-address=127.0.0.1:9090 \
+	>"$LOGS/prometheus.log" 2>&1 &
+wait_until 30 http_ok http://127.0.0.1:8086/ping || fail "influxd did not answer /ping"
+wait_until 30 http_ok http://127.0.0.1:9093/-/ready || fail "alertmanager not ready"
+wait_until 30 http_ok http://127.0.0.1:9090/-/ready || fail "prometheus not ready"
+
+start_telegraf() {
+	ip netns exec "$NS" "$TELEGRAF" --config "$WORK/telegraf.conf" >"$LOGS/$1" 2>&1 &
+	TELEGRAF_PID=$!
+}
+
+# plugin_pid prints the pid of telegraf-xdp-drop running under Telegraf.
+plugin_pid() { ps -o pid=,comm= --ppid "$TELEGRAF_PID" | awk '$2 ~ /^telegraf-xdp-dr/ {print $1}'; }
+
+# ---------------------------------------------------------------- queries
+influx_query() {
+	local out
+	out=$(nsx curl -sS -G http://127.0.0.1:8086/query --data-urlencode db=telegraf \
+		--data-urlencode epoch=ms --data-urlencode "q=$1") || return 1
+	if ! jq -e '.results[0] | has("error") | not' <<<"$out" >/dev/null; then
+		echo "InfluxDB: $(jq -r '.results[0].error // .error' <<<"$out") in: $1" >&2
+		return 1
+	fi
+	printf '%s\n' "$out"
+}
+
+# latest_counts SINCE_MS: "interface family protocol action packets bytes"
+# per series, from the last point of each since SINCE_MS.
+latest_counts() {
+	influx_query "SELECT last(\"packets\") AS \"packets\", last(\"bytes\") AS \"bytes\" FROM \"xdp_drop\"
+		WHERE time >= ${1}ms GROUP BY \"interface\", \"family\", \"protocol\", \"action\"" |
+		jq -r '.results[0].series[]? | [.tags.interface, .tags.family, .tags.protocol, .tags.action,
+			.values[0][1], .values[0][2]] | map(tostring) | join(" ")' | sort
+}
+
+# expected_counts REPORT: the same lines from what sendmix says it sent.
+expected_counts() {
+	jq -r --arg dev "$DEV" '.series[] | [$dev, .family, .protocol, .action, .packets, .bytes]
+		| map(tostring) | join(" ")' "$1" | sort
+}
+counts_match() { [ "$(latest_counts "$1")" = "$(expected_counts "$2")" ]; }
+
+# send_mix NAME: one round of the mix from $PEER; sendmix's report goes to $WORK/NAME.json.
+send_mix() {
+	nsx "$WORK/bin/sendmix" -netns "$NS" -iface "$PEER" -drop "$DROP" -rounds 1 >"$WORK/$1.json" ||
+		fail "sendmix failed"
+}
+
+# check_counts SINCE_MS REPORT WHAT: InfluxDB's latest counters since
+# SINCE_MS must equal, series for series, what sendmix reported sending.
+check_counts() {
+	if ! wait_until 20 counts_match "$1" "$2"; then
+		echo "expected (sent):" >&2
+		expected_counts "$2" | sed 's/^/  /' >&2
+		echo "got (InfluxDB, latest):" >&2
+		latest_counts "$1" | sed 's/^/  /' >&2
+		fail "$3: InfluxDB does not hold exactly what was sent"
+	fi
+}
+
+# link_state SINCE_MS: "interface mode attached program_id" of the last xdp_drop_link point.
+link_state() {
+	influx_query "SELECT last(\"attached\") AS \"attached\", \"program_id\" FROM \"xdp_drop_link\"
+		WHERE time >= ${1}ms GROUP BY \"interface\", \"mode\"" |
+		jq -r '.results[0].series[]? | [.tags.interface, .tags.mode, .values[0][1], .values[0][2]]
+			| map(tostring) | join(" ")'
+}
+
+prom_get() { nsx curl -sS --fail -G "http://127.0.0.1:9090$1" "${@:2}"; }
+
+# alert_protocols NAME STATE: protocols of the $DEV alerts NAME in STATE.
+alert_protocols() {
+	prom_get /api/v1/alerts | jq -r --arg n "$1" --arg s "$2" --arg dev "$DEV" \
+		'[.data.alerts[] | select(.labels.alertname == $n and .state == $s and .labels.interface == $dev)
+		  | .labels.protocol] | unique | join(" ")'
+}
+am_protocols() {
+	nsx curl -sS --fail -G http://127.0.0.1:9093/api/v2/alerts --data-urlencode "filter=alertname=\"$1\"" |
+		jq -r --arg dev "$DEV" '[.[] | select(.status.state == "active" and .labels.interface == $dev)
+			| .labels.protocol] | unique | join(" ")'
+}
+
+# doc_queries: every InfluxQL block of queries.md, by its ### heading,
+# one line each ("heading<TAB>query"), buckets shortened for a short run.
+doc_queries() {
+	awk '/^### / {h = substr($0, 5)}
+		/^```sql$/ {q = ""; inq = 1; next}
+		/^```$/ && inq {inq = 0; print h "\t" q; next}
+		inq {q = q " " $0}' "$QUERIES" | sed 's/time(1m)/time(5s)/g'
+}
+doc_query() {
+	local q
+	q=$(doc_queries | awk -F'\t' -v h="$1" '$1 == h {print $2}')
+	[ -n "$q" ] || fail "$QUERIES has no InfluxQL block under '### $1'"
+	influx_query "$q" || fail "documented query '$1' failed"
+}
+
+# ================================================================ phase 1
+log "phase 1: Telegraf starts the plugin; one round of the mix; exact counts in InfluxDB"
+t_run1=$(now_ms)
+start_telegraf telegraf-1.log
+wait_until 20 xdp_attached || fail "$DEV has no XDP program 20s after Telegraf started"
+note "run 1: attached $(since_ms "$t_run1") ms after Telegraf started (program id $(xdp_prog_id))"
+prog1=$(xdp_prog_id)
+# Telegraf has gathered once the link point is in InfluxDB; counters are
+# still empty then (only classes with traffic are reported).
+link_up() { [ "$(link_state "$t_run1")" = "$DEV native true $prog1" ]; }
+wait_until 20 link_up || fail "xdp_drop_link in InfluxDB: want '$DEV native true $prog1', got '$(link_state "$t_run1")'"
+[ -z "$(latest_counts "$t_run1")" ] || fail "xdp_drop points before any traffic: $(latest_counts "$t_run1")"
+send_mix sent1
+check_counts "$t_run1" "$WORK/sent1.json" "phase 1"
+note "InfluxDB: latest xdp_drop per (interface,family,protocol,action) = sent, exactly ($(jq '.series | length' "$WORK/sent1.json") series, $(jq .frames "$WORK/sent1.json") frames)"
+note "InfluxDB: xdp_drop_link $DEV mode=native attached=true program_id=$prog1 (= ip link)"
+
+# Metric names as prometheus_client exposes them: what the rules use.
+metrics=$(nsx curl -sS --fail http://127.0.0.1:9273/metrics)
+for want in \
+	"xdp_drop_packets{action=\"drop\",family=\"ipv4\",host=\"e2e\",interface=\"$DEV\",protocol=\"udp\"} $(jq '.series[] | select(.family == "ipv4" and .protocol == "udp") | .packets' "$WORK/sent1.json")" \
+	"xdp_drop_bytes{action=\"pass\",family=\"l2\",host=\"e2e\",interface=\"$DEV\",protocol=\"arp\"} $(jq '.series[] | select(.protocol == "arp") | .bytes' "$WORK/sent1.json")" \
+	"xdp_drop_link_attached{host=\"e2e\",interface=\"$DEV\",mode=\"native\"} 1" \
+	"xdp_drop_link_program_id{host=\"e2e\",interface=\"$DEV\",mode=\"native\"} $prog1"; do
+	grep -qxF "$want" <<<"$metrics" || fail "prometheus_client does not expose '$want'; it has: $(grep '^xdp_drop' <<<"$metrics")"
+done
+note "prometheus_client: $(grep -c '^xdp_drop' <<<"$metrics") xdp_drop* samples; $(grep '^# TYPE xdp_drop_packets' <<<"$metrics" | cut -d' ' -f3-)"
+
+# ================================================================ phase 2
+log "phase 2: steady traffic until the drop-rate alert fires and reaches Alertmanager"
+want_alerts=$(jq -r '[.series[] | select(.action == "drop") | .protocol] | unique | join(" ")' "$WORK/sent1.json")
+t_steady=$(now_ms)
+# Paced at 10 rounds/s at most (about 2000 frames/s): enough to cross the
+# threshold in seconds, light on a shared machine. Rounds take longer when
+# the machine is busy (each send waits for an RCU grace period).
+ip netns exec "$NS" "$WORK/bin/sendmix" -netns "$NS" -iface "$PEER" -drop "$DROP" -duration 120s -every 100ms \
+	>"$WORK/steady.json" 2>"$LOGS/sendmix.log" &
+SENDER_PID=$!
+firing() { [ "$(alert_protocols XDPDropHighDropRate firing)" = "$want_alerts" ]; }
+wait_until 90 firing || fail "XDPDropHighDropRate firing for '$(alert_protocols XDPDropHighDropRate firing)', want '$want_alerts'"
+note "Prometheus: XDPDropHighDropRate firing for $DEV: $want_alerts ($(since_ms "$t_steady") ms after steady traffic began)"
+in_am() { [ "$(am_protocols XDPDropHighDropRate)" = "$want_alerts" ]; }
+wait_until 30 in_am || fail "Alertmanager has XDPDropHighDropRate for '$(am_protocols XDPDropHighDropRate)', want '$want_alerts'"
+note "Alertmanager: XDPDropHighDropRate active for $want_alerts ($(since_ms "$t_steady") ms)"
+rates=$(prom_get /api/v1/query --data-urlencode 'query=xdp_drop:dropped_packets:rate2m' |
+	jq -r '[.data.result[] | "\(.metric.protocol)=\(.value[1] | tonumber | floor)"] | sort | join(" ")')
+note "Prometheus: xdp_drop:dropped_packets:rate2m (pps): $rates (threshold $THRESHOLD_PPS)"
+kill -TERM "$SENDER_PID"
+wait "$SENDER_PID" || fail "steady sendmix failed: $(cat "$LOGS/sendmix.log")"
+note "steady traffic: $(jq -r '"\(.frames) frames in \(.seconds | floor) s, \(.frames / .seconds | floor) frames/s"' "$WORK/steady.json")"
+
+for a in XDPDropNotAttached XDPDropGenericMode XDPDropLinkMetricsMissing; do
+	n=$(prom_get /api/v1/alerts | jq --arg n "$a" '[.data.alerts[] | select(.labels.alertname == $n)] | length')
+	[ "$n" = 0 ] || fail "$a is pending or firing: $(prom_get /api/v1/alerts | jq -c --arg n "$a" '.data.alerts[] | select(.labels.alertname == $n)')"
+done
+bad_rules=$(prom_get /api/v1/rules | jq -r '[.data.groups[].rules[] | select(.health != "ok") | .name] | join(" ")')
+[ -z "$bad_rules" ] || fail "rules not healthy in Prometheus: $bad_rules"
+note "Prometheus: XDPDropNotAttached, XDPDropGenericMode, XDPDropLinkMetricsMissing inactive; all rules healthy"
+
+# ================================================================ phase 3
+log "phase 3: the documented InfluxQL queries"
+sleep 3 # let the last gathers of the steady traffic land
+doc_queries | cut -f1 | grep -q . || fail "no InfluxQL blocks found in $QUERIES"
+while IFS=$'\t' read -r heading _; do
+	doc_query "$heading" >/dev/null
+done < <(doc_queries)
+note "queries.md: all $(doc_queries | wc -l) InfluxQL blocks run without error"
+
+# check_drop_rate: the drop-rate query has every dropped protocol on $DEV,
+# no negative rate, and a positive one per protocol.
+check_drop_rate() {
+	local out got
+	out=$(doc_query "Drop rate per protocol")
+	got=$(jq -r --arg dev "$DEV" '[.results[0].series[]? | select(.tags.interface == $dev) | .tags.protocol]
+		| unique | join(" ")' <<<"$out")
+	[ "$got" = "$want_alerts" ] || fail "drop rate per protocol: protocols '$got', want '$want_alerts'"
+	jq -e '[.results[0].series[].values[][1]] | length > 0 and all(. >= 0)' <<<"$out" >/dev/null ||
+		fail "drop rate per protocol: empty or negative: $(jq -c '.results[0].series' <<<"$out")"
+	jq -e '[.results[0].series[] | [.values[][1]] | max > 0] | all' <<<"$out" >/dev/null ||
+		fail "drop rate per protocol: a protocol with no positive rate"
+	jq -r '[.results[0].series[] | "\(.tags.protocol) max \([.values[][1]] | max | floor)"] | join(", ")' <<<"$out"
+}
+rates=$(check_drop_rate)
+note "drop rate per protocol (pps, 5s buckets): $rates"
+
+out=$(doc_query "Top dropped protocols")
+top=$(jq -r '[.results[0].series[0].values[] | .[2]] | sort | join(" ")' <<<"$out")
+[ "$top" = "$want_alerts" ] || fail "top dropped protocols: '$top', want '$want_alerts'"
+note "top dropped protocols: $(jq -r '[.results[0].series[0].values | sort_by(-.[1])[] | "\(.[2]) \(.[1])"] | join(", ")' <<<"$out")"
+
+out=$(doc_query "Link status")
+link=$(jq -r '.results[0].series[] | [.tags.interface, .values[0][1], .values[0][2], .values[0][3]] | map(tostring) | join(" ")' <<<"$out")
+[ "$link" = "$DEV true native $prog1" ] || fail "link status: '$link', want '$DEV true native $prog1'"
+out=$(doc_query "Gathers not attached")
+[ "$(jq '.results[0].series | length' <<<"$out")" = 0 ] || fail "gathers not attached: $(jq -c '.results[0].series' <<<"$out")"
+note "link status: $link; no gather found $DEV detached"
+
+# The dashboard's queries, with Grafana's macros as Grafana would fill them
+# for the last hour, all hosts and $DEV.
+dashboard_queries() {
+	# shellcheck disable=SC2016 # Grafana's macros, matched literally
+	jq -r '.panels[] | select(.targets) | .title as $t | .targets[] | [$t, .query] | join("\t")' "$DASHBOARD" |
+		sed -e 's/\$timeFilter/time > now() - 1h/g' -e 's/\$__interval/5s/g' -e 's/\$host/.*/g' -e "s/\\\$interface/$DEV/g"
+}
+while IFS=$'\t' read -r title q; do
+	out=$(influx_query "$q") || fail "dashboard panel '$title': query failed"
+	case $title in
+	"Dropped packets/s per protocol" | "Dropped bits/s per protocol")
+		got=$(jq -r '[.results[0].series[]?.tags.protocol] | unique | join(" ")' <<<"$out")
+		[ "$got" = "$want_alerts" ] || fail "dashboard panel '$title': protocols '$got', want '$want_alerts'" ;;
+	"Passed packets/s per protocol" | "Link status" | "Attached")
+		jq -e '.results[0].series | length > 0' <<<"$out" >/dev/null || fail "dashboard panel '$title': no data" ;;
+	esac
+done < <(dashboard_queries)
+note "Grafana dashboard: all $(dashboard_queries | wc -l) panel queries run; drop panels show $want_alerts"
+
+errors=$(grep -c ' E! ' "$LOGS/telegraf-1.log" || true)
+[ "$errors" = 0 ] || fail "Telegraf logged errors in a clean run: $(grep ' E! ' "$LOGS/telegraf-1.log")"
+note "Telegraf log (run 1): no E! line; plugin said: $(grep -m1 'attached in' "$LOGS/telegraf-1.log" | sed 's/.*\] //')"
+
+# ================================================================ phase 4
+log "phase 4: lifecycle under Telegraf"
+t0=$(now_ms)
+pid1=$(plugin_pid)
+[ -n "$pid1" ] || fail "no telegraf-xdp-drop process under Telegraf ($TELEGRAF_PID)"
+kill -TERM "$TELEGRAF_PID"
+wait_until 5 xdp_detached || fail "$DEV still has XDP program $(xdp_prog_id) 5s after SIGTERM to Telegraf"
+note "SIGTERM to Telegraf: $DEV without XDP after $(since_ms "$t0") ms"
+rc=0
+wait "$TELEGRAF_PID" || rc=$?
+TELEGRAF_PID=""
+[ "$rc" = 0 ] || fail "Telegraf exited with status $rc after SIGTERM"
+! kill -0 "$pid1" 2>/dev/null || fail "telegraf-xdp-drop ($pid1) outlived Telegraf"
+note "Telegraf exited 0 after $(since_ms "$t0") ms; the plugin process is gone"
+
+t_run2=$(now_ms)
+start_telegraf telegraf-2.log
+wait_until 20 xdp_attached || fail "$DEV has no XDP program 20s after Telegraf restarted"
+note "run 2: attached $(since_ms "$t_run2") ms after Telegraf started (program id $(xdp_prog_id))"
+have_plugin() { [ -n "$(plugin_pid)" ]; }
+wait_until 5 have_plugin || fail "no telegraf-xdp-drop under Telegraf"
+pid2=$(plugin_pid)
+prog2=$(xdp_prog_id)
+
+# exited PID: the process is gone or a zombie (its files, the bpf_link
+# among them, are closed by then).
+exited() { [ ! -e "/proc/$1/stat" ] || [ "$(awk '{print $3}' "/proc/$1/stat")" = Z ]; }
+t_kill=$(now_ms)
+kill -KILL "$pid2"
+wait_until 5 exited "$pid2" || fail "telegraf-xdp-drop ($pid2) still running 5s after SIGKILL"
+dead_ms=$(since_ms "$t_kill")
+wait_until 5 xdp_detached || fail "$DEV still has XDP program $(xdp_prog_id) 5s after SIGKILL of the plugin"
+note "SIGKILL of the plugin ($pid2): process gone after $dead_ms ms, $DEV without XDP after $(since_ms "$t_kill") ms"
+reattached() { local id; id=$(xdp_prog_id); [ -n "$id" ] && [ "$id" != "$prog2" ]; }
+wait_until $((RESTART_DELAY + 15)) reattached || fail "$DEV not attached again within $((RESTART_DELAY + 15))s of the kill"
+t_reattach=$(now_ms)
+back_ms=$((t_reattach - t_kill))
+((back_ms >= RESTART_DELAY * 1000 - 200)) || fail "re-attached after $back_ms ms, before restart_delay (${RESTART_DELAY}s)"
+prog3=$(xdp_prog_id)
+pid3=$(plugin_pid)
+if [ -z "$pid3" ] || [ "$pid3" = "$pid2" ]; then
+	fail "no new telegraf-xdp-drop under Telegraf after the kill"
+fi
+note "Telegraf restarted the plugin (pid $pid3): attached again $back_ms ms after the kill (restart_delay ${RESTART_DELAY}s, program id $prog3)"
+
+link_back() { [ "$(link_state "$t_reattach")" = "$DEV native true $prog3" ]; }
+wait_until 20 link_back || fail "xdp_drop_link after restart: '$(link_state "$t_reattach")', want '$DEV native true $prog3'"
+send_mix sent2
+check_counts "$t_reattach" "$WORK/sent2.json" "after the restart"
+note "after the restart: points flow again; counters restarted from zero (latest = one round, exactly)"
+
+# Across the reset, the documented query stays non-negative; a plain
+# derivative shows the reset as a negative rate.
+rates=$(check_drop_rate)
+note "drop rate across the reset (documented query): $rates"
+neg=$(influx_query "SELECT min(\"d\") FROM (SELECT derivative(last(\"packets\"), 1s) AS \"d\" FROM \"xdp_drop\"
+	WHERE \"action\" = 'drop' AND time > now() - 1h GROUP BY time(5s), *)" | jq '.results[0].series[0].values[0][1] | floor')
+((neg < 0)) || fail "expected the counter reset to show as a negative plain derivative, min is $neg"
+note "a plain derivative() sees the reset (min $neg pps); non_negative_derivative does not"
+
+notattached=$(prom_get /api/v1/query --data-urlencode "query=count_over_time(ALERTS{alertname=\"XDPDropNotAttached\"}[1h])" |
+	jq '.data.result | length')
+[ "$notattached" = 0 ] || fail "XDPDropNotAttached was pending or firing during the run"
+missing=$(prom_get /api/v1/query --data-urlencode "query=max_over_time(ALERTS{alertname=\"XDPDropLinkMetricsMissing\"}[1h])" |
+	jq -r '[.data.result[].metric.alertstate] | unique | join(",")')
+note "XDPDropNotAttached never pending nor firing (restarts included); XDPDropLinkMetricsMissing states seen: ${missing:-none}"
+e2=$(grep -c ' E! ' "$LOGS/telegraf-2.log" || true)
+note "Telegraf log (run 2, plugin killed): $e2 E! lines: $(grep ' E! ' "$LOGS/telegraf-2.log" | sed 's/^[^ ]* //' | sort -u | paste -sd'|' || true)"
+
+points=$(influx_query 'SELECT count("packets") FROM "xdp_drop"' | jq '.results[0].series[0].values[0][1]')
+links=$(influx_query 'SELECT count("attached") FROM "xdp_drop_link"' | jq '.results[0].series[0].values[0][1]')
+note "InfluxDB holds $points xdp_drop points and $links xdp_drop_link points"
+
+OK=1
+printf '\nxdp_drop e2e: PASS in %d s\n' $(((${EPOCHREALTIME/[.,]/} - START_US) / 1000000))
+printf '  %s\n' "${SUMMARY[@]}"
