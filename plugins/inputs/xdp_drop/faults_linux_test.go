@@ -3,11 +3,13 @@
 package xdp_drop
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
@@ -82,4 +84,29 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	id, err := ns.XDPProgramID("xdpt2")
 	require.NoError(t, err)
 	require.Equal(t, f["program_id"], int64(id))
+}
+
+// TestLinkDetachedFromOutside: when another tool detaches the plugin's link
+// (bpftool link detach) the interface is still there; the plugin says so
+// and attaches again at the next gather.
+func TestLinkDetachedFromOutside(t *testing.T) {
+	ns := testns.New(t)
+	log := &captureLog{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	oldID := p.ifaces[0].prog.ID()
+
+	require.NoError(t, ns.Do(func() error { return bpf.RemoveExisting(ns.DevIdx) }))
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "detached from outside")
+
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	require.Contains(t, strings.Join(log.warnings, "\n"), "detached by another tool")
+	f := linkPoint(t, acc, testns.Dev)
+	require.Equal(t, true, f["attached"])
+	require.NotEqual(t, int64(oldID), f["program_id"])
 }

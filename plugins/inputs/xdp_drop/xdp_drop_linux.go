@@ -86,7 +86,11 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time) {
 		return
 	}
 	x.emitCounters(acc, ifc, now)
-	x.Log.Warnf("interface %q: program id %d no longer attached: %v", ifc.name, ifc.prog.ID(), err)
+	if _, lookupErr := net.InterfaceByName(ifc.name); errors.Is(err, bpf.ErrInterfaceGone) && lookupErr == nil {
+		// The interface is there: something detached the link itself.
+		err = errors.New("its XDP link was detached by another tool")
+	}
+	x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 }
 
