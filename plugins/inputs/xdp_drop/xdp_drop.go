@@ -42,8 +42,9 @@ type XDPDrop struct {
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
 
-	mu     sync.Mutex
-	ifaces []*iface
+	mu         sync.Mutex
+	ifaces     []*iface
+	nsReported string // the namespace error last reported, when no interface carries it
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.

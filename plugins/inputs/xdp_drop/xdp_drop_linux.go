@@ -97,6 +97,7 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time) {
 // namespaceFailed marks every unattached interface with the namespace error.
 func (x *XDPDrop) namespaceFailed(acc telegraf.Accumulator, err error) {
 	if err == nil {
+		x.nsReported = ""
 		return
 	}
 	for _, ifc := range x.ifaces {
@@ -105,7 +106,9 @@ func (x *XDPDrop) namespaceFailed(acc telegraf.Accumulator, err error) {
 			x.report(acc, ifc, err)
 		}
 	}
-	if len(x.ifaces) == 0 {
+	if len(x.ifaces) == 0 && err.Error() != x.nsReported {
+		// Only patterns configured: nothing else carries the error.
+		x.nsReported = err.Error()
 		acc.AddError(err)
 	}
 }
