@@ -5,8 +5,10 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -244,7 +246,7 @@ func (p *Program) Read(perQueue, perCPU bool, dst *Counters, f func(queue, cpu i
 		sums = make([]Counters, cpus)
 	}
 	for q := uint32(0); q < p.slots; q++ {
-		if err := p.objs.Counters.Lookup(q, &p.perCPU); err != nil {
+		if err := p.lookup(q); err != nil {
 			return fmt.Errorf("read counters: %w", err)
 		}
 		if perQueue {
@@ -281,6 +283,34 @@ func (p *Program) Read(perQueue, perCPU bool, dst *Counters, f func(queue, cpu i
 		}
 	case !perCPU && !perQueue:
 		f(-1, -1, dst)
+	}
+	return nil
+}
+
+// mapLookupAttr is the BPF_MAP_LOOKUP_ELEM part of union bpf_attr.
+type mapLookupAttr struct {
+	mapFd uint32
+	_     uint32
+	key   unsafe.Pointer
+	value unsafe.Pointer
+	flags uint64
+}
+
+// lookup reads the counter blocks of slot q, one per CPU, into p.perCPU with
+// one BPF_MAP_LOOKUP_ELEM: the kernel writes them back to back (their size is
+// a multiple of 8), which is the layout of the slice. cilium/ebpf's per-CPU
+// Lookup would allocate a buffer as large and unmarshal it through reflection
+// at every call, most of the cost of a gather.
+func (p *Program) lookup(q uint32) error {
+	attr := mapLookupAttr{
+		mapFd: uint32(p.objs.Counters.FD()),
+		key:   unsafe.Pointer(&q),
+		value: unsafe.Pointer(&p.perCPU[0]),
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(p.perCPU)
+	if errno != 0 {
+		return errno
 	}
 	return nil
 }

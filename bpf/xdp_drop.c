@@ -15,7 +15,6 @@
 
 #include "xdp_drop.h"
 
-#define VLAN_MAX_DEPTH 2
 #define IPV6_EXT_MAX 8
 
 #ifndef ETH_P_8021AD
@@ -75,9 +74,35 @@ struct {
 	__uint(max_entries, 1);
 } counters SEC(".maps");
 
+/*
+ * How to step over an IPv6 extension header, by its next header value; the
+ * walk stops at EXT_NONE, an upper-layer protocol. One table load per header
+ * instead of a chain of compares keeps the walk cheap to run and to verify.
+ */
+enum ext_kind {
+	EXT_NONE = 0,
+	EXT_OPTS,     /* hop-by-hop, routing, destination options: (hdrlen + 1) * 8 bytes */
+	EXT_AUTH,     /* AH: (hdrlen + 2) * 4 bytes */
+	EXT_FRAGMENT, /* 8 bytes */
+};
+
+static const __u8 ext_kinds[256] = {
+	[NEXTHDR_HOP] = EXT_OPTS,
+	[NEXTHDR_ROUTING] = EXT_OPTS,
+	[NEXTHDR_DEST] = EXT_OPTS,
+	[NEXTHDR_AUTH] = EXT_AUTH,
+	[NEXTHDR_FRAGMENT] = EXT_FRAGMENT,
+};
+
 static __always_inline int is_vlan(__be16 proto)
 {
 	return proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* Reads an ethertype as one u16: through the packed struct ethhdr clang reads bytes. */
+static __always_inline __be16 ethertype_at(void *p)
+{
+	return *(__be16 *)p;
 }
 
 static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end)
@@ -86,7 +111,8 @@ static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end
 
 	if ((void *)(iph + 1) > data_end)
 		return CLASS_IPV4_TRUNCATED;
-	if (iph->ihl < 5 || nh->pos + iph->ihl * 4 > data_end)
+	/* Version 4 without options, nearly every packet, needs no length check. */
+	if (*(__u8 *)iph != 0x45 && (iph->ihl < 5 || nh->pos + iph->ihl * 4 > data_end))
 		return CLASS_IPV4_TRUNCATED;
 	return CLASS_IPV4 + iph->protocol;
 }
@@ -106,33 +132,24 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 	for (i = 0; i < IPV6_EXT_MAX; i++) {
 		struct ipv6_ext_hdr *eh = nh->pos;
 		struct ipv6_frag_hdr *fh = nh->pos;
+		__u8 kind = ext_kinds[next];
 		__u32 len;
 
-		switch (next) {
-		case NEXTHDR_HOP:
-		case NEXTHDR_ROUTING:
-		case NEXTHDR_DEST:
-		case NEXTHDR_AUTH:
-		case NEXTHDR_FRAGMENT:
-			break;
-		default:
+		if (kind == EXT_NONE)
 			return CLASS_IPV6 + next;
-		}
 		/* Every extension header is at least 8 bytes long. */
 		if (nh->pos + 8 > data_end)
 			return CLASS_IPV6_TRUNCATED;
-		if (next == NEXTHDR_FRAGMENT) {
-			next = fh->nexthdr;
+		next = eh->nexthdr;
+		if (kind == EXT_OPTS) {
+			len = ((__u32)eh->hdrlen + 1) << 3;
+		} else if (kind == EXT_AUTH) {
+			len = ((__u32)eh->hdrlen + 2) << 2;
+		} else {
 			/* A later fragment carries payload, not headers: class it by the name. */
 			if (fh->frag_off & bpf_htons(0xFFF8))
 				return CLASS_IPV6 + next;
 			len = 8;
-		} else if (next == NEXTHDR_AUTH) {
-			next = eh->nexthdr;
-			len = ((__u32)eh->hdrlen + 2) << 2;
-		} else {
-			next = eh->nexthdr;
-			len = ((__u32)eh->hdrlen + 1) << 3;
 		}
 		if (nh->pos + len > data_end)
 			return CLASS_IPV6_TRUNCATED;
@@ -142,32 +159,39 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 	return CLASS_IPV6 + next;
 }
 
+/* Skips a VLAN tag: its encapsulated ethertype becomes the frame's. */
+static __always_inline int skip_vlan(struct hdr_cursor *nh, void *data_end, __be16 *proto)
+{
+	struct vlan_hdr *vh = nh->pos;
+
+	if ((void *)(vh + 1) > data_end)
+		return -1;
+	*proto = ethertype_at(&vh->h_vlan_encapsulated_proto);
+	nh->pos = vh + 1;
+	return 0;
+}
+
 static __always_inline __u32 classify(void *data, void *data_end)
 {
-	struct hdr_cursor nh = { .pos = data };
-	struct ethhdr *eth = data;
+	struct hdr_cursor nh = { .pos = data + sizeof(struct ethhdr) };
 	__be16 proto;
-	int i;
 
-	if ((void *)(eth + 1) > data_end)
+	if (nh.pos > data_end)
 		return CLASS_L2_TRUNCATED;
-	proto = eth->h_proto;
-	nh.pos = eth + 1;
-
-#pragma unroll
-	for (i = 0; i < VLAN_MAX_DEPTH; i++) {
-		struct vlan_hdr *vh = nh.pos;
-
-		if (!is_vlan(proto))
-			break;
-		if ((void *)(vh + 1) > data_end)
-			return CLASS_L2_TRUNCATED;
-		proto = vh->h_vlan_encapsulated_proto;
-		nh.pos = vh + 1;
-	}
-
+	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
+	/* Untagged IPv4, the common case, first. */
 	if (proto == bpf_htons(ETH_P_IP))
 		return classify_ipv4(&nh, data_end);
+
+	/* Up to two VLAN tags, 802.1Q or QinQ; a third is vlan_overflow. */
+	if (is_vlan(proto)) {
+		if (skip_vlan(&nh, data_end, &proto))
+			return CLASS_L2_TRUNCATED;
+		if (is_vlan(proto) && skip_vlan(&nh, data_end, &proto))
+			return CLASS_L2_TRUNCATED;
+		if (proto == bpf_htons(ETH_P_IP))
+			return classify_ipv4(&nh, data_end);
+	}
 	if (proto == bpf_htons(ETH_P_IPV6))
 		return classify_ipv6(&nh, data_end);
 	if (proto == bpf_htons(ETH_P_ARP))
