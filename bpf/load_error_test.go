@@ -16,7 +16,7 @@ import (
 // carries the verifier's log, not just "permission denied".
 func TestLoadErrorCarriesVerifierLog(t *testing.T) {
 	testns.RequirePrivileged(t)
-	spec, err := loadXdpDrop()
+	spec, err := configuredSpec(Policy{DropAll: true})
 	require.NoError(t, err)
 	spec.Programs[xdpDropProgXdpDrop].Instructions = asm.Instructions{
 		asm.LoadMem(asm.R0, asm.R1, 4000, asm.Word),

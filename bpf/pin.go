@@ -26,8 +26,15 @@ const DefaultBPFFS = "/sys/fs/bpf"
 func (p Policy) fingerprint() string {
 	h := sha256.New()
 	h.Write(_XdpDropBytes)
-	v := p.verdicts()
-	h.Write(v[:])
+	// What the policy selects, not the verdicts: a dry run passes all, yet
+	// its would_drop counts depend on the drop list.
+	var selected [ClassCount]byte
+	for c := range selected {
+		if p.Drops(Class(c)) {
+			selected[c] = 1
+		}
+	}
+	h.Write(selected[:])
 	if p.DryRun {
 		h.Write([]byte("dry_run"))
 	}
@@ -78,23 +85,9 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 		return nil, "", fmt.Errorf("create pin directory: %w", err)
 	}
 	name := "counters_" + policy.fingerprint()
-	stale, err := filepath.Glob(filepath.Join(dir, "counters_*"))
+	spec, err := configuredSpec(policy)
 	if err != nil {
 		return nil, "", err
-	}
-	for _, s := range stale {
-		if filepath.Base(s) == name {
-			continue
-		}
-		if err := os.Remove(s); err != nil {
-			return nil, "", fmt.Errorf("unpin stale counters %s: %w", s, err)
-		}
-		note = "counters pinned under another policy or program version were dropped; counting starts from zero"
-	}
-
-	spec, err := loadXdpDrop()
-	if err != nil {
-		return nil, "", fmt.Errorf("read embedded XDP program: %w", err)
 	}
 	path := filepath.Join(dir, name)
 	var pinned *ebpf.Map
@@ -105,9 +98,7 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 		}
 		pinned = m
 		defer m.Close()
-		if note == "" {
-			note = "continuing pinned counters"
-		}
+		note = "continuing pinned counters"
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("open pinned counters %s: %w", path, err)
 	}
@@ -119,6 +110,22 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 	p, err = load(spec, policy, opts)
 	if err != nil {
 		return nil, "", err
+	}
+	// Only now that the program is loaded: a failed load keeps the old pins.
+	stale, err := filepath.Glob(filepath.Join(dir, "counters_*"))
+	if err != nil {
+		p.Close()
+		return nil, "", fmt.Errorf("list pinned counters in %s: %w", dir, err)
+	}
+	for _, s := range stale {
+		if filepath.Base(s) == name {
+			continue
+		}
+		if err := os.Remove(s); err != nil {
+			p.Close()
+			return nil, "", fmt.Errorf("unpin stale counters %s: %w", s, err)
+		}
+		note = "counters pinned under another policy or program version were dropped; counting starts from zero"
 	}
 	if pinned == nil {
 		if err := p.objs.Counters.Pin(path); err != nil {
@@ -212,4 +219,13 @@ func ReleaseKept(dir string) (bool, error) {
 		return true, fmt.Errorf("unpin kept link %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// RemovePins unpins everything kept in dir for an interface that is gone,
+// so that an interface created later under the same name starts afresh.
+func RemovePins(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove pins in %s: %w", dir, err)
+	}
+	return nil
 }

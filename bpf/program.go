@@ -67,25 +67,24 @@ type Program struct {
 
 // Load loads the program with the given policy. The caller must Close it.
 func Load(policy Policy) (*Program, error) {
-	spec, err := loadXdpDrop()
+	spec, err := configuredSpec(policy)
 	if err != nil {
-		return nil, fmt.Errorf("read embedded XDP program: %w", err)
+		return nil, err
 	}
 	return load(spec, policy, nil)
 }
 
-// memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
-// memory to it (before 5.11); later kernels charge the memory cgroup.
-var memlock = sync.OnceValue(rlimit.RemoveMemlock)
+// embeddedSpec parses the embedded ELF once; every load works on a copy.
+var embeddedSpec = sync.OnceValues(loadXdpDrop)
 
-func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions) (*Program, error) {
-	if err := memlock(); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			// Without CAP_BPF the probe for memcg accounting fails too.
-			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
-		}
-		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
+// configuredSpec returns a copy of the program's spec set up for policy:
+// the verdict table, the queue slots and the counter map's size.
+func configuredSpec(policy Policy) (*ebpf.CollectionSpec, error) {
+	parsed, err := embeddedSpec()
+	if err != nil {
+		return nil, fmt.Errorf("read embedded XDP program: %w", err)
 	}
+	spec := parsed.Copy()
 	var count uint32
 	if err := spec.Variables[xdpDropVarClassCount].Get(&count); err != nil {
 		return nil, fmt.Errorf("read class_count: %w", err)
@@ -104,7 +103,21 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 		return nil, fmt.Errorf("set queue_slots: %w", err)
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
+	return spec, nil
+}
 
+// memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
+// memory to it (before 5.11); later kernels charge the memory cgroup.
+var memlock = sync.OnceValue(rlimit.RemoveMemlock)
+
+func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions) (*Program, error) {
+	if err := memlock(); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			// Without CAP_BPF the probe for memcg accounting fails too.
+			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
+		}
+		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
+	}
 	p := &Program{slots: policy.queueSlots()}
 	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
 		var ve *ebpf.VerifierError

@@ -12,9 +12,10 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
-// This file holds a reference classifier written from DESIGN.md (metric
-// schema, "truncated", families, VLANs, IPv6 extension headers, fragments),
-// not from xdp_drop.c: FuzzClassify holds the BPF program to it.
+// This file holds a reference classifier written from the design (the
+// README's metric schema and "What is counted where": truncated frames,
+// families, VLANs, IPv6 extension headers, fragments), not from xdp_drop.c:
+// FuzzClassify holds the BPF program to it.
 
 // refResult is what the design says a frame is counted as: the family it got
 // to and either its IP protocol or the name of a class without one.

@@ -47,8 +47,11 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		key := undecoded[0].String()
-		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key, options)
+		key := undecoded[0]
+		if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
+			return nil, fmt.Errorf("config %s: unknown section or key %q: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, key.String())
+		}
+		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key.String(), options)
 	}
 	return plugin, nil
 }

@@ -34,7 +34,7 @@ func run() int {
 		return 1
 	}
 	if *configFile == "" {
-		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf/xdp_drop.conf")
+		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
 	}
 	plugin, err := loadConfig(*configFile)

@@ -276,7 +276,6 @@ func TestBinaryDetachesOnSignals(t *testing.T) {
 // TestBadConfigs: each bad config exits non-zero with one error line that
 // names the problem, before anything is attached.
 func TestBadConfigs(t *testing.T) {
-	testns.RequirePrivileged(t)
 	cases := []struct {
 		name, config string
 		want         []string
@@ -289,7 +288,7 @@ func TestBadConfigs(t *testing.T) {
 		{"all mixed", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\", \"tcp\"]\n", []string{"drop", `"all"`, "alone"}},
 		{"missing drop", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\n", []string{"drop is empty"}},
 		{"unknown key", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\ndryrun = true\n", []string{"unknown option", "dryrun", "dry_run"}},
-		{"unknown section", "[agent]\ninterval = \"10s\"\n[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\n", []string{"unknown option", "agent"}},
+		{"unknown section", "[agent]\ninterval = \"10s\"\n[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\n", []string{"unknown section or key", `"agent"`, "Telegraf's config"}},
 		{"other plugin", "[[inputs.cpu]]\n", []string{"[[inputs.cpu]]", "only [[inputs.xdp_drop]]"}},
 		{"two sections", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\n[[inputs.xdp_drop]]\ninterfaces = [\"a1\"]\ndrop = [\"all\"]\n", []string{"2 [[inputs.xdp_drop]] sections"}},
 		{"no section", "# nothing\n", []string{"no [[inputs.xdp_drop]] section"}},

@@ -60,6 +60,8 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 	}
 }
 
+// seriesKey names one counter series: with per_cpu or per_queue, iface
+// carries the CPU and queue too ("eth1/q3/c0"), so each has its own rate.
 type seriesKey struct{ iface, family, protocol, action string }
 
 type point struct {
@@ -73,7 +75,7 @@ type point struct {
 func render(points []point, prev map[seriesKey]uint64, elapsed time.Duration, now time.Time, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (Ctrl-C detaches and quits)\n", now.Format("2006-01-02 15:04:05"), interval)
-	const row = "%-10.10s %-6s %-11.11s %-10s %12s %10s %13s\n"
+	const row = "%-12.12s %-6s %-11.11s %-10s %12s %10s %11s\n"
 	fmt.Fprintf(&b, row, "INTERFACE", "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS")
 
 	type line struct {
@@ -89,7 +91,7 @@ func render(points []point, prev map[seriesKey]uint64, elapsed time.Duration, no
 			links = append(links, linkText(p))
 			continue
 		}
-		k := seriesKey{p.tags["interface"], p.tags["family"], p.tags["protocol"], p.tags["action"]}
+		k := seriesKey{seriesIface(p.tags), p.tags["family"], p.tags["protocol"], p.tags["action"]}
 		packets := toUint(p.fields["packets"])
 		bytes := toUint(p.fields["bytes"])
 		prevPackets, seen := prev[k]
@@ -123,6 +125,17 @@ func render(points []point, prev map[seriesKey]uint64, elapsed time.Duration, no
 		b.WriteString(l + "\n")
 	}
 	return b.String()
+}
+
+func seriesIface(tags map[string]string) string {
+	name := tags["interface"]
+	if q, ok := tags["rx_queue"]; ok {
+		name += "/q" + q
+	}
+	if c, ok := tags["cpu"]; ok {
+		name += "/c" + c
+	}
+	return name
 }
 
 func linkText(p point) string {

@@ -16,13 +16,13 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
 
-// TestWatchView runs the console view on known traffic: its table shows the
-// exact totals per protocol and action, fits 80 columns, and Ctrl-C
-// (SIGINT) detaches and exits 0.
+// TestWatchView runs the console view, with per_cpu, on known traffic sent
+// from one CPU: its table shows the exact totals per CPU, protocol and
+// action, fits 80 columns, and Ctrl-C (SIGINT) detaches and exits 0.
 func TestWatchView(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n", testns.Dev))
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n  per_cpu = true\n", testns.Dev))
 	cmd := ns.Exec(binary, "-config", conf, "-watch")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -36,18 +36,20 @@ func TestWatchView(t *testing.T) {
 	gen, err := traffic.NewGenerator()
 	require.NoError(t, err)
 	defer gen.Close()
-	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))
+	require.NoError(t, ns.Do(func() error {
+		return traffic.OnCPU(0, func() error { return gen.SendFlows(ns.PeerIdx, mix) })
+	}))
 
 	// 50 plain and 12 tagged IPv4/UDP frames: 62 in all.
-	udp := regexp.MustCompile(`(?m)^xdpt0\s+ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62$`)
+	udp := regexp.MustCompile(`(?m)^xdpt0/c\d\s+ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62$`)
 	deadline := time.Now().Add(5 * time.Second)
 	for !udp.MatchString(out.String()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	screen := out.String()
 	require.Regexp(t, udp, screen)
-	require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+tcp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+40$`, screen)
-	require.Regexp(t, `(?m)^xdpt0\s+l2\s+arp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+6$`, screen)
+	require.Regexp(t, `(?m)^xdpt0/c\d\s+ipv4\s+tcp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+40$`, screen)
+	require.Regexp(t, `(?m)^xdpt0/c\d\s+l2\s+arp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+6$`, screen)
 	require.Regexp(t, `(?m)^total\s+drop\s+[\d,]+`, screen)
 	require.Contains(t, screen, "PKTS/S")
 	require.Contains(t, screen, "link xdpt0: attached, native mode, program id")

@@ -110,3 +110,28 @@ func TestLinkDetachedFromOutside(t *testing.T) {
 	require.Equal(t, true, f["attached"])
 	require.NotEqual(t, int64(oldID), f["program_id"])
 }
+
+// TestInterfaceRecreatedBetweenGathers: deleted and created again before the
+// next gather, the interface is not mistaken for one whose link another
+// tool detached; it is attached again with a new program.
+func TestInterfaceRecreatedBetweenGathers(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	log := &captureLog{}
+	p := &XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, Log: log}
+	startPlugin(t, ns, p)
+	oldID := p.ifaces[0].prog.ID()
+
+	require.NoError(t, ns.DelLink("xdpt2"))
+	_, _, err = ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	warnings := strings.Join(log.warnings, "\n")
+	require.Contains(t, warnings, "interface was removed")
+	require.NotContains(t, warnings, "another tool")
+	f := linkPoint(t, acc, "xdpt2")
+	require.Equal(t, true, f["attached"])
+	require.NotEqual(t, int64(oldID), f["program_id"])
+}

@@ -67,5 +67,5 @@ func TestPerCPUSumsToTotal(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	require.Equal(t, total, packetsOf(summed, testns.Dev))
-	t.Logf("traffic counted on %d of %d CPUs", len(seen), cpus)
+	require.Len(t, seen, cpus, "traffic sent from every CPU is counted on every CPU")
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/cilium/ebpf/link"
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
@@ -101,14 +102,19 @@ func TestKeepAttached(t *testing.T) {
 	id1, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.NotZero(t, id1, "still attached after Stop")
+	link1 := keptLinkID(t, dir)
 
 	send(t, ns, mix) // while no agent runs: still dropped and counted
-	acc := runOnce(t, ns, kept(), mix, 3*n)
+	// replace = true must not detach our own kept link: no gap.
+	again := kept()
+	again.Replace = true
+	acc := runOnce(t, ns, again, mix, 3*n)
 	require.Equal(t, 3*n, packetsOf(acc, testns.Dev))
 	id2, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.NotZero(t, id2)
 	require.NotEqual(t, id1, id2, "the new run's program took the link over")
+	require.Equal(t, link1, keptLinkID(t, dir), "the same link, updated in place: no moment unfiltered")
 
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}}
 	acc = runOnce(t, ns, p, mix, 4*n)
@@ -118,6 +124,57 @@ func TestKeepAttached(t *testing.T) {
 	require.Zero(t, id, "keep_attached off: the kept link is released and Stop detaches")
 	_, err = os.Stat(filepath.Join(dir, testns.Dev, "link"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func keptLinkID(t *testing.T, dir string) link.ID {
+	t.Helper()
+	l, err := link.LoadPinnedLink(filepath.Join(dir, testns.Dev, "link"), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	info, err := l.Info()
+	require.NoError(t, err)
+	return info.ID
+}
+
+// TestPinnedCountersPolicyAndLayout: per_queue counters survive a restart
+// too, and under dry_run a changed drop list starts new counters, since the
+// would_drop and pass actions of the old counts no longer hold.
+func TestPinnedCountersPolicyAndLayout(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	mix := traffic.Mix()
+	n := uint64(traffic.Total(mix))
+	conf := func(perQueue bool, drop ...any) *XDPDrop {
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, DryRun: true, PerQueue: perQueue, PinPath: dir, Log: testutil.Logger{}}
+	}
+	runOnce(t, ns, conf(true, "udp"), mix, n)
+	acc := runOnce(t, ns, conf(true, "udp"), mix, 2*n)
+	require.Equal(t, 2*n, packetsOf(acc, testns.Dev), "per_queue counters continue")
+
+	runOnce(t, ns, conf(false, "udp"), mix, n)
+	acc = runOnce(t, ns, conf(false, "tcp"), mix, n)
+	require.Equal(t, n, packetsOf(acc, testns.Dev), "another drop list under dry_run starts anew")
+}
+
+// TestPinsGoWithTheInterface: when a pinned interface is removed its pins
+// go too, so one recreated under the same name starts from zero.
+func TestPinsGoWithTheInterface(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}}
+	startPlugin(t, ns, p)
+	_, err = os.Stat(filepath.Join(dir, "xdpt2"))
+	require.NoError(t, err)
+
+	require.NoError(t, ns.DelLink("xdpt2"))
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	_, err = os.Stat(filepath.Join(dir, "xdpt2"))
+	require.ErrorIs(t, err, os.ErrNotExist, "pins of a removed interface are removed")
+	_, err = os.Stat(filepath.Join(dir, testns.Dev))
+	require.NoError(t, err, "the other interface keeps its pins")
 }
 
 func TestPinPathNotBPFFS(t *testing.T) {

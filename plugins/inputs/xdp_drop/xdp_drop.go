@@ -107,7 +107,9 @@ func (x *XDPDrop) checkNamespace() error {
 		return nil
 	case strings.ContainsAny(x.Namespace, " \t\n"):
 		return fmt.Errorf("namespace = %q: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", x.Namespace)
-	case !strings.Contains(x.Namespace, "/") && (x.Namespace == "." || x.Namespace == ".."):
+	case strings.Contains(x.Namespace, "/") && !filepath.IsAbs(x.Namespace):
+		return fmt.Errorf("namespace = %q: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", x.Namespace)
+	case x.Namespace == "." || x.Namespace == "..":
 		return fmt.Errorf("namespace = %q: not a namespace name", x.Namespace)
 	}
 	return nil
@@ -133,6 +135,16 @@ func (x *XDPDrop) checkInterfaces() error {
 		seen[name] = true
 		if isPattern(name) {
 			patterns = append(patterns, name)
+		}
+	}
+	for _, p := range patterns {
+		if _, err := filter.Compile([]string{p}); err != nil {
+			return fmt.Errorf("interfaces: %q is not a valid glob pattern: %v", p, err)
+		}
+	}
+	for _, p := range x.InterfaceExclude {
+		if _, err := filter.Compile([]string{p}); err != nil {
+			return fmt.Errorf("interface_exclude: %q is not a valid glob pattern: %v", p, err)
 		}
 	}
 	exclude, err := filter.Compile(x.InterfaceExclude)

@@ -23,6 +23,7 @@ type iface struct {
 	name     string
 	matched  bool // found by a glob pattern, not named exactly
 	missing  bool // the last attach found no such interface
+	ifindex  int  // of the interface the program is attached to
 	prog     *bpf.Program
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
@@ -56,7 +57,7 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, now)
+			x.check(acc, ifc, now, true)
 			if ifc.prog == nil {
 				if err := x.attach(ifc); err != nil {
 					x.report(acc, ifc, err)
@@ -65,6 +66,12 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 		}
 		return nil
 	})
+	if err != nil {
+		// Link state needs no namespace: still notice detached programs.
+		for _, ifc := range x.ifaces {
+			x.check(acc, ifc, now, false)
+		}
+	}
 	x.namespaceFailed(acc, err)
 	for _, ifc := range x.ifaces {
 		x.emitCounters(acc, ifc, now)
@@ -74,10 +81,11 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	return nil
 }
 
-// check releases the program of an interface the kernel detached it from
-// (the interface went away), after emitting what it counted since the last
-// gather.
-func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time) {
+// check releases the program of an interface the kernel detached it from,
+// after emitting what it counted since the last gather. inNS says whether
+// the calling thread is in the interfaces' namespace, where the interface
+// can be looked up to tell why.
+func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time, inNS bool) {
 	if ifc.prog == nil {
 		return
 	}
@@ -86,12 +94,20 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time) {
 		return
 	}
 	x.emitCounters(acc, ifc, now)
-	if _, lookupErr := net.InterfaceByName(ifc.name); errors.Is(err, bpf.ErrInterfaceGone) && lookupErr == nil {
-		// The interface is there: something detached the link itself.
+	removed := errors.Is(err, bpf.ErrInterfaceGone)
+	if dev, lookupErr := net.InterfaceByName(ifc.name); inNS && removed && lookupErr == nil && dev.Index == ifc.ifindex {
+		// The same interface is there: something detached the link itself.
 		err = errors.New("its XDP link was detached by another tool")
+		removed = false
 	}
 	x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+	if removed && x.PinPath != "" {
+		// A new interface of that name starts from zero, like without pins.
+		if err := bpf.RemovePins(filepath.Join(x.PinPath, ifc.name)); err != nil {
+			x.Log.Warnf("interface %q: %v", ifc.name, err)
+		}
+	}
 }
 
 // namespaceFailed marks every unattached interface with the namespace error.
@@ -193,19 +209,25 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
 	}
-	if x.Replace {
-		if err := x.replaceExisting(ifc.name, dev.Index); err != nil {
-			prog.Close()
-			ifc.err = err
-			return err
+	err = x.attachProgram(prog, ifc.name, dev.Index)
+	var existing *bpf.ExistingProgramError
+	if errors.As(err, &existing) && x.Replace {
+		// Only a program that is in the way is replaced; a link kept by an
+		// earlier run has been taken over above, without a gap.
+		if err = bpf.RemoveExisting(dev.Index); err != nil {
+			err = fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
+		} else {
+			x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", ifc.name, existing.ID)
+			err = x.attachProgram(prog, ifc.name, dev.Index)
 		}
 	}
-	if err := x.attachProgram(prog, ifc.name, dev.Index); err != nil {
+	if err != nil {
 		prog.Close()
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
 	}
 	ifc.prog = prog
+	ifc.ifindex = dev.Index
 	ifc.err = nil
 	ifc.reported = ""
 	if x.mode == bpf.ModeAuto && prog.Mode() != bpf.ModeNative {
@@ -259,18 +281,6 @@ func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int) err
 	return err
 }
 
-func (x *XDPDrop) replaceExisting(name string, ifindex int) error {
-	id, err := bpf.XDPProgramID(ifindex)
-	if err != nil || id == 0 {
-		return err
-	}
-	if err := bpf.RemoveExisting(ifindex); err != nil {
-		return fmt.Errorf("interface %q: replace = true, but removing XDP program id %d failed: %w", name, id, err)
-	}
-	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, id)
-	return nil
-}
-
 // explain turns a load or attach error into one that says what to do.
 func (x *XDPDrop) explain(name string, err error) error {
 	var existing *bpf.ExistingProgramError
@@ -294,24 +304,40 @@ func (x *XDPDrop) explain(name string, err error) error {
 	return fmt.Errorf("interface %q: %w", name, err)
 }
 
+// notFoundError says an interface does not exist and which ones do.
+type notFoundError struct {
+	name string
+	here []string
+}
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("interface %q not found (interfaces here: %s); it is attached once it appears", e.name, strings.Join(e.here, ", "))
+}
+
 func unknownInterface(name string) error {
-	var names []string
+	e := &notFoundError{name: name}
 	if list, err := net.Interfaces(); err == nil {
 		for _, i := range list {
-			names = append(names, i.Name)
+			e.here = append(e.here, i.Name)
 		}
 	}
-	sort.Strings(names)
-	return fmt.Errorf("interface %q not found (interfaces here: %s); it is attached once it appears", name, strings.Join(names, ", "))
+	sort.Strings(e.here)
+	return e
 }
 
 // report passes an error to Telegraf once per distinct error, so an interface
-// that stays missing does not log at every gather.
+// that stays missing does not log at every gather, even as the list of the
+// interfaces that exist changes.
 func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
-	if err.Error() == ifc.reported {
+	key := err.Error()
+	var nf *notFoundError
+	if errors.As(err, &nf) {
+		key = "not found"
+	}
+	if key == ifc.reported {
 		return
 	}
-	ifc.reported = err.Error()
+	ifc.reported = key
 	acc.AddError(err)
 }
 
