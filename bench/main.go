@@ -1,0 +1,145 @@
+//go:build linux
+
+// Command bench measures xdp_drop against baselines measured in the same
+// run and prints a markdown table: per-packet cost against a bare
+// "return XDP_DROP" program, throughput through a veth pair, the cost of one
+// Gather against a key-by-key map read, and the binary's memory and
+// attach/detach latency. It needs root, and works only in a network
+// namespace of its own (xdpdrop-bench-*), which it deletes at the end.
+//
+//	go run ./bench            # the whole run, under a minute
+//	go run ./bench -quick     # fewer rounds, for a smoke test
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+type config struct {
+	perPacket  perPacketConfig
+	throughput throughputConfig
+	gather     gatherConfig
+	memory     memoryConfig
+}
+
+func run() int {
+	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
+	only := flag.String("only", "", "run one section: perpacket, throughput, gather or memory")
+	flag.Parse()
+
+	cfg := config{
+		perPacket:  perPacketConfig{rounds: 400, repeat: 1 << 14, copies: 4},
+		throughput: throughputConfig{trials: 9, frames: 1 << 21},
+		gather:     gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
+		memory:     memoryConfig{trials: 3, gathers: 3},
+	}
+	if *quick {
+		cfg.perPacket = perPacketConfig{rounds: 20, repeat: 1 << 12, copies: 2}
+		cfg.throughput = throughputConfig{trials: 2, frames: 1 << 17}
+		cfg.gather.samples = 30
+		cfg.memory.trials = 1
+	}
+	switch *only {
+	case "", "perpacket", "throughput", "gather", "memory":
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, throughput, gather or memory\n", *only)
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench: needs root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN) to create its namespace and attach XDP")
+		return 1
+	}
+
+	start := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e, err := newEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	// Interrupted or not, detach everything and delete the namespace.
+	cleanup := func() {
+		if err := e.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: clean up namespace %s: %v\n", e.ns.Name, err)
+		}
+	}
+	rep, err := func() (*report, error) {
+		defer cleanup()
+		return measure(ctx, e, cfg, *only)
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	rep.took = time.Since(start)
+	rep.print(os.Stdout)
+	return 0
+}
+
+func measure(ctx context.Context, e *env, cfg config, only string) (*report, error) {
+	rep := &report{machine: describeMachine(), cfg: cfg, namespace: e.ns.Name}
+	want := func(section string) bool { return (only == "" || only == section) && ctx.Err() == nil }
+	status := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	}
+	var err error
+	if want("perpacket") {
+		status("per-packet cost: %d rounds of %d runs per program and frame, %d loads of each program", cfg.perPacket.rounds, cfg.perPacket.repeat, cfg.perPacket.copies)
+		if rep.perPacket, rep.perPacketNotes, err = perPacket(e, cfg.perPacket); err != nil {
+			return nil, fmt.Errorf("per-packet: %w", err)
+		}
+	}
+	if want("throughput") {
+		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)
+		if rep.throughput, rep.throughputNotes, err = throughput(e, cfg.throughput); err != nil {
+			return nil, fmt.Errorf("throughput: %w", err)
+		}
+	}
+	var names []string
+	var peers []int
+	if want("gather") || want("memory") {
+		if names, peers, err = e.gatherVeths(64); err != nil {
+			return nil, err
+		}
+	}
+	if want("gather") {
+		status("gather: %v interfaces", cfg.gather.ifaces)
+		if rep.gather, err = gather(e, cfg.gather, names, peers); err != nil {
+			return nil, fmt.Errorf("gather: %w", err)
+		}
+	}
+	if want("memory") {
+		status("memory and latency: the binary on %d interfaces, %d trials", len(names), cfg.memory.trials)
+		dir, err := os.MkdirTemp("", "xdpdrop-bench")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		bin, err := buildBinary(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range []int{1, len(names)} {
+			m, err := memory(e, cfg.memory, bin, names[:n])
+			if err != nil {
+				return nil, fmt.Errorf("memory, %d interfaces: %w", n, err)
+			}
+			rep.memory = append(rep.memory, m)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted")
+	}
+	return rep, nil
+}

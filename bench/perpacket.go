@@ -1,0 +1,284 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+)
+
+// benchFrame is a frame the per-packet benchmark runs, with the class the
+// program must count it under.
+type benchFrame struct {
+	name  string
+	frame []byte
+	class bpf.Class
+}
+
+func (f benchFrame) String() string { return fmt.Sprintf("%s %d B", f.name, len(f.frame)) }
+
+func perPacketFrames() []benchFrame {
+	return []benchFrame{
+		{"IPv4/UDP", frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18))),
+			bpf.IPv4Class(frames.ProtoUDP)},
+		// Every IPv6 extension header is at least 8 bytes: with a whole
+		// 20-byte TCP header behind it the frame is 82 bytes.
+		{"IPv6/TCP + hop-by-hop", frames.Ether(frames.EtherIPv6, frames.IPv6(frames.ProtoHopOpts,
+			frames.Ext(frames.ProtoHopOpts, frames.ProtoTCP, 8, frames.TCP(0)))),
+			bpf.IPv6Class(frames.ProtoTCP)},
+		{"QinQ IPv4/UDP", frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)),
+			frames.Tag{TPID: frames.Ether8021AD, VID: 200}, frames.Tag{TPID: frames.Ether8021Q, VID: 100}),
+			bpf.IPv4Class(frames.ProtoUDP)},
+	}
+}
+
+// listPolicy is the protocol-list policy measured beside drop-all: drop =
+// ["udp", "icmp", "gre", "ipv6-icmp"]. IPv6/TCP passes under it.
+var listPolicy = bpf.Policy{Protocols: []uint8{frames.ProtoUDP, frames.ProtoICMP, frames.ProtoGRE, frames.ProtoICMPv6}}
+
+const listPolicyName = "drop udp,icmp,gre,ipv6-icmp"
+
+type perPacketConfig struct {
+	rounds int
+	repeat uint32
+	copies int // loads of each program, taken in turn round by round
+}
+
+// perPacketResult is one frame under one policy of ours, against bare.
+type perPacketResult struct {
+	frame      string
+	policy     string
+	ours, bare float64 // median ns per frame
+	delta      float64 // median over rounds of ours - bare in the same round
+	q1, q3     float64 // quartiles of the paired delta
+	copyLo     float64 // lowest and highest median delta of one pair of loads
+	copyHi     float64
+	kOurs      float64 // median of the kernel's own (whole ns) mean duration
+	kBare      float64
+	verdict    string
+}
+
+// candidate is one program in the per-packet comparison, loaded copies times.
+type candidate struct {
+	name   string
+	progs  []*ebpf.Program
+	ours   []*bpf.Program // nil for the bare program
+	policy bpf.Policy
+}
+
+// perPacket runs every frame through the bare program and ours under both
+// policies with BPF_PROG_TEST_RUN, round after round, the programs in turn
+// (their order reversed every other pass), and times each call with the CPU
+// time of the calling thread. Each program is loaded several times and the
+// rounds take the loads in turn: where the JIT places a program, and where it
+// falls in the XDP dispatcher, moves its cost by up to a nanosecond or two.
+func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error) {
+	cands := []*candidate{
+		{name: "bare"},
+		{name: "drop all", policy: bpf.Policy{DropAll: true}},
+		{name: listPolicyName, policy: listPolicy},
+	}
+	var idle []io.Closer
+	defer func() {
+		// Out of the dispatcher before the next section.
+		for _, l := range idle {
+			l.Close()
+		}
+		for _, c := range cands {
+			for i, p := range c.progs {
+				if c.ours == nil {
+					p.Close()
+				} else {
+					c.ours[i].Close()
+				}
+			}
+		}
+	}()
+	for i := 0; i < cfg.copies; i++ {
+		for _, c := range cands {
+			if c.name == "bare" {
+				p, err := loadReturn("xdp_bare_drop", xdpDrop)
+				if err != nil {
+					return nil, nil, err
+				}
+				c.progs = append(c.progs, p)
+			} else {
+				p, err := bpf.Load(c.policy)
+				if err != nil {
+					return nil, nil, err
+				}
+				c.ours = append(c.ours, p)
+				c.progs = append(c.progs, p.XDP())
+			}
+			l, err := e.keepInDispatcher(c.progs[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			idle = append(idle, l)
+		}
+	}
+
+	fs := perPacketFrames()
+	// perFrame[c][f][r] is ns/frame in round r; kernel[c][f][r] the kernel's figure.
+	perFrame := make([][][]float64, len(cands))
+	kernel := make([][][]float64, len(cands))
+	verdicts := make([][]uint32, len(cands))
+	for c := range cands {
+		perFrame[c] = make([][]float64, len(fs))
+		kernel[c] = make([][]float64, len(fs))
+		verdicts[c] = make([]uint32, len(fs))
+	}
+	interrupted := 0
+	err := onLockedThread(func() error {
+		order := make([]int, len(cands))
+		for r := 0; r < cfg.rounds; r++ {
+			load := r % cfg.copies
+			for i := range order {
+				order[i] = i
+			}
+			if (r/cfg.copies)%2 == 1 {
+				slices.Reverse(order)
+			}
+			for f, fr := range fs {
+				for _, c := range order {
+					tr, n, err := runRetrying(cands[c].progs[load], fr.frame, cfg.repeat)
+					interrupted += n
+					if err != nil {
+						return fmt.Errorf("%s on %s: %w", cands[c].name, fr, err)
+					}
+					perFrame[c][f] = append(perFrame[c][f], float64(tr.cpu.Nanoseconds())/float64(cfg.repeat))
+					kernel[c][f] = append(kernel[c][f], float64(tr.duration.Nanoseconds()))
+					verdicts[c][f] = tr.retval
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	var results []perPacketResult
+	for c := 1; c < len(cands); c++ {
+		for f, fr := range fs {
+			deltas := make([]float64, cfg.rounds)
+			perCopy := make([][]float64, cfg.copies)
+			for r := range deltas {
+				deltas[r] = perFrame[c][f][r] - perFrame[0][f][r]
+				perCopy[r%cfg.copies] = append(perCopy[r%cfg.copies], deltas[r])
+			}
+			q1, q3 := quartiles(deltas)
+			res := perPacketResult{
+				frame: fr.String(), policy: cands[c].name,
+				ours: median(perFrame[c][f]), bare: median(perFrame[0][f]),
+				delta: median(deltas), q1: q1, q3: q3,
+				kOurs: median(kernel[c][f]), kBare: median(kernel[0][f]),
+				verdict: actionName(verdicts[c][f]),
+			}
+			for i, d := range perCopy {
+				m := median(d)
+				if i == 0 || m < res.copyLo {
+					res.copyLo = m
+				}
+				if i == 0 || m > res.copyHi {
+					res.copyHi = m
+				}
+			}
+			results = append(results, res)
+		}
+	}
+	// Every frame must have got its verdict and been counted under its class.
+	for c, cand := range cands {
+		for f, fr := range fs {
+			want := uint32(xdpDrop)
+			if cand.ours != nil && !cand.policy.Drops(fr.class) {
+				want = xdpPass
+			}
+			if verdicts[c][f] != want {
+				return nil, nil, fmt.Errorf("%s on %s: verdict %s, want %s", cand.name, fr, actionName(verdicts[c][f]), actionName(want))
+			}
+		}
+		for i, p := range cand.ours {
+			rounds := cfg.rounds / cfg.copies
+			if i < cfg.rounds%cfg.copies {
+				rounds++
+			}
+			if err := checkPerPacketCounters(cand.name, p, fs, uint64(rounds)*uint64(cfg.repeat), interrupted > 0); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	check := "counters checked: every run counted exactly under its frame's class, in every load"
+	if interrupted > 0 {
+		check = fmt.Sprintf("%d runs interrupted by signals and repeated: counters checked as at least the runs made", interrupted)
+	}
+	return results, []string{check}, nil
+}
+
+func checkPerPacketCounters(name string, p *bpf.Program, fs []benchFrame, runs uint64, atLeast bool) error {
+	var want bpf.Counters
+	for _, fr := range fs {
+		want[fr.class].Packets += runs
+		want[fr.class].Bytes += runs * uint64(len(fr.frame))
+	}
+	var got bpf.Counters
+	if err := p.ReadCounters(&got); err != nil {
+		return err
+	}
+	for c := range want {
+		ok := got[c] == want[c]
+		if atLeast {
+			ok = got[c].Packets >= want[c].Packets && (want[c].Packets != 0 || got[c].Packets == 0)
+		}
+		if !ok {
+			return fmt.Errorf("%s: class %d counted %+v, want %+v", name, c, got[c], want[c])
+		}
+	}
+	return nil
+}
+
+// runRetrying repeats a run the kernel interrupted for a signal; it returns
+// how many were interrupted.
+func runRetrying(prog *ebpf.Program, frame []byte, repeat uint32) (testRun, int, error) {
+	for n := 0; n < 10; n++ {
+		tr, err := runXDP(prog, frame, repeat, false, 0, 0)
+		if errors.Is(err, errInterrupted) {
+			continue
+		}
+		return tr, n, err
+	}
+	return testRun{}, 10, errors.New("interrupted ten times in a row")
+}
+
+// onLockedThread runs f on a goroutine locked to its OS thread, so that the
+// thread CPU time f reads is all its own.
+func onLockedThread(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		done <- f()
+	}()
+	return <-done
+}
+
+func actionName(v uint32) string {
+	switch v {
+	case xdpDrop:
+		return "XDP_DROP"
+	case xdpPass:
+		return "XDP_PASS"
+	case xdpTx:
+		return "XDP_TX"
+	default:
+		return fmt.Sprintf("action %d", v)
+	}
+}

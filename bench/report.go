@@ -1,0 +1,181 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Targets, as BENCHMARKS.md states them.
+const (
+	targetDeltaNs     = 1.5  // per-packet paired delta over bare
+	targetNativeRatio = 0.97 // live native throughput against bare
+	targetGatherRatio = 0.05 // one-interface gather against the key-by-key read
+	targetPeakRSS     = 25e6 // bytes, with 64 interfaces
+	targetDetach      = 5 * time.Second
+)
+
+type report struct {
+	machine         string
+	namespace       string
+	cfg             config
+	perPacket       []perPacketResult
+	perPacketNotes  []string
+	throughput      []throughputResult
+	throughputNotes []string
+	gather          []gatherResult
+	memory          []memoryResult // 1 interface, then 64
+	took            time.Duration
+}
+
+func describeMachine() string {
+	var u unix.Utsname
+	_ = unix.Uname(&u)
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	virt := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(b), " hypervisor") {
+		virt = ", virtual machine"
+	}
+	load := ""
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			load = fmt.Sprintf("; load average at start %s %s %s", f[0], f[1], f[2])
+		}
+	}
+	ebpfVersion := "?"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/cilium/ebpf" {
+				ebpfVersion = d.Version
+			}
+		}
+	}
+	return fmt.Sprintf("Linux %s %s, %s × %d CPUs%s; %s, cilium/ebpf %s%s",
+		unix.ByteSliceToString(u.Release[:]), unix.ByteSliceToString(u.Machine[:]),
+		model, runtime.NumCPU(), virt, runtime.Version(), ebpfVersion, load)
+}
+
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "Machine: %s.\n\n", r.machine)
+	fmt.Fprintln(w, "| Measure | Case | xdp_drop | Baseline (same run) | xdp_drop vs baseline | Target | Met |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, p := range r.perPacket {
+		fmt.Fprintf(w, "| per-packet, %s | %s (%s) | %.2f ns | bare %.2f ns | %+.2f ns (IQR %+.2f…%+.2f; loads %+.2f…%+.2f) | ≤ +%.1f ns | %s |\n",
+			p.policy, p.frame, p.verdict, p.ours, p.bare, p.delta, p.q1, p.q3, p.copyLo, p.copyHi, targetDeltaNs,
+			met(p.delta <= targetDeltaNs, fmt.Sprintf("%+.2f ns over", p.delta-targetDeltaNs)))
+	}
+	for _, t := range r.throughput {
+		target, ok := "—", "—"
+		if t.mode == "native" {
+			target = fmt.Sprintf("≥ %.2f×", targetNativeRatio)
+			ok = met(t.ratio >= targetNativeRatio, fmt.Sprintf("%.3f× short", targetNativeRatio-t.ratio))
+		}
+		fmt.Fprintf(w, "| throughput, %s XDP, drop all | %s, veth | %.2f Mpps/core (wall %.2f) | bare %.2f Mpps/core (wall %.2f) | %.3f× (wall %.3f×) | %s | %s |\n",
+			t.mode, t.frame, t.ours, t.oursWall, t.bare, t.bareWall, t.ratio, t.ratioWall, target, ok)
+	}
+	for _, g := range r.gather {
+		// xdp1 keeps one map per program, so N interfaces cost N such reads.
+		base := g.baseline * float64(g.ifaces)
+		ratio := g.micros / base
+		target, ok := "—", "—"
+		if g.ifaces == 1 {
+			target = fmt.Sprintf("≤ %.2f×", targetGatherRatio)
+			ok = met(ratio <= targetGatherRatio, fmt.Sprintf("%.3f× over", ratio-targetGatherRatio))
+		}
+		baseText := fmt.Sprintf("key-by-key, %d keys: %.1f µs, %.0f allocs", g.baselineKeys, g.baseline, g.baseAllocs)
+		if g.ifaces > 1 {
+			baseText += fmt.Sprintf("; ×%d maps: %.0f µs", g.ifaces, base)
+		}
+		fmt.Fprintf(w, "| Gather, %d interface%s | %d classes with traffic each, %d points | %.1f µs, %.0f allocs | %s | %.3f× | %s | %s |\n",
+			g.ifaces, plural(g.ifaces), g.classes, g.points, g.micros, g.allocs, baseText, ratio, target, ok)
+	}
+	for _, g := range r.gather {
+		fmt.Fprintf(w, "| Gather allocations, %d interface%s | no traffic / 100× the mix / 200× | %.0f / %.0f / %.0f allocs | — | — | bounded, independent of traffic | %s |\n",
+			g.ifaces, plural(g.ifaces), g.allocsIdle, g.allocs, g.allocsMore, met(g.allocs == g.allocsMore, "grows with traffic"))
+	}
+	if len(r.memory) == 2 {
+		one, m := r.memory[0], r.memory[1]
+		fmt.Fprintf(w, "| peak RSS of the binary | %d interfaces, %d gathers | %.1f MB (%.1f MiB) | 1 interface: %.1f MB | +%.0f kB per interface | ≤ %.0f MB | %s |\n",
+			m.ifaces, m.gathers, float64(m.peakRSS)/1e6, float64(m.peakRSS)/(1<<20), float64(one.peakRSS)/1e6,
+			(float64(m.peakRSS)-float64(one.peakRSS))/float64(m.ifaces-1)/1e3, targetPeakRSS/1e6,
+			met(float64(m.peakRSS) <= targetPeakRSS, fmt.Sprintf("%.1f MB over", (float64(m.peakRSS)-targetPeakRSS)/1e6)))
+		fmt.Fprintf(w, "| start → all attached | %d interfaces | %s | 1 interface: %s | — | — | — |\n", m.ifaces, round(m.attach), round(one.attach))
+		fmt.Fprintf(w, "| stdin closed → all detached | %d interfaces | %s (exit %s) | 1 interface: %s | — | < %v (Telegraf's grace period) | %s |\n",
+			m.ifaces, round(m.detach), round(m.exit), round(one.detach), targetDetach, met(m.detach < targetDetach, "too slow"))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "How: per-packet: BPF_PROG_TEST_RUN, %d rounds × %d runs per program and frame, programs in turn (order reversed every other pass), "+
+		"each call timed with CLOCK_THREAD_CPUTIME_ID on a locked thread; %d loads of each program taken in turn; median ns/frame, and the median over rounds of ours − bare in the same round "+
+		"(loads: the lowest and highest such median of one pair of loads).\n",
+		r.cfg.perPacket.rounds, r.cfg.perPacket.repeat, r.cfg.perPacket.copies)
+	for _, p := range r.perPacket {
+		fmt.Fprintf(w, "  kernel-reported mean (whole ns), %s, %s: ours %.0f, bare %.0f\n", p.policy, p.frame, p.kOurs, p.kBare)
+	}
+	for _, n := range r.perPacketNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(r.throughput) > 0 {
+		fmt.Fprintf(w, "Throughput: %d trials × %d frames per program and mode, live-frames test_run (XDP_TX) from the veth peer; "+
+			"Mpps/core = frames over the CPU time of the one thread that sends and, in its softirq, receives them; ratio = median over trials of ours/bare in the same trial.\n",
+			r.throughput[0].trials, r.throughput[0].framesPerTrial)
+	}
+	for _, n := range r.throughputNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(r.gather) > 0 {
+		fmt.Fprintf(w, "Gather: the plugin's Gather (drop = [\"all\"], native mode) on a thread inside the namespace, after 100× the traffic mix on every interface; "+
+			"median of %d timed gathers; allocations with testing.AllocsPerRun; the accumulator only counts points. "+
+			"Baseline: a 256-entry per-CPU array of u64 read with one Lookup per key, summed over CPUs, as samples/bpf's xdp1 reads its counters; xdp1 has one map per program, so N interfaces cost N reads.\n",
+			r.cfg.gather.samples)
+	}
+	if len(r.memory) == 2 {
+		m := r.memory[1]
+		fmt.Fprintf(w, "Memory: the binary (go build -trimpath, as make build) run with ip netns exec in the namespace, gathering on a line on stdin as under execd, %d trial%s; "+
+			"peak RSS is the highest VmHWM (and the kernel's maxrss of the exited process) over them, median %.1f MB; "+
+			"attach: from start until netlink shows an XDP program on every interface; detach: from closing stdin until it shows none; times are medians; binary %.1f MB.\n",
+			m.trials, plural(m.trials), float64(m.rssMedian)/1e6, float64(m.binarySize)/1e6)
+	}
+	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
+}
+
+func met(ok bool, miss string) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**: " + miss
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > 10*time.Second:
+		return d.Round(time.Second)
+	case d > 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	default:
+		return d.Round(10 * time.Microsecond)
+	}
+}
