@@ -254,7 +254,7 @@ func (p *Program) Read(perQueue, perCPU bool, dst *Counters, f func(queue, cpu i
 		*dst = Counters{}
 	}
 	cpus := len(p.perCPU)
-	sums := make([]Counters, 0)
+	var sums []Counters // per-CPU sums over queues
 	if perCPU && !perQueue {
 		sums = make([]Counters, cpus)
 	}

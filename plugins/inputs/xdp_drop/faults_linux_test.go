@@ -3,6 +3,7 @@
 package xdp_drop
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -134,4 +135,12 @@ func TestInterfaceRecreatedBetweenGathers(t *testing.T) {
 	f := linkPoint(t, acc, "xdpt2")
 	require.Equal(t, true, f["attached"])
 	require.NotEqual(t, int64(oldID), f["program_id"])
+}
+
+// TestErrorFieldKeepsFirstLine: a verifier log would flood the error field
+// of xdp_drop_link; the field keeps its first line and points at the log.
+func TestErrorFieldKeepsFirstLine(t *testing.T) {
+	require.Equal(t, `interface "eth1" not found`, firstLine(errors.New(`interface "eth1" not found`)))
+	require.Equal(t, "load XDP program: invalid argument (verifier log in Telegraf's log)",
+		firstLine(errors.New("load XDP program: invalid argument\n0: R1=ctx()\nprocessed 3 insns")))
 }

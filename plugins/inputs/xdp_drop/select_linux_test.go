@@ -5,6 +5,7 @@ package xdp_drop
 import (
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
@@ -128,4 +129,44 @@ func TestNamespaceOption(t *testing.T) {
 	require.NoError(t, p.Gather(acc))
 	require.Empty(t, acc.Errors, "reported once")
 	require.Equal(t, map[string]bool{testns.Dev: false}, linkStates(acc))
+}
+
+// TestNamespaceDestroyed: when the namespace goes away with its veths while
+// attached, the plugin cannot enter it any more, yet still notices that its
+// program was detached and reports the interface as not attached.
+func TestNamespaceDestroyed(t *testing.T) {
+	testns.RequirePrivileged(t)
+	ns, err := testns.Create("xdpdrop-test-")
+	require.NoError(t, err)
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			ns.Delete()
+		}
+	})
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Namespace: ns.Name, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	acc := &testutil.Accumulator{}
+	require.NoError(t, p.Start(acc))
+	defer p.Stop()
+	require.Empty(t, acc.Errors)
+	require.NotNil(t, p.ifaces[0].prog)
+
+	require.NoError(t, ns.Delete())
+	deleted = true
+	// The kernel tears the namespace down asynchronously.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		acc = &testutil.Accumulator{}
+		require.NoError(t, p.Gather(acc))
+		if !linkStates(acc)[testns.Dev] || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, map[string]bool{testns.Dev: false}, linkStates(acc))
+	require.Nil(t, p.ifaces[0].prog, "the detached program is released")
+	require.NotEmpty(t, acc.Errors)
+	require.Contains(t, acc.Errors[0].Error(), "namespace")
 }
