@@ -147,11 +147,14 @@ func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, e
 	if l, err := link.LoadPinnedLink(path, nil); err == nil {
 		cur, ok := p.adoptable(l, ifindex, mode)
 		if ok {
-			if err := l.Update(p.objs.XdpDrop); err != nil {
+			if err := p.update(l, cur); err != nil {
 				l.Close()
 				return "", fmt.Errorf("replace the program of the kept link: %w", err)
 			}
 			p.link, p.mode = l, cur
+			if mode == ModeAuto && cur == ModeGeneric {
+				p.nativeErr = errors.New("the kept attachment was in generic mode: an earlier run fell back to it")
+			}
 			return "took over the attachment kept by an earlier run", nil
 		}
 		// Another interface, or another mode: let the old link go.
@@ -169,6 +172,26 @@ func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, e
 		return note, fmt.Errorf("pin link at %s: %w", path, err)
 	}
 	return note, nil
+}
+
+// update puts the program into a kept link; where the device refuses the
+// single-buffer program in native mode (its MTU needs multi-buffer XDP),
+// the multi-buffer variant goes in instead.
+func (p *Program) update(l link.Link, mode Mode) error {
+	err := l.Update(p.objs.Prog)
+	if err == nil || mode != ModeNative || p.multiBuffer {
+		return err
+	}
+	alt, mbErr := p.loadMultiBuffer()
+	if mbErr != nil {
+		return err
+	}
+	if altErr := l.Update(alt); altErr != nil {
+		alt.Close()
+		return err
+	}
+	p.adopt(alt)
+	return nil
 }
 
 // adoptable reports whether a kept link is alive on ifindex in a mode that

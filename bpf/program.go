@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -55,14 +57,42 @@ func (e *ExistingProgramError) Error() string {
 const ProgramName = "xdp_drop"
 
 // Program is one loaded copy of the XDP program with its own counters,
-// attached to at most one interface.
+// attached to at most one interface. It starts as the single-buffer program
+// and becomes the multi-buffer one where a device needs it (see Attach).
 type Program struct {
-	objs   xdpDropObjects
-	link   link.Link
-	mode   Mode
-	id     ebpf.ProgramID
-	perCPU []xdpDropCounterBlock
-	slots  uint32 // counter blocks: 1, or QueueSlots with per-queue counting
+	objs        objects
+	spec        *ebpf.CollectionSpec // configured for the policy: loads the other variant
+	multiBuffer bool                 // objs.Prog is the multi-buffer (xdp.frags) variant
+	noMulti     bool                 // never switch to the multi-buffer variant
+	nativeErr   error                // why native mode was refused, when auto fell back
+	link        link.Link
+	mode        Mode
+	id          ebpf.ProgramID
+	perCPU      []xdpDropCounterBlock
+	slots       uint32 // counter blocks: 1, or QueueSlots with per-queue counting
+}
+
+// objects is what one load of the program gives: one variant of the program
+// and the counters it updates.
+type objects struct {
+	Prog     *ebpf.Program
+	Counters *ebpf.Map
+}
+
+func (o *objects) Close() error {
+	return errors.Join(o.Prog.Close(), o.Counters.Close())
+}
+
+// singleBufferObjects and multiBufferObjects select the variant a load assigns;
+// cilium/ebpf loads only what is assigned.
+type singleBufferObjects struct {
+	Prog     *ebpf.Program `ebpf:"xdp_drop"`
+	Counters *ebpf.Map     `ebpf:"counters"`
+}
+
+type multiBufferObjects struct {
+	Prog     *ebpf.Program `ebpf:"xdp_drop_frags"`
+	Counters *ebpf.Map     `ebpf:"counters"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -118,26 +148,16 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
-	p := &Program{slots: policy.queueSlots()}
-	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) && strings.Contains(fmt.Sprintf("%+v", ve), "prohibited for !root") {
-			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
-		}
-		if errors.Is(err, unix.EPERM) {
-			return nil, fmt.Errorf("load XDP program: %w", ErrPermission)
-		}
-		if ve != nil {
-			return nil, fmt.Errorf("load XDP program: %+v", ve)
-		}
-		return nil, fmt.Errorf("load XDP program: %w", err)
-	}
-	info, err := p.objs.XdpDrop.Info()
+	p := &Program{slots: policy.queueSlots(), spec: spec}
+	objs, err := loadVariant(spec, false, opts)
 	if err != nil {
-		p.objs.Close()
-		return nil, fmt.Errorf("read XDP program info: %w", err)
+		return nil, err
 	}
-	p.id, _ = info.ID()
+	p.objs = objs
+	if p.id, err = programID(objs.Prog); err != nil {
+		p.objs.Close()
+		return nil, err
+	}
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		p.objs.Close()
@@ -147,6 +167,111 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 	return p, nil
 }
 
+// loadVariant loads the single-buffer or the multi-buffer program of spec.
+func loadVariant(spec *ebpf.CollectionSpec, multiBuffer bool, opts *ebpf.CollectionOptions) (objects, error) {
+	var objs objects
+	var err error
+	if multiBuffer {
+		// One kernel name for both variants: tools and other instances know it.
+		spec = spec.Copy()
+		spec.Programs[xdpDropProgXdpDropFrags].Name = ProgramName
+		var o multiBufferObjects
+		err = spec.LoadAndAssign(&o, opts)
+		objs = objects(o)
+	} else {
+		var o singleBufferObjects
+		err = spec.LoadAndAssign(&o, opts)
+		objs = objects(o)
+	}
+	if err == nil {
+		return objs, nil
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) && strings.Contains(fmt.Sprintf("%+v", ve), "prohibited for !root") {
+		return objs, fmt.Errorf("load XDP program: %w", ErrPermission)
+	}
+	if errors.Is(err, unix.EPERM) {
+		return objs, fmt.Errorf("load XDP program: %w", ErrPermission)
+	}
+	if ve != nil {
+		return objs, fmt.Errorf("load XDP program: %+v", ve)
+	}
+	return objs, fmt.Errorf("load XDP program: %w", err)
+}
+
+func programID(prog *ebpf.Program) (ebpf.ProgramID, error) {
+	info, err := prog.Info()
+	if err != nil {
+		return 0, fmt.Errorf("read XDP program info: %w", err)
+	}
+	id, _ := info.ID()
+	return id, nil
+}
+
+// ErrNoMultiBuffer is returned when the kernel cannot load multi-buffer XDP
+// programs (before Linux 5.18).
+var ErrNoMultiBuffer = errors.New("this kernel has no multi-buffer XDP (needs Linux 5.18, veth 5.19)")
+
+// haveMultiBuffer probes once whether the kernel loads multi-buffer XDP
+// programs: the helper that reads a whole frame's length came with them.
+var haveMultiBuffer = sync.OnceValue(func() error {
+	err := features.HaveProgramHelper(ebpf.XDP, asm.FnXdpGetBuffLen)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return ErrNoMultiBuffer
+	}
+	return err
+})
+
+// UseMultiBuffer replaces the program, before it is attached, with its
+// multi-buffer variant, which keeps the counters. Attach does this itself
+// where a device needs it.
+func (p *Program) UseMultiBuffer() error {
+	if p.link != nil {
+		return errors.New("program is already attached")
+	}
+	alt, err := p.loadMultiBuffer()
+	if err != nil {
+		return err
+	}
+	p.adopt(alt)
+	return nil
+}
+
+// DisableMultiBuffer keeps Attach from switching to the multi-buffer
+// variant, as on a kernel without it.
+func (p *Program) DisableMultiBuffer() { p.noMulti = true }
+
+// MultiBuffer reports whether the program is the multi-buffer variant.
+func (p *Program) MultiBuffer() bool { return p.multiBuffer }
+
+// loadMultiBuffer loads the multi-buffer variant on the same counters.
+func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
+	if p.noMulti {
+		return nil, ErrNoMultiBuffer
+	}
+	if err := haveMultiBuffer(); err != nil {
+		return nil, err
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}}
+	objs, err := loadVariant(p.spec, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return objs.Prog, nil
+}
+
+// adopt makes the multi-buffer program alt the program of p.
+func (p *Program) adopt(alt *ebpf.Program) {
+	id, err := programID(alt)
+	if err != nil {
+		id = 0
+	}
+	p.objs.Prog.Close()
+	p.objs.Prog = alt
+	p.id = id
+	p.multiBuffer = true
+}
+
 // ID is the kernel's id of the loaded program, as ip link and bpftool show it.
 func (p *Program) ID() ebpf.ProgramID { return p.id }
 
@@ -154,23 +279,68 @@ func (p *Program) ID() ebpf.ProgramID { return p.id }
 func (p *Program) Mode() Mode { return p.mode }
 
 // XDP returns the program itself, for BPF_PROG_TEST_RUN.
-func (p *Program) XDP() *ebpf.Program { return p.objs.XdpDrop }
+func (p *Program) XDP() *ebpf.Program { return p.objs.Prog }
 
-// Attach attaches the program to the interface with index ifindex. With
-// ModeAuto it tries native mode first and falls back to generic; Mode then
-// tells which took.
+// NativeError is why native mode was refused when ModeAuto fell back to
+// generic mode, nil otherwise.
+func (p *Program) NativeError() error { return p.nativeErr }
+
+// Attach attaches the program to the interface with index ifindex.
+//
+// In native mode the single-buffer program is tried first; when the driver
+// refuses it (an MTU that needs more than one buffer per frame), the
+// multi-buffer variant is tried, and kept if the driver takes it. With
+// ModeAuto every native refusal falls back to generic mode, and
+// NativeError tells why; Mode tells which mode took.
 func (p *Program) Attach(ifindex int, mode Mode) error {
 	if p.link != nil {
 		return errors.New("program is already attached")
 	}
-	if mode == ModeAuto {
-		err := p.attach(ifindex, ModeNative)
-		if !errors.Is(err, ErrNativeUnsupported) {
+	p.nativeErr = nil
+	switch mode {
+	case ModeAuto:
+		err := p.attachNative(ifindex)
+		if err == nil || !nativeRefusal(err) {
 			return err
 		}
-		return p.attach(ifindex, ModeGeneric)
+		if gerr := p.attach(ifindex, ModeGeneric); gerr != nil {
+			return fmt.Errorf("%w; generic mode failed too: %w", err, gerr)
+		}
+		p.nativeErr = err
+		return nil
+	case ModeNative:
+		return p.attachNative(ifindex)
 	}
 	return p.attach(ifindex, mode)
+}
+
+// nativeRefusal reports whether err is the driver refusing native XDP,
+// where generic mode may still work: not a missing privilege, not a program
+// already in the way.
+func nativeRefusal(err error) bool {
+	var existing *ExistingProgramError
+	return !errors.Is(err, ErrPermission) && !errors.As(err, &existing)
+}
+
+// attachNative attaches in native mode, with the multi-buffer variant where
+// the single-buffer program is refused and the multi-buffer one is not.
+func (p *Program) attachNative(ifindex int) error {
+	err := p.attach(ifindex, ModeNative)
+	if err == nil || p.multiBuffer || !nativeRefusal(err) {
+		return err
+	}
+	alt, mbErr := p.loadMultiBuffer()
+	if mbErr != nil {
+		return nativeError(ifindex, err, mbErr)
+	}
+	l, altErr := link.AttachXDP(link.XDPOptions{Program: alt, Interface: ifindex, Flags: link.XDPDriverMode})
+	if altErr != nil {
+		alt.Close()
+		return nativeError(ifindex, err, fmt.Errorf("the multi-buffer program was refused too: %w", altErr))
+	}
+	p.adopt(alt)
+	p.link, p.mode = l, ModeNative
+	return nil
 }
 
 func (p *Program) attach(ifindex int, mode Mode) error {
@@ -185,7 +355,7 @@ func (p *Program) attach(ifindex int, mode Mode) error {
 	default:
 		return fmt.Errorf("unknown XDP mode %q", mode)
 	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.XdpDrop, Interface: ifindex, Flags: flags})
+	l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.Prog, Interface: ifindex, Flags: flags})
 	if err != nil {
 		return attachError(ifindex, mode, err)
 	}

@@ -49,12 +49,13 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters    = "counters"
-	xdpDropProgXdpDrop    = "xdp_drop"
-	xdpDropVarClassCount  = "class_count"
-	xdpDropVarQueueSlots  = "queue_slots"
-	xdpDropVarVerdictDrop = "verdict_drop"
-	xdpDropVarVerdicts    = "verdicts"
+	xdpDropMapCounters      = "counters"
+	xdpDropProgXdpDrop      = "xdp_drop"
+	xdpDropProgXdpDropFrags = "xdp_drop_frags"
+	xdpDropVarClassCount    = "class_count"
+	xdpDropVarQueueSlots    = "queue_slots"
+	xdpDropVarVerdictDrop   = "verdict_drop"
+	xdpDropVarVerdicts      = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -99,7 +100,8 @@ type xdpDropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropProgramSpecs struct {
-	XdpDrop *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDrop      *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDropFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
 }
 
 // xdpDropMapSpecs contains maps before they are loaded into the kernel.
@@ -162,12 +164,14 @@ type xdpDropVariables struct {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropPrograms struct {
-	XdpDrop *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDrop      *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDropFrags *ebpf.Program `ebpf:"xdp_drop_frags"`
 }
 
 func (p *xdpDropPrograms) Close() error {
 	return _XdpDropClose(
 		p.XdpDrop,
+		p.XdpDropFrags,
 	)
 }
 

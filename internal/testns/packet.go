@@ -68,3 +68,41 @@ func (s *PacketSocket) Drain(quiet time.Duration) ([][]byte, error) {
 func (s *PacketSocket) Close() error { return unix.Close(s.fd) }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// SendRaw transmits frames out of ifname in the namespace through an
+// AF_PACKET socket, as they are: the way to send frames longer than a page,
+// which live-frames BPF_PROG_TEST_RUN cannot. The frames arrive at ifname's
+// veth peer.
+func (n *NS) SendRaw(ifname string, frames [][]byte) error {
+	return n.Do(func() error {
+		l, err := n.nl.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		// Protocol 0: the socket sends only, it receives nothing.
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
+		for i, f := range frames {
+			if err := unix.Sendto(fd, f, 0, to); err != nil {
+				return fmt.Errorf("send frame %d (%d bytes) on %s: %w", i, len(f), ifname, err)
+			}
+		}
+		return nil
+	})
+}
+
+// SetMTU sets the MTU of an interface of the namespace.
+func (n *NS) SetMTU(ifname string, mtu int) error {
+	l, err := n.nl.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	if err := n.nl.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("set MTU of %s to %d: %w", ifname, mtu, err)
+	}
+	return nil
+}
