@@ -41,23 +41,28 @@ func BenchmarkPerPacket(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bare.Close()
-	progs := []struct {
-		name string
-		prog *ebpf.Program
-	}{{"bare", bare}}
+	type benchProg struct {
+		name  string
+		prog  *ebpf.Program
+		whole bool // sees jumbo frames whole: bare, or the multi-buffer program
+	}
+	progs := []benchProg{{"bare", bare, true}}
 	for _, pol := range []struct {
 		name   string
 		policy bpf.Policy
-	}{{"drop-all", bpf.Policy{DropAll: true}}, {"drop-list", listPolicy}} {
+		multi  bool
+	}{{"drop-all", bpf.Policy{DropAll: true}, false}, {"drop-list", listPolicy, false}, {"drop-all-multi-buffer", bpf.Policy{DropAll: true}, true}} {
 		p, err := bpf.Load(pol.policy)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer p.Close()
-		progs = append(progs, struct {
-			name string
-			prog *ebpf.Program
-		}{pol.name, p.XDP()})
+		if pol.multi {
+			if err := p.UseMultiBuffer(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		progs = append(progs, benchProg{pol.name, p.XDP(), pol.multi})
 	}
 	for _, p := range progs {
 		if _, err := e.keepInDispatcher(p.prog); err != nil {
@@ -67,7 +72,10 @@ func BenchmarkPerPacket(b *testing.B) {
 	const repeat = 1 << 14
 	for _, f := range perPacketFrames() {
 		for _, p := range progs {
-			b.Run(fmt.Sprintf("frame=%s/prog=%s", f.name, p.name), func(b *testing.B) {
+			if f.jumbo && !p.whole {
+				continue
+			}
+			b.Run(fmt.Sprintf("frame=%s_%dB/prog=%s", f.name, len(f.frame), p.name), func(b *testing.B) {
 				var cpu time.Duration
 				err := onLockedThread(func() error {
 					for b.Loop() {

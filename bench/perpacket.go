@@ -21,6 +21,7 @@ type benchFrame struct {
 	name  string
 	frame []byte
 	class bpf.Class
+	jumbo bool // longer than one buffer: run only by bare and the multi-buffer program
 }
 
 func (f benchFrame) String() string { return fmt.Sprintf("%s %d B", f.name, len(f.frame)) }
@@ -28,15 +29,19 @@ func (f benchFrame) String() string { return fmt.Sprintf("%s %d B", f.name, len(
 func perPacketFrames() []benchFrame {
 	return []benchFrame{
 		{"IPv4/UDP", frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18))),
-			bpf.IPv4Class(frames.ProtoUDP)},
+			bpf.IPv4Class(frames.ProtoUDP), false},
 		// Every IPv6 extension header is at least 8 bytes: with a whole
 		// 20-byte TCP header behind it the frame is 82 bytes.
 		{"IPv6/TCP + hop-by-hop", frames.Ether(frames.EtherIPv6, frames.IPv6(frames.ProtoHopOpts,
 			frames.Ext(frames.ProtoHopOpts, frames.ProtoTCP, 8, frames.TCP(0)))),
-			bpf.IPv6Class(frames.ProtoTCP)},
+			bpf.IPv6Class(frames.ProtoTCP), false},
 		{"QinQ IPv4/UDP", frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)),
 			frames.Tag{TPID: frames.Ether8021AD, VID: 200}, frames.Tag{TPID: frames.Ether8021Q, VID: 100}),
-			bpf.IPv4Class(frames.ProtoUDP)},
+			bpf.IPv4Class(frames.ProtoUDP), false},
+		// A 9000-byte MTU frame: test_run passes what does not fit in the
+		// first buffer (3520 B on 4 KiB pages) as fragments.
+		{"IPv4/UDP", frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(9014-42))),
+			bpf.IPv4Class(frames.ProtoUDP), true},
 	}
 }
 
@@ -45,6 +50,10 @@ func perPacketFrames() []benchFrame {
 var listPolicy = bpf.Policy{Protocols: []uint8{frames.ProtoUDP, frames.ProtoICMP, frames.ProtoGRE, frames.ProtoICMPv6}}
 
 const listPolicyName = "drop udp,icmp,gre,ipv6-icmp"
+
+// multiBufferName is drop all with the multi-buffer program, which the
+// plugin loads only where a device's MTU needs it.
+const multiBufferName = "drop all, multi-buffer program"
 
 type perPacketConfig struct {
 	rounds int
@@ -68,10 +77,17 @@ type perPacketResult struct {
 
 // candidate is one program in the per-packet comparison, loaded copies times.
 type candidate struct {
-	name   string
-	progs  []*ebpf.Program
-	ours   []*bpf.Program // nil for the bare program
-	policy bpf.Policy
+	name        string
+	progs       []*ebpf.Program
+	ours        []*bpf.Program // nil for the bare program
+	policy      bpf.Policy
+	multiBuffer bool // the multi-buffer (xdp.frags) variant of ours
+}
+
+// runs reports whether the candidate runs frame f: jumbo frames only go to
+// bare and the multi-buffer program, the only ones that see them whole.
+func (c *candidate) runs(f benchFrame) bool {
+	return !f.jumbo || c.ours == nil || c.multiBuffer
 }
 
 // perPacket runs every frame through the bare program and ours under both
@@ -85,6 +101,7 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 		{name: "bare"},
 		{name: "drop all", policy: bpf.Policy{DropAll: true}},
 		{name: listPolicyName, policy: listPolicy},
+		{name: multiBufferName, policy: bpf.Policy{DropAll: true}, multiBuffer: true},
 	}
 	var idle []io.Closer
 	defer func() {
@@ -116,6 +133,11 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 					return nil, nil, err
 				}
 				c.ours = append(c.ours, p)
+				if c.multiBuffer {
+					if err := p.UseMultiBuffer(); err != nil {
+						return nil, nil, err
+					}
+				}
 				c.progs = append(c.progs, p.XDP())
 			}
 			l, err := e.keepInDispatcher(c.progs[i])
@@ -149,6 +171,9 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 			}
 			for f, fr := range fs {
 				for _, c := range order {
+					if !cands[c].runs(fr) {
+						continue
+					}
 					tr, n, err := runRetrying(cands[c].progs[load], fr.frame, cfg.repeat)
 					interrupted += n
 					if err != nil {
@@ -169,6 +194,9 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 	var results []perPacketResult
 	for c := 1; c < len(cands); c++ {
 		for f, fr := range fs {
+			if !cands[c].runs(fr) {
+				continue
+			}
 			deltas := make([]float64, cfg.rounds)
 			perCopy := make([][]float64, cfg.copies)
 			for r := range deltas {
@@ -198,6 +226,9 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 	// Every frame must have got its verdict and been counted under its class.
 	for c, cand := range cands {
 		for f, fr := range fs {
+			if !cand.runs(fr) {
+				continue
+			}
 			want := uint32(xdpDrop)
 			if cand.ours != nil && !cand.policy.Drops(fr.class) {
 				want = xdpPass
@@ -211,16 +242,53 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 			if i < cfg.rounds%cfg.copies {
 				rounds++
 			}
-			if err := checkPerPacketCounters(cand.name, p, fs, uint64(rounds)*uint64(cfg.repeat), interrupted > 0); err != nil {
+			var ran []benchFrame
+			for _, fr := range fs {
+				if cand.runs(fr) {
+					ran = append(ran, fr)
+				}
+			}
+			if err := checkPerPacketCounters(cand.name, p, ran, uint64(rounds)*uint64(cfg.repeat), interrupted > 0); err != nil {
 				return nil, nil, err
 			}
 		}
 	}
+	notes := multiBufferNotes(cands, fs, perFrame)
 	check := "counters checked: every run counted exactly under its frame's class, in every load"
 	if interrupted > 0 {
 		check = fmt.Sprintf("%d runs interrupted by signals and repeated: counters checked as at least the runs made", interrupted)
 	}
-	return results, []string{check}, nil
+	return results, append(notes, check), nil
+}
+
+// multiBufferNotes compares the multi-buffer program with the single-buffer
+// one under the same policy, round by round: what the plugin saves by
+// loading it only where a device needs it.
+func multiBufferNotes(cands []*candidate, fs []benchFrame, perFrame [][][]float64) []string {
+	var notes []string
+	for m, multi := range cands {
+		if !multi.multiBuffer {
+			continue
+		}
+		for s, single := range cands {
+			if single.ours == nil || single.multiBuffer || !slices.Equal(single.policy.Protocols, multi.policy.Protocols) || single.policy.DropAll != multi.policy.DropAll {
+				continue
+			}
+			for f, fr := range fs {
+				if fr.jumbo {
+					continue
+				}
+				deltas := make([]float64, len(perFrame[m][f]))
+				for r := range deltas {
+					deltas[r] = perFrame[m][f][r] - perFrame[s][f][r]
+				}
+				q1, q3 := quartiles(deltas)
+				notes = append(notes, fmt.Sprintf("multi-buffer − single-buffer program (%s), %s, paired by round: %+.2f ns (IQR %+.2f…%+.2f)",
+					single.name, fr, median(deltas), q1, q3))
+			}
+		}
+	}
+	return notes
 }
 
 func checkPerPacketCounters(name string, p *bpf.Program, fs []benchFrame, runs uint64, atLeast bool) error {
