@@ -29,8 +29,9 @@ test: ## Run all tests (privileged ones need root; XDP_DROP_REQUIRE_PRIVILEGED=1
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
-fuzz: ## Fuzz the classifier against the reference for FUZZTIME (default 30s; root)
-	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) ./bpf/
+fuzz: ## Fuzz the classifier against the reference, single- and multi-buffer, FUZZTIME each (default 30s; root)
+	$(GO) test -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME) ./bpf/
+	$(GO) test -run '^$$' -fuzz '^FuzzClassifyMultiBuffer$$' -fuzztime $(FUZZTIME) ./bpf/
 
 .PHONY: demo
 demo: ## Run the demo: own namespace, veth and traffic; prints the plugin's line protocol (root)

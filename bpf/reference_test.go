@@ -69,6 +69,14 @@ func refClassify(frame []byte) refResult {
 	return l2("other")
 }
 
+// refClassifyBuffers classifies a frame that arrives in several buffers, the
+// first holding its first first bytes: the program reads headers from the
+// first buffer only, so a frame whose headers end past it is truncated as if
+// the frame ended there (its bytes still count the whole frame).
+func refClassifyBuffers(frame []byte, first int) refResult {
+	return refClassify(frame[:first])
+}
+
 // refIPv4: the protocol byte names the class once the whole header, at least
 // 20 bytes and ihl*4, is in the frame.
 func refIPv4(pkt []byte) refResult {
