@@ -236,7 +236,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	link := ms[len(ms)-1]
 	require.Equal(t, "xdp_drop_link", link.Name())
 	require.Equal(t, map[string]string{"interface": testns.Dev, "mode": "native"}, link.Tags())
-	require.Equal(t, map[string]any{"attached": true, "program_id": int64(id)}, link.Fields())
+	require.Equal(t, map[string]any{"attached": true, "program_id": int64(id), "fallback": false}, link.Fields())
 
 	require.NoError(t, p.stdin.Close())
 	took, err := ns.WaitNoXDP(testns.Dev, time.Second)

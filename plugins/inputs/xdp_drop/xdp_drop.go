@@ -45,6 +45,10 @@ type XDPDrop struct {
 	mu         sync.Mutex
 	ifaces     []*iface
 	nsReported string // the namespace error last reported, when no interface carries it
+
+	// singleBufferOnly keeps the multi-buffer program from being loaded, as
+	// on a kernel without it (before 5.18): a test hook.
+	singleBufferOnly bool
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.

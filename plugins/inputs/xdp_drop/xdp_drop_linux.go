@@ -209,6 +209,9 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
 	}
+	if x.singleBufferOnly {
+		prog.DisableMultiBuffer()
+	}
 	err = x.attachProgram(prog, ifc.name, dev.Index)
 	var existing *bpf.ExistingProgramError
 	if errors.As(err, &existing) && x.Replace {
@@ -230,11 +233,20 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	ifc.ifindex = dev.Index
 	ifc.err = nil
 	ifc.reported = ""
-	if x.mode == bpf.ModeAuto && prog.Mode() != bpf.ModeNative {
-		x.Log.Warnf("interface %q: driver has no native XDP; attached in %s mode (slower)", ifc.name, prog.Mode())
+	if fellBack(x.mode, prog) {
+		x.Log.Warnf("interface %q: mode = \"auto\" fell back to generic mode (slower): %v", ifc.name, prog.NativeError())
+	}
+	if prog.MultiBuffer() {
+		x.Log.Infof("interface %q: attached in %s mode, program id %d, multi-buffer: the device's MTU needs more than one buffer per frame", ifc.name, prog.Mode(), prog.ID())
+		return nil
 	}
 	x.Log.Infof("interface %q: attached in %s mode, program id %d", ifc.name, prog.Mode(), prog.ID())
 	return nil
+}
+
+// fellBack reports whether mode = "auto" fell back to generic mode.
+func fellBack(mode bpf.Mode, prog *bpf.Program) bool {
+	return mode == bpf.ModeAuto && prog.Mode() == bpf.ModeGeneric
 }
 
 // load loads a program for the interface, with its counters pinned when
@@ -284,6 +296,7 @@ func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int) err
 // explain turns a load or attach error into one that says what to do.
 func (x *XDPDrop) explain(name string, err error) error {
 	var existing *bpf.ExistingProgramError
+	var refused *bpf.NativeRefusedError
 	switch {
 	case errors.Is(err, bpf.ErrPermission):
 		exe, _ := os.Executable()
@@ -291,6 +304,8 @@ func (x *XDPDrop) explain(name string, err error) error {
 			exe = "telegraf-xdp-drop"
 		}
 		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe)
+	case errors.As(err, &refused) && refused.MTULimited():
+		return fmt.Errorf(`interface %q: %w, or set mode = "generic" (or "auto", which falls back to it)`, name, err)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
 		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
 	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
@@ -401,6 +416,7 @@ func (x *XDPDrop) emitLink(acc telegraf.Accumulator, ifc *iface, now time.Time) 
 	if ifc.prog != nil {
 		tags["mode"] = string(ifc.prog.Mode())
 		fields["program_id"] = int64(ifc.prog.ID())
+		fields["fallback"] = fellBack(x.mode, ifc.prog)
 	} else if ifc.err != nil {
 		fields["error"] = firstLine(ifc.err)
 	}

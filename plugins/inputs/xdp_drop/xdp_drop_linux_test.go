@@ -76,7 +76,7 @@ func expectedMetrics(iface string, flows []traffic.Flow, action func(bpf.Class) 
 func linkMetric(iface, mode string, id uint32) telegraf.Metric {
 	return testutil.MustMetric("xdp_drop_link",
 		map[string]string{"interface": iface, "mode": mode},
-		map[string]any{"attached": true, "program_id": int64(id)}, time.Unix(0, 0))
+		map[string]any{"attached": true, "program_id": int64(id), "fallback": false}, time.Unix(0, 0))
 }
 
 // gatherUntil gathers until the xdp_drop points count want packets in all.
@@ -299,12 +299,18 @@ func TestNativeUnsupported(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "generic", m.Tags["mode"])
 	require.Equal(t, true, m.Fields["attached"])
-	require.Contains(t, strings.Join(log.warnings, "\n"), "attached in generic mode")
+	require.Equal(t, true, m.Fields["fallback"])
+	require.Contains(t, strings.Join(log.warnings, "\n"), `mode = "auto" fell back to generic mode (slower): native XDP refused: driver does not support native XDP`)
 }
 
 type captureLog struct {
 	testutil.Logger
 	warnings []string
+	infos    []string
+}
+
+func (l *captureLog) Infof(format string, args ...any) {
+	l.infos = append(l.infos, fmt.Sprintf(format, args...))
 }
 
 func (l *captureLog) Warnf(format string, args ...any) {

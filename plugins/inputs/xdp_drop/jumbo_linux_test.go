@@ -1,0 +1,151 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// jumboNS is a test namespace whose veth pair runs at MTU 9000.
+func jumboNS(t *testing.T) *testns.NS {
+	ns := testns.New(t)
+	for _, dev := range []string{testns.Dev, testns.Peer} {
+		require.NoError(t, ns.SetMTU(dev, 9000))
+	}
+	return ns
+}
+
+// jumboFrames are UDP (dropped by drop = ["udp"]) and TCP (passed) frames of
+// 1500, 4000, 8000 and 9014 bytes, 9014 being the largest MTU 9000 allows,
+// each after a small frame, and how many bytes of each class they make.
+func jumboFrames() (out [][]byte, udp, tcp bpf.Counter) {
+	for i, size := range []int{1500, 4000, 8000, 9014} {
+		u := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(size-14-20-8)))
+		tc := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoTCP, 0, frames.TCP(size-14-20-20)))
+		small := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
+		for n := 0; n < i+1; n++ {
+			out = append(out, small, u, tc)
+			udp.Packets += 2
+			udp.Bytes += uint64(len(small) + len(u))
+			tcp.Packets++
+			tcp.Bytes += uint64(len(tc))
+		}
+	}
+	return out, udp, tcp
+}
+
+// lineProtocol renders the gathered points, sorted, for the test log.
+func lineProtocol(ms []telegraf.Metric) string {
+	var lines []string
+	for _, m := range ms {
+		var tags, fields []string
+		for _, tag := range m.TagList() {
+			tags = append(tags, tag.Key+"="+tag.Value)
+		}
+		for _, f := range m.FieldList() {
+			switch v := f.Value.(type) {
+			case string:
+				fields = append(fields, fmt.Sprintf("%s=%q", f.Key, v))
+			case bool:
+				fields = append(fields, fmt.Sprintf("%s=%v", f.Key, v))
+			default:
+				fields = append(fields, fmt.Sprintf("%s=%vi", f.Key, v))
+			}
+		}
+		lines = append(lines, m.Name()+","+strings.Join(tags, ",")+" "+strings.Join(fields, ","))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// TestJumboNativeMetrics: at MTU 9000 the plugin attaches natively with the
+// multi-buffer program and reports frames of 1500 to 9014 bytes, mixed
+// with small ones, in packets and whole-frame bytes; fallback is false.
+func TestJumboNativeMetrics(t *testing.T) {
+	ns := jumboNS(t)
+	log := &captureLog{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: log}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	require.Contains(t, strings.Join(log.infos, "\n"), "multi-buffer: the device's MTU needs more than one buffer per frame")
+
+	out, udp, tcp := jumboFrames()
+	require.NoError(t, ns.SendRaw(testns.Peer, out))
+	acc = gatherUntil(t, ns, p, udp.Packets+tcp.Packets)
+	require.Empty(t, acc.Errors)
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	want := []telegraf.Metric{
+		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "udp", "action": "drop"},
+			map[string]any{"packets": udp.Packets, "bytes": udp.Bytes}, time.Unix(0, 0)),
+		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "tcp", "action": "pass"},
+			map[string]any{"packets": tcp.Packets, "bytes": tcp.Bytes}, time.Unix(0, 0)),
+		linkMetric(testns.Dev, "native", id),
+	}
+	testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
+	t.Logf("gathered at MTU 9000:\n%s", lineProtocol(acc.GetTelegrafMetrics()))
+}
+
+// TestJumboAutoFallback: with the multi-buffer program unavailable (the
+// test hook stands in for a kernel before 5.18), auto falls back to generic
+// mode at MTU 9000, logs why and sets fallback; generic mode counts the
+// jumbo frames whole. Native mode fails instead, with an error that names
+// the MTU, the largest that works and the modes that would.
+func TestJumboAutoFallback(t *testing.T) {
+	ns := jumboNS(t)
+	log := &captureLog{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"udp"}, Log: log, singleBufferOnly: true}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	warned := strings.Join(log.warnings, "\n")
+	require.Contains(t, warned, `mode = "auto" fell back to generic mode (slower): native XDP refused`)
+	require.Contains(t, warned, "MTU 9000 is too large for single-buffer XDP on this device (the largest that works is 3506)")
+	t.Logf("logged: %s", warned)
+
+	out, udp, tcp := jumboFrames()
+	require.NoError(t, ns.SendRaw(testns.Peer, out))
+	acc = gatherUntil(t, ns, p, udp.Packets+tcp.Packets)
+	require.Empty(t, acc.Errors)
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	want := []telegraf.Metric{
+		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "udp", "action": "drop"},
+			map[string]any{"packets": udp.Packets, "bytes": udp.Bytes}, time.Unix(0, 0)),
+		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "tcp", "action": "pass"},
+			map[string]any{"packets": tcp.Packets, "bytes": tcp.Bytes}, time.Unix(0, 0)),
+		testutil.MustMetric("xdp_drop_link", map[string]string{"interface": testns.Dev, "mode": "generic"},
+			map[string]any{"attached": true, "program_id": int64(id), "fallback": true}, time.Unix(0, 0)),
+	}
+	testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
+	t.Logf("gathered:\n%s", lineProtocol(acc.GetTelegrafMetrics()))
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	native := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: testutil.Logger{}, singleBufferOnly: true}
+	acc = startPlugin(t, ns, native)
+	require.Len(t, acc.Errors, 1)
+	msg := acc.Errors[0].Error()
+	for _, part := range []string{
+		fmt.Sprintf("interface %q: native XDP refused", testns.Dev),
+		"MTU 9000 is too large for single-buffer XDP on this device (the largest that works is 3506)",
+		"lower the MTU to 3506 or less",
+		`or set mode = "generic" (or "auto", which falls back to it)`,
+	} {
+		require.Contains(t, msg, part)
+	}
+	t.Logf("error: %s", msg)
+	id, err = ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "nothing attached after a failed attach")
+}
