@@ -149,3 +149,55 @@ func TestJumboAutoFallback(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, id, "nothing attached after a failed attach")
 }
+
+// TestKeepAttachedJumbo: a link kept at MTU 9000 holds the multi-buffer
+// program; the next run's single-buffer program would be refused there, so
+// the takeover puts its multi-buffer program into the same link, and the
+// pinned counters go on.
+func TestKeepAttachedJumbo(t *testing.T) {
+	ns := jumboNS(t)
+	dir := pinDir(t)
+	kept := func(log telegraf.Logger) *XDPDrop {
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, PinPath: dir, KeepAttached: true, Log: log}
+	}
+	out, udp, tcp := jumboFrames()
+	total := udp.Packets + tcp.Packets
+
+	first := kept(testutil.Logger{})
+	acc := startPlugin(t, ns, first)
+	require.Empty(t, acc.Errors)
+	inNS(t, ns, first, func() error { first.Stop(); return nil })
+	id1, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id1, "still attached after Stop")
+	link1 := keptLinkID(t, dir)
+	require.NoError(t, ns.SendRaw(testns.Peer, out), "while no agent runs: still counted")
+
+	log := &captureLog{}
+	second := kept(log)
+	acc = startPlugin(t, ns, second)
+	require.Empty(t, acc.Errors)
+	require.Contains(t, strings.Join(log.infos, "\n"), "took over the attachment kept by an earlier run")
+	require.Contains(t, strings.Join(log.infos, "\n"), "multi-buffer")
+	require.Equal(t, link1, keptLinkID(t, dir), "the same link, updated in place")
+	id2, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotEqual(t, id1, id2)
+
+	require.NoError(t, ns.SendRaw(testns.Peer, out))
+	acc = gatherUntil(t, ns, second, 2*total)
+	require.Equal(t, 2*total, packetsOf(acc, testns.Dev))
+	var bytes uint64
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == "xdp_drop" {
+			v, _ := m.GetField("bytes")
+			bytes += v.(uint64)
+		}
+	}
+	require.Equal(t, 2*(udp.Bytes+tcp.Bytes), bytes, "whole frames, before and after the takeover")
+	inNS(t, ns, second, func() error { second.Stop(); return nil })
+	// keep_attached off releases the kept link; its Stop detaches.
+	released := kept(testutil.Logger{})
+	released.KeepAttached = false
+	startPlugin(t, ns, released)
+}
