@@ -141,7 +141,11 @@ func seriesIface(tags map[string]string) string {
 func linkText(p point) string {
 	iface, mode := p.tags["interface"], p.tags["mode"]
 	if p.fields["attached"] == true {
-		return fmt.Sprintf("link %s: attached, %s mode, program id %v", iface, mode, p.fields["program_id"])
+		mode += " mode"
+		if p.fields["fallback"] == true {
+			mode += " (auto fell back)"
+		}
+		return fmt.Sprintf("link %s: attached, %s, program id %v", iface, mode, p.fields["program_id"])
 	}
 	msg := fmt.Sprintf("link %s: NOT attached: %v", iface, p.fields["error"])
 	if len(msg) > 79 {
