@@ -257,6 +257,8 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A clone of p's counters: the program holds its own reference.
+	objs.Counters.Close()
 	return objs.Prog, nil
 }
 
