@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,11 +104,25 @@ func jumboNS(t *testing.T) *testns.NS {
 	return ns
 }
 
+// sizeMix is frames of one jumbo size, UDP (dropped by the tests' policy)
+// and TCP over IPv4 and IPv6 (passed), interleaved with small frames of
+// other classes, so that each class's counters move by frames of that size only.
+func sizeMix(i, size int) []jumboFlow {
+	return []jumboFlow{
+		{udpFrame(size), 5 + i, bpf.IPv4Class(frames.ProtoUDP)},
+		{tcpFrame(size), 2 + i, bpf.IPv4Class(frames.ProtoTCP)},
+		{tcp6Frame(size), 1 + i%2, bpf.IPv6Class(frames.ProtoTCP)},
+		{frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoICMP, 0, frames.ICMPEcho(false, 18))), 2, bpf.IPv4Class(frames.ProtoICMP)},
+		{frames.Ether(frames.EtherIPv6, frames.IPv6(frames.ProtoUDP, frames.UDP(8))), 3, bpf.IPv6Class(frames.ProtoUDP)},
+		{frames.Ether(frames.EtherARP, frames.ARPRequest()), 1, bpf.ClassL2ARP},
+	}
+}
+
 // TestJumboNative attaches in native mode to a veth pair at MTU 9000 and
 // sends frames of 1500, 4000, 8000 and 9014 bytes, mixed with small ones,
-// from the peer through an AF_PACKET socket: every frame is counted under
-// its class with its whole length, UDP is dropped and the rest reaches the
-// stack whole.
+// from the peer through an AF_PACKET socket, one size after the other and
+// then all interleaved: every frame is counted under its class with its
+// whole length, UDP is dropped and the rest reaches the stack whole.
 func TestJumboNative(t *testing.T) {
 	ns := jumboNS(t)
 	policy := bpf.Policy{Protocols: []uint8{frames.ProtoUDP}}
@@ -126,27 +141,37 @@ func TestJumboNative(t *testing.T) {
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.Equal(t, uint32(p.ID()), id, "ip link shows the multi-buffer program")
+	t.Logf("attached: mode %s, program id %d, multi-buffer %v, MTU %d", p.Mode(), p.ID(), p.MultiBuffer(), jumboMTU)
 
 	sock, err := ns.OpenPacketSocket(testns.Dev)
 	require.NoError(t, err)
 	defer sock.Close()
 
-	mix := jumboMix()
-	require.NoError(t, ns.SendRaw(testns.Peer, sendOrder(mix)))
-	want, total := expectedJumbo(mix)
-	var got bpf.Counters
-	require.NoError(t, waitCounters(p, &got, uint64(total)))
-	for c := range want {
-		require.Equal(t, want[c], got[c], "class %d", c)
+	var sent []jumboFlow
+	var before, got bpf.Counters
+	check := func(mix []jumboFlow) {
+		t.Helper()
+		sent = append(sent, mix...)
+		require.NoError(t, ns.SendRaw(testns.Peer, sendOrder(mix)))
+		want, total := expectedJumbo(sent)
+		require.NoError(t, waitCounters(p, &got, uint64(total)))
+		for c := range want {
+			require.Equal(t, want[c], got[c], "class %d", c)
+		}
 	}
-	for _, size := range jumboSizes {
-		t.Logf("%d-byte frames: %s", size, describeSize(mix, size, policy))
+	for i, size := range jumboSizes {
+		before = got
+		check(sizeMix(i, size))
+		t.Logf("%d-byte frames, counted: %s", size, describeDelta(before, got, policy,
+			bpf.IPv4Class(frames.ProtoUDP), bpf.IPv4Class(frames.ProtoTCP), bpf.IPv6Class(frames.ProtoTCP)))
 	}
+	check(jumboMix())
+	t.Logf("all sizes interleaved with small frames: %d frames counted exactly", len(sendOrder(jumboMix())))
 
 	received, err := sock.Drain(200 * time.Millisecond)
 	require.NoError(t, err)
 	var wantLens, gotLens []int
-	for _, f := range mix {
+	for _, f := range sent {
 		if !policy.Drops(f.class) {
 			for i := 0; i < f.count; i++ {
 				wantLens = append(wantLens, len(f.frame))
@@ -161,20 +186,18 @@ func TestJumboNative(t *testing.T) {
 	require.Equal(t, wantLens, gotLens, "lengths of the frames that reached the stack: the passed ones, whole")
 }
 
-// describeSize says what the flows of one frame size were sent and counted as.
-func describeSize(mix []jumboFlow, size int, policy bpf.Policy) string {
-	var s string
-	for _, f := range mix {
-		if len(f.frame) != size {
-			continue
+// describeDelta says how far the counters of classes moved between two reads.
+func describeDelta(before, after bpf.Counters, policy bpf.Policy, classes ...bpf.Class) string {
+	var parts []string
+	for _, c := range classes {
+		action := "passed"
+		if policy.Drops(c) {
+			action = "dropped"
 		}
-		action := "pass"
-		if policy.Drops(f.class) {
-			action = "drop"
-		}
-		s += fmt.Sprintf("%s/%s %s %d packets %d bytes; ", f.class.Family(), classTag(f.class), action, f.count, f.count*len(f.frame))
+		parts = append(parts, fmt.Sprintf("%s/%s %s %d packets %d bytes", c.Family(), classTag(c), action,
+			after[c].Packets-before[c].Packets, after[c].Bytes-before[c].Bytes))
 	}
-	return s
+	return strings.Join(parts, "; ")
 }
 
 func classTag(c bpf.Class) string {
