@@ -334,6 +334,9 @@ func TestMTUWhileAttached(t *testing.T) {
 	require.NoError(t, ns.SetMTU(testns.Dev, jumboMTU), "the receiving end's own MTU is free")
 	err = ns.SetMTU(testns.Peer, jumboMTU)
 	require.Error(t, err, "the kernel holds the peer's MTU below the single-buffer limit")
+	t.Logf("raising the peer's MTU with the single-buffer program attached: %v", err)
+	out, _ := ns.Exec("ip", "link", "set", "dev", testns.Peer, "mtu", "9000").CombinedOutput()
+	t.Logf("ip link says: %s", out)
 	require.NoError(t, p.Detach())
 
 	require.NoError(t, ns.SetMTU(testns.Peer, jumboMTU))
