@@ -3,8 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/BurntSushi/toml"
 
@@ -18,9 +21,9 @@ const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, 
 // loader it refuses unknown keys, other plugins and repeated sections, so a
 // typo never silently falls back to a default.
 func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readConfigFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	var conf struct {
 		Inputs map[string][]toml.Primitive `toml:"inputs"`
@@ -54,6 +57,52 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key.String(), options)
 	}
 	return plugin, nil
+}
+
+// maxConfigSize bounds what is read of the config file: the file is one
+// short section, and a device such as /dev/zero must not fill the memory.
+const maxConfigSize = 1 << 20
+
+// readConfigFile reads a regular file of at most maxConfigSize bytes. It
+// opens without blocking, so a FIFO is refused instead of waited on.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("config %s: not a regular file (%s); pass the path of the plugin's TOML file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf", path, fileKind(st.Mode()))
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(raw) > maxConfigSize {
+		return nil, fmt.Errorf("config %s: larger than 1 MiB; the plugin's config is one [[inputs.xdp_drop]] section of a few lines: check that -config names the right file", path)
+	}
+	return raw, nil
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
 }
 
 var envEscaper = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
