@@ -63,14 +63,5 @@ func run() int {
 		return 0
 	}
 
-	s := shim.New()
-	if err := s.AddInput(plugin); err != nil {
-		log.Errorf("config %s: %v", *configFile, unwrapInit(err))
-		return 1
-	}
-	if err := s.Run(*pollInterval); err != nil {
-		log.Errorf("%v", err)
-		return 1
-	}
-	return 0
+	return serve(plugin, *configFile, *pollInterval, log)
 }

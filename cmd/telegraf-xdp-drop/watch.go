@@ -39,6 +39,7 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 	for {
 		select {
 		case <-ctx.Done():
+			log.Infof("stopped: %v", context.Cause(ctx))
 			return nil
 		case <-ticker.C:
 		}
