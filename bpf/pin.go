@@ -118,7 +118,7 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 		return nil, "", fmt.Errorf("list pinned counters in %s: %w", dir, err)
 	}
 	for _, s := range stale {
-		if filepath.Base(s) == name {
+		if filepath.Base(s) == name || !isOurPin(filepath.Base(s)) {
 			continue
 		}
 		if err := os.Remove(s); err != nil {
@@ -244,11 +244,46 @@ func ReleaseKept(dir string) (bool, error) {
 	return true, nil
 }
 
-// RemovePins unpins everything kept in dir for an interface that is gone,
-// so that an interface created later under the same name starts afresh.
-func RemovePins(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove pins in %s: %w", dir, err)
+// isOurPin reports whether a file name in an interface's pin directory is
+// one this package pins: the link, or counters named by a fingerprint.
+func isOurPin(name string) bool {
+	if name == linkPin {
+		return true
 	}
-	return nil
+	fp, ok := strings.CutPrefix(name, "counters_")
+	if !ok || len(fp) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(fp)
+	return err == nil
+}
+
+// RemovePins unpins what this package pinned in dir for an interface that
+// is gone, so that an interface created later under the same name starts
+// afresh. Anything else in dir is not ours: it is left, with the directory,
+// and returned by name.
+func RemovePins(dir string) (left []string, err error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pins in %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !isOurPin(e.Name()) {
+			left = append(left, e.Name())
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return nil, fmt.Errorf("unpin %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+	}
+	if len(left) > 0 {
+		return left, nil
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove pin directory %s: %w", dir, err)
+	}
+	return nil, nil
 }

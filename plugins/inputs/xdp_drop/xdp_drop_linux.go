@@ -104,9 +104,20 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time, inN
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 	if removed && x.PinPath != "" {
 		// A new interface of that name starts from zero, like without pins.
-		if err := bpf.RemovePins(filepath.Join(x.PinPath, ifc.name)); err != nil {
-			x.Log.Warnf("interface %q: %v", ifc.name, err)
-		}
+		x.removePins(ifc.name)
+	}
+}
+
+// removePins unpins what the plugin pinned for a removed interface; files
+// other tools put in its directory stay, and the log names them.
+func (x *XDPDrop) removePins(name string) {
+	dir := filepath.Join(x.PinPath, name)
+	left, err := bpf.RemovePins(dir)
+	if err != nil {
+		x.Log.Warnf("interface %q: %v", name, err)
+	}
+	if len(left) > 0 {
+		x.Log.Infof("interface %q: unpinned its counters; left %s in place, holding %s that xdp_drop did not pin", name, dir, strings.Join(left, ", "))
 	}
 }
 

@@ -1,0 +1,88 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// recordLog keeps every line logged, with Telegraf's level prefix.
+type recordLog struct {
+	testutil.Logger
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordLog) add(level, format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, level+" "+fmt.Sprintf(format, args...))
+}
+
+func (l *recordLog) Errorf(format string, args ...any) { l.add("E!", format, args...) }
+func (l *recordLog) Warnf(format string, args ...any)  { l.add("W!", format, args...) }
+func (l *recordLog) Infof(format string, args ...any)  { l.add("I!", format, args...) }
+
+func (l *recordLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// pinForeignMap pins a small map at path, as another tool would.
+func pinForeignMap(t *testing.T, path string) {
+	t.Helper()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Pin(path))
+}
+
+// TestForeignPinsKept: files another tool pinned in an interface's pin
+// directory survive both the start (stale counters are unpinned by their
+// exact names only) and the interface's removal, which unpins only what the
+// plugin pinned and says what it left.
+func TestForeignPinsKept(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	ifDir := filepath.Join(dir, "xdpt2")
+	require.NoError(t, os.MkdirAll(ifDir, 0o700))
+	foreign := []string{"important", "counters_mine"}
+	for _, name := range foreign {
+		pinForeignMap(t, filepath.Join(ifDir, name))
+	}
+
+	log := &recordLog{}
+	p := &XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: log}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	ours, err := filepath.Glob(filepath.Join(ifDir, "counters_*"))
+	require.NoError(t, err)
+	require.Len(t, ours, 2, "the plugin's counters next to the foreign counters_mine")
+
+	require.NoError(t, ns.DelLink("xdpt2"))
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	entries, err := os.ReadDir(ifDir)
+	require.NoError(t, err, "the directory stays while it holds foreign pins")
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	require.ElementsMatch(t, foreign, left, "only the plugin's own pins are removed")
+	require.Contains(t, strings.Join(log.all(), "\n"),
+		fmt.Sprintf(`I! interface "xdpt2": unpinned its counters; left %s in place, holding counters_mine, important that xdp_drop did not pin`, ifDir))
+}
