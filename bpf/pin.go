@@ -76,6 +76,36 @@ func onBPFFS(dir string) bool {
 	}
 }
 
+// CheckPinDir returns an error when path exists and is not a directory,
+// naming what it is instead (a pinned map, program or link on bpffs).
+func CheckPinDir(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && st.IsDir() {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%s is %s, not a directory", path, pinnedKind(path))
+}
+
+// pinnedKind names the BPF object pinned at path, or "a file".
+func pinnedKind(path string) string {
+	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
+		m.Close()
+		return "a pinned BPF map"
+	}
+	if p, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
+		p.Close()
+		return "a pinned BPF program"
+	}
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		l.Close()
+		return "a pinned BPF link"
+	}
+	return "a file"
+}
+
 // LoadPinned loads the program like Load, with its counters pinned in dir:
 // counters pinned there by an earlier run with the same program and policy
 // are continued; counters pinned under another program or policy are

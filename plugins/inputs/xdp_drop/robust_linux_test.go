@@ -86,3 +86,36 @@ func TestForeignPinsKept(t *testing.T) {
 	require.Contains(t, strings.Join(log.all(), "\n"),
 		fmt.Sprintf(`I! interface "xdpt2": unpinned its counters; left %s in place, holding counters_mine, important that xdp_drop did not pin`, ifDir))
 }
+
+// TestPinPathNotADirectory: pin_path naming a pinned map, or a pinned map
+// where the interface's directory would be, is reported as such; nothing
+// is attached and the map stays.
+func TestPinPathNotADirectory(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	m := filepath.Join(dir, "somemap")
+	pinForeignMap(t, m)
+	pinForeignMap(t, filepath.Join(dir, testns.Dev))
+
+	for _, c := range []struct{ pinPath, want string }{
+		{m, fmt.Sprintf(`interface %q: pin_path = %q: %s is a pinned BPF map, not a directory; set pin_path to a directory (created if missing), e.g. "/sys/fs/bpf/xdp_drop"`, testns.Dev, m, m)},
+		{dir, fmt.Sprintf(`interface %q: pin_path: %s is a pinned BPF map, not a directory; it is not ours, so it is left alone: move it, or choose another pin_path`, testns.Dev, filepath.Join(dir, testns.Dev))},
+	} {
+		for _, keep := range []bool{false, true} {
+			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: c.pinPath, KeepAttached: keep, Log: testutil.Logger{}}
+			acc := startPlugin(t, ns, p)
+			require.Len(t, acc.Errors, 1)
+			require.Equal(t, c.want, acc.Errors[0].Error())
+			id, err := ns.XDPProgramID(testns.Dev)
+			require.NoError(t, err)
+			require.Zero(t, id)
+			inNS(t, ns, p, func() error { p.Stop(); return nil })
+		}
+	}
+	for _, path := range []string{m, filepath.Join(dir, testns.Dev)} {
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		require.False(t, st.IsDir(), "the map is left alone")
+	}
+}

@@ -274,6 +274,12 @@ func (x *XDPDrop) load(name string) (*bpf.Program, error) {
 		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
 	}
 	dir := filepath.Join(x.PinPath, name)
+	if err := bpf.CheckPinDir(x.PinPath); err != nil {
+		return nil, fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", x.PinPath, err, bpf.DefaultBPFFS+"/xdp_drop")
+	}
+	if err := bpf.CheckPinDir(dir); err != nil {
+		return nil, fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
+	}
 	if !x.KeepAttached {
 		if released, err := bpf.ReleaseKept(dir); err != nil {
 			return nil, err
