@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
@@ -118,4 +119,47 @@ func TestPinPathNotADirectory(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, st.IsDir(), "the map is left alone")
 	}
+}
+
+// TestOddInterfaceNames: an interface named rt[0] is attached when named
+// with escaped glob characters, and the pattern "rt[0]" (which matches rt0)
+// warns that it does not name it; a name with byte 0xFF reaches the
+// interface tag as valid UTF-8, escaped.
+func TestOddInterfaceNames(t *testing.T) {
+	ns := testns.New(t)
+	for _, pair := range [][2]string{{"xr[0]", "xs0"}, {"xr0", "xs1"}, {"xr\xff", "xs2"}} {
+		_, _, err := ns.AddVeth(pair[0], pair[1])
+		require.NoError(t, err)
+	}
+	all := []string{"xr[0]", "xr0", "xr\xff", "xs0", "xs1", "xs2"}
+	inNS(t, ns, &XDPDrop{Interfaces: all}, func() error { return nil })
+
+	p := &XDPDrop{Interfaces: []string{`xr\[0\]`}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	require.Equal(t, []string{"xr[0]"}, attachedSet(t, ns, all...), "the escaped name attaches rt[0] only")
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	log := &recordLog{}
+	p = &XDPDrop{Interfaces: []string{"xr[0]"}, Drop: []any{"all"}, Log: log}
+	acc = startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	require.Equal(t, []string{"xr0"}, attachedSet(t, ns, all...), "unescaped, it is a glob")
+	require.Contains(t, log.all(), `W! interfaces: "xr[0]" is a glob pattern, which does not match the interface named "xr[0]"; to name that interface, escape the glob characters: 'xr\[0\]'`)
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	p = &XDPDrop{Interfaces: []string{"xr?"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	acc = startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Equal(t, []string{"xr0", "xr\xff"}, attachedSet(t, ns, all...))
+	tags := map[string]bool{}
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == "xdp_drop_link" {
+			iface, _ := m.GetTag("interface")
+			require.True(t, utf8.ValidString(iface), "%q", iface)
+			tags[iface] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"xr0": true, `xr\xff`: true}, tags)
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/filter"
@@ -42,9 +43,10 @@ type XDPDrop struct {
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
 
-	mu         sync.Mutex
-	ifaces     []*iface
-	nsReported string // the namespace error last reported, when no interface carries it
+	mu          sync.Mutex
+	ifaces      []*iface
+	nsReported  string          // the namespace error last reported, when no interface carries it
+	literalHint map[string]bool // patterns already warned about an interface named like them
 
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
@@ -87,13 +89,68 @@ func (x *XDPDrop) Init() error {
 	x.ifaces = nil
 	for _, name := range x.Interfaces {
 		if !isPattern(name) {
-			x.ifaces = append(x.ifaces, &iface{name: name})
+			x.ifaces = append(x.ifaces, &iface{name: literalName(name)})
 		}
 	}
 	return nil
 }
 
-func isPattern(name string) bool { return strings.ContainsAny(name, "*?[") }
+// globEscapable are the characters a backslash makes literal in an entry
+// of interfaces, as in the glob syntax.
+const globEscapable = `*?[]\`
+
+// isPattern reports whether an entry of interfaces holds a glob character
+// that no backslash makes literal.
+func isPattern(entry string) bool {
+	for i := 0; i < len(entry); i++ {
+		switch c := entry[i]; {
+		case c == '\\' && i+1 < len(entry) && strings.IndexByte(globEscapable, entry[i+1]) >= 0:
+			i++
+		case c == '*' || c == '?' || c == '[':
+			return true
+		}
+	}
+	return false
+}
+
+// literalName is the interface an entry without a pattern names: a
+// backslash before a glob character makes it literal ('rt\[0\]' names rt[0]).
+func literalName(entry string) string {
+	var b strings.Builder
+	for i := 0; i < len(entry); i++ {
+		if entry[i] == '\\' && i+1 < len(entry) && strings.IndexByte(globEscapable, entry[i+1]) >= 0 {
+			i++
+		}
+		b.WriteByte(entry[i])
+	}
+	return b.String()
+}
+
+// hasControl reports whether s holds a NUL or another control character.
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
+}
+
+// tagName is an interface name as line protocol carries it: valid UTF-8
+// without control characters, losslessly. Bytes that are not UTF-8, control
+// characters and the backslash become \xNN; every other name is unchanged.
+func tagName(name string) string {
+	if utf8.ValidString(name) && !hasControl(name) && !strings.Contains(name, `\`) {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if r == utf8.RuneError && size <= 1 || r < 0x20 || r == 0x7f || r == '\\' {
+			fmt.Fprintf(&b, `\x%02x`, name[i])
+			i++
+			continue
+		}
+		b.WriteString(name[i : i+size])
+		i += size
+	}
+	return b.String()
+}
 
 func (x *XDPDrop) checkPinning() error {
 	switch {
@@ -125,20 +182,26 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	seen := make(map[string]bool, len(x.Interfaces))
 	var patterns []string
-	for _, name := range x.Interfaces {
+	for _, entry := range x.Interfaces {
+		name := entry
+		if !isPattern(entry) {
+			name = literalName(entry)
+		}
 		switch {
-		case name == "":
+		case entry == "":
 			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
-		case len(name) > maxIfaceName && !isPattern(name):
-			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", name, maxIfaceName)
+		case hasControl(entry):
+			return fmt.Errorf("interfaces: %q holds a NUL or control character, which no interface name can; list names as ip link shows them", entry)
+		case len(name) > maxIfaceName && !isPattern(entry):
+			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", entry, maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
-			return fmt.Errorf("interfaces: %q is not a valid interface name", name)
+			return fmt.Errorf("interfaces: %q is not a valid interface name", entry)
 		case seen[name]:
-			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", name)
+			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", entry)
 		}
 		seen[name] = true
-		if isPattern(name) {
-			patterns = append(patterns, name)
+		if isPattern(entry) {
+			patterns = append(patterns, entry)
 		}
 	}
 	for _, p := range patterns {
@@ -147,6 +210,9 @@ func (x *XDPDrop) checkInterfaces() error {
 		}
 	}
 	for _, p := range x.InterfaceExclude {
+		if hasControl(p) {
+			return fmt.Errorf("interface_exclude: %q holds a NUL or control character, which no interface name can", p)
+		}
 		if _, err := filter.Compile([]string{p}); err != nil {
 			return fmt.Errorf("interface_exclude: %q is not a valid glob pattern: %v", p, err)
 		}
@@ -155,9 +221,9 @@ func (x *XDPDrop) checkInterfaces() error {
 	if err != nil {
 		return fmt.Errorf("interface_exclude: %w", err)
 	}
-	for _, name := range x.Interfaces {
-		if !isPattern(name) && exclude != nil && exclude.Match(name) {
-			return fmt.Errorf("interfaces: %q is named exactly but also matches interface_exclude; remove one of the two", name)
+	for _, entry := range x.Interfaces {
+		if !isPattern(entry) && exclude != nil && exclude.Match(literalName(entry)) {
+			return fmt.Errorf("interfaces: %q is named exactly but also matches interface_exclude; remove one of the two", entry)
 		}
 	}
 	if len(patterns) == 0 {

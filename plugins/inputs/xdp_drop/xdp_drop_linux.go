@@ -8,12 +8,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/filter"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -157,6 +159,7 @@ func (x *XDPDrop) discover(acc telegraf.Accumulator) {
 	}
 	var added []string
 	for _, dev := range list {
+		x.hintLiteral(dev.Name)
 		if dev.Flags&net.FlagLoopback != 0 || tracked[dev.Name] || !x.selector.Match(dev.Name) {
 			continue
 		}
@@ -166,6 +169,23 @@ func (x *XDPDrop) discover(acc telegraf.Accumulator) {
 	if len(added) > 0 {
 		x.Log.Infof("interfaces matched: %s", strings.Join(added, ", "))
 	}
+}
+
+// hintLiteral warns, once, when an interface is named exactly like a
+// pattern of interfaces that does not match it, such as "rt[0]".
+func (x *XDPDrop) hintLiteral(name string) {
+	if !isPattern(name) || x.literalHint[name] || !slices.Contains(x.Interfaces, name) {
+		return
+	}
+	if f, err := filter.Compile([]string{name}); err == nil && f.Match(name) {
+		return
+	}
+	if x.literalHint == nil {
+		x.literalHint = make(map[string]bool)
+	}
+	x.literalHint[name] = true
+	escaped := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(name)
+	x.Log.Warnf("interfaces: %q is a glob pattern, which does not match the interface named %q; to name that interface, escape the glob characters: '%s'", name, name, escaped)
 }
 
 // forgetVanished releases interfaces found by a pattern that have gone
@@ -378,7 +398,7 @@ func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Ti
 		return
 	}
 	err := ifc.prog.Read(x.PerQueue, x.PerCPU, &ifc.counters, func(queue, cpu int, c *bpf.Counters) {
-		x.emitClasses(acc, ifc.name, c, queueTag(queue), cpuTag(cpu), now)
+		x.emitClasses(acc, tagName(ifc.name), c, queueTag(queue), cpuTag(cpu), now)
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
@@ -428,7 +448,7 @@ func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *b
 }
 
 func (x *XDPDrop) emitLink(acc telegraf.Accumulator, ifc *iface, now time.Time) {
-	tags := map[string]string{"interface": ifc.name, "mode": string(x.mode)}
+	tags := map[string]string{"interface": tagName(ifc.name), "mode": string(x.mode)}
 	fields := map[string]any{"attached": ifc.prog != nil}
 	if ifc.prog != nil {
 		tags["mode"] = string(ifc.prog.Mode())
