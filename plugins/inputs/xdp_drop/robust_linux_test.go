@@ -14,7 +14,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -162,4 +164,50 @@ func TestOddInterfaceNames(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{"xr0": true, `xr\xff`: true}, tags)
+}
+
+// TestReplaceStaleOwnProgram: replace = true replaces an xdp_drop program
+// that no running process owns: a link only a pin keeps (keep_attached of
+// a stopped run under another pin_path) or a netlink attachment. One that
+// this process holds is refused, naming it.
+func TestReplaceStaleOwnProgram(t *testing.T) {
+	ns := testns.New(t)
+	kept := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}}
+	startPlugin(t, ns, kept)
+	staleID := kept.ifaces[0].prog.ID()
+	inNS(t, ns, kept, func() error { kept.Stop(); return nil })
+
+	log := &recordLog{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: log}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	require.Contains(t, log.all(), fmt.Sprintf(`W! interface %q: replaced XDP program id %d (replace = true)`, testns.Dev, staleID))
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	stale, err := bpf.Load(bpf.Policy{DropAll: true})
+	require.NoError(t, err)
+	defer stale.Close()
+	require.NoError(t, ns.Do(func() error {
+		if err := ns.CheckAttachable(testns.Dev); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(testns.Dev)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFd(l, stale.XDP().FD())
+	}))
+	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	acc = startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors, "a netlink attachment has no running owner")
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+
+	require.NoError(t, ns.Do(func() error { return stale.Attach(ns.DevIdx, bpf.ModeNative) }))
+	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	acc = startPlugin(t, ns, p)
+	require.Len(t, acc.Errors, 1)
+	require.Contains(t, acc.Errors[0].Error(), fmt.Sprintf("XDP program id %d (xdp_drop) belongs to a running instance: process %d (", stale.ID(), os.Getpid()))
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, uint32(stale.ID()), id, "left alone")
 }

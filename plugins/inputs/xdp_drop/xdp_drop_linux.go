@@ -246,14 +246,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	err = x.attachProgram(prog, ifc.name, dev.Index)
 	var existing *bpf.ExistingProgramError
 	if errors.As(err, &existing) && x.Replace {
-		// Only a program that is in the way is replaced; a link kept by an
-		// earlier run has been taken over above, without a gap.
-		if err = bpf.RemoveExisting(dev.Index); err != nil {
-			err = fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
-		} else {
-			x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", ifc.name, existing.ID)
-			err = x.attachProgram(prog, ifc.name, dev.Index)
-		}
+		err = x.replace(prog, ifc.name, dev.Index, existing)
 	}
 	if err != nil {
 		prog.Close()
@@ -278,6 +271,23 @@ func (x *XDPDrop) attach(ifc *iface) error {
 // fellBack reports whether mode = "auto" fell back to generic mode.
 func fellBack(mode bpf.Mode, prog *bpf.Program) bool {
 	return mode == bpf.ModeAuto && prog.Mode() == bpf.ModeGeneric
+}
+
+// replace removes the program in the way and attaches prog instead. Only
+// a program that is in the way is replaced; a link kept by an earlier run
+// has been taken over by attachProgram, without a gap. A running xdp_drop
+// is never replaced: two instances would take the interface in turns.
+func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing *bpf.ExistingProgramError) error {
+	if existing.Name == bpf.ProgramName {
+		if err := bpf.CheckNotLive(ifindex, existing.ID); err != nil {
+			return err
+		}
+	}
+	if err := bpf.RemoveExisting(ifindex); err != nil {
+		return fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
+	}
+	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, existing.ID)
+	return x.attachProgram(prog, name, ifindex)
 }
 
 // load loads a program for the interface, with its counters pinned when
@@ -334,7 +344,14 @@ func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int) err
 func (x *XDPDrop) explain(name string, err error) error {
 	var existing *bpf.ExistingProgramError
 	var refused *bpf.NativeRefusedError
+	var live *bpf.LiveOwnerError
 	switch {
+	case errors.As(err, &live) && len(live.Holders) == 0:
+		return fmt.Errorf("interface %q: %w; replace = true never takes an interface from a running xdp_drop, so it is left alone: "+
+			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", name, err)
+	case errors.As(err, &live):
+		return fmt.Errorf("interface %q: %w; replace = true never takes an interface from a running xdp_drop, so it is left alone: "+
+			"stop that instance, or give each instance interfaces of its own", name, err)
 	case errors.Is(err, bpf.ErrPermission):
 		exe, _ := os.Executable()
 		if exe == "" {
@@ -347,7 +364,7 @@ func (x *XDPDrop) explain(name string, err error) error {
 		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
 	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
 		return fmt.Errorf("interface %q: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
-			"it is left alone: stop the other instance, or set replace = true to take the interface over", name, err)
+			"it is left alone: stop the other instance; if none runs, set replace = true to replace it", name, err)
 	case errors.As(err, &existing):
 		return fmt.Errorf("interface %q: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", name, err)
 	case x.mode == bpf.ModeOffload:

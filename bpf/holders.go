@@ -1,0 +1,134 @@
+//go:build linux
+
+package bpf
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Holder is a process that holds a BPF link open.
+type Holder struct {
+	PID  int
+	Comm string
+}
+
+func (h Holder) String() string { return fmt.Sprintf("%d (%s)", h.PID, h.Comm) }
+
+// LiveOwnerError is returned when the xdp_drop program in the way is
+// attached through a link that a running process holds, or may hold: a
+// running instance, which replace = true must not fight.
+type LiveOwnerError struct {
+	ID      ebpf.ProgramID
+	Link    link.ID
+	Holders []Holder // empty when no process could be seen holding the link
+}
+
+func (e *LiveOwnerError) Error() string {
+	if len(e.Holders) == 0 {
+		return fmt.Sprintf("XDP program id %d (%s) is attached through link id %d, which no process this one can see holds: it may belong to a running instance", e.ID, ProgramName, e.Link)
+	}
+	pids := make([]string, len(e.Holders))
+	for i, h := range e.Holders {
+		pids[i] = h.String()
+	}
+	return fmt.Sprintf("XDP program id %d (%s) belongs to a running instance: process %s holds its link id %d", e.ID, ProgramName, strings.Join(pids, ", "), e.Link)
+}
+
+// CheckNotLive returns a *LiveOwnerError when the XDP program id on ifindex
+// is attached through a link held by a running process, or by a process
+// whose descriptors this one cannot read. A program attached through netlink,
+// or through a link that only a pin keeps, has no running owner.
+func CheckNotLive(ifindex int, id ebpf.ProgramID) error {
+	l, err := findXDPLink(ifindex, id)
+	if err != nil || l == nil {
+		return err
+	}
+	info, err := l.Info()
+	l.Close()
+	if err != nil {
+		return fmt.Errorf("read link info of program %d: %w", id, err)
+	}
+	holders, complete, err := linkHolders(info.ID)
+	if err != nil {
+		return err
+	}
+	if len(holders) > 0 || !complete {
+		return &LiveOwnerError{ID: id, Link: info.ID, Holders: holders}
+	}
+	return nil
+}
+
+// linkHolders lists the processes holding link id, this one included, and
+// reports whether every process's descriptors could be read.
+func linkHolders(id link.ID) (holders []Holder, complete bool, err error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false, fmt.Errorf("list processes: %w", err)
+	}
+	complete = true
+	want := strconv.FormatUint(uint64(id), 10)
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		holds, readable := holdsLink(pid, want)
+		complete = complete && readable
+		if holds {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			holders = append(holders, Holder{PID: pid, Comm: strings.TrimSpace(string(comm))})
+		}
+	}
+	return holders, complete, nil
+}
+
+// holdsLink reports whether process pid has a descriptor of the BPF link
+// whose id is want, and whether its descriptors could be read (a process
+// that exited meanwhile counts as read).
+func holdsLink(pid int, want string) (holds, readable bool) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrPermission) {
+		return false, false
+	}
+	if err != nil {
+		return false, true
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil || target != "anon_inode:bpf_link" {
+			continue
+		}
+		if fdinfoField(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()), "link_id") == want {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// fdinfoField returns the value of key in an fdinfo file, or "".
+func fdinfoField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
