@@ -63,6 +63,40 @@ func EnsureBPFFS(dir string) (mounted bool, err error) {
 	return false, fmt.Errorf("%s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", dir, DefaultBPFFS)
 }
 
+// ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
+// visible only in this process's mount namespace: its pins vanish with the
+// process.
+var ErrPrivateBPFFS = errors.New("the BPF filesystem there is private to this process's mount namespace (ip netns exec, for one, mounts a fresh /sys without the host's BPF filesystem), so its pins vanish when the process exits")
+
+// CheckPersistent returns ErrPrivateBPFFS when the BPF filesystem holding
+// dir is not mounted in the mount namespace of PID 1, which outlives this
+// process. When PID 1's mounts cannot be read it cannot tell, and returns nil.
+func CheckPersistent(dir string) error {
+	var st unix.Stat_t
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if err := unix.Stat(d, &st); err == nil {
+			break
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+	mounts, err := os.ReadFile("/proc/1/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	for _, line := range strings.Split(string(mounts), "\n") {
+		// mount ID, parent ID, major:minor, root, mount point, ... - fstype ...
+		fields := strings.Fields(line)
+		_, post, ok := strings.Cut(line, " - ")
+		if ok && len(fields) > 2 && fields[2] == dev && strings.HasPrefix(post, "bpf ") {
+			return nil
+		}
+	}
+	return ErrPrivateBPFFS
+}
+
 // onBPFFS reports whether the closest existing ancestor of dir is on bpffs.
 func onBPFFS(dir string) bool {
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {

@@ -303,6 +303,10 @@ func (x *XDPDrop) load(name string) (*bpf.Program, error) {
 	if mounted {
 		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
 	}
+	if err := bpf.CheckPersistent(x.PinPath); err != nil {
+		return nil, fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
+			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", x.PinPath, err)
+	}
 	dir := filepath.Join(x.PinPath, name)
 	if err := bpf.CheckPinDir(x.PinPath); err != nil {
 		return nil, fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", x.PinPath, err, bpf.DefaultBPFFS+"/xdp_drop")
