@@ -193,6 +193,13 @@ func loadVariant(spec *ebpf.CollectionSpec, multiBuffer bool, opts *ebpf.Collect
 	if errors.Is(err, unix.EPERM) {
 		return objs, fmt.Errorf("load XDP program: %w", ErrPermission)
 	}
+	if fdErr := errOutOfFDs(); fdErr != nil {
+		// Not the verifier's or the kernel's doing, whatever err says.
+		return objs, fmt.Errorf("load XDP program: %w", fdErr)
+	}
+	if errors.Is(err, unix.EMFILE) {
+		return objs, fmt.Errorf("load XDP program: %w", err)
+	}
 	if ve != nil {
 		return objs, fmt.Errorf("load XDP program: %+v", ve)
 	}

@@ -40,6 +40,9 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "E! set up logging: %v\n", err)
 		return 1
 	}
+	if err := raiseFDLimit(); err != nil {
+		log.Warnf("%v", err)
+	}
 	if *configFile == "" {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2

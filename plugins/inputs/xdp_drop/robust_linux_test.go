@@ -211,3 +211,28 @@ func TestReplaceStaleOwnProgram(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(stale.ID()), id, "left alone")
 }
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(entries)
+}
+
+// TestFDsPerInterface: each attached interface holds bpf.FDsPerInterface
+// descriptors, the number the out-of-descriptors error and the README give,
+// and gives them back when released.
+func TestFDsPerInterface(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}}
+	require.NoError(t, p.Init())
+	before := openFDs(t)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Empty(t, acc.Errors)
+	require.Equal(t, 2*bpf.FDsPerInterface, openFDs(t)-before)
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Equal(t, before, openFDs(t), "released")
+}

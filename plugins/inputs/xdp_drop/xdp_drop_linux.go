@@ -16,6 +16,7 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/filter"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -230,9 +231,13 @@ func (x *XDPDrop) release(ifc *iface, why error) {
 // nothing is left attached or loaded.
 func (x *XDPDrop) attach(ifc *iface) error {
 	dev, err := net.InterfaceByName(ifc.name)
-	ifc.missing = err != nil
-	if err != nil {
+	ifc.missing = err != nil && !lookupFailed(err)
+	switch {
+	case ifc.missing:
 		ifc.err = unknownInterface(ifc.name)
+		return ifc.err
+	case err != nil:
+		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
 	prog, err := x.load(ifc.name)
@@ -288,6 +293,13 @@ func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing 
 	}
 	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, existing.ID)
 	return x.attachProgram(prog, name, ifindex)
+}
+
+// lookupFailed tells an interface lookup that could not be made (out of
+// file descriptors, say) from one that found no such interface.
+func lookupFailed(err error) bool {
+	var sysErr *os.SyscallError
+	return errors.As(err, &sysErr)
 }
 
 // load loads a program for the interface, with its counters pinned when
@@ -356,6 +368,8 @@ func (x *XDPDrop) explain(name string, err error) error {
 	case errors.As(err, &live):
 		return fmt.Errorf("interface %q: %w; replace = true never takes an interface from a running xdp_drop, so it is left alone: "+
 			"stop that instance, or give each instance interfaces of its own", name, err)
+	case errors.Is(err, unix.EMFILE):
+		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice())
 	case errors.Is(err, bpf.ErrPermission):
 		exe, _ := os.Executable()
 		if exe == "" {
@@ -375,6 +389,18 @@ func (x *XDPDrop) explain(name string, err error) error {
 		return fmt.Errorf(`interface %q: offload mode failed: %w; few NICs offload XDP with per-CPU maps: use mode = "native"`, name, err)
 	}
 	return fmt.Errorf("interface %q: %w", name, err)
+}
+
+// fdAdvice explains running out of file descriptors: the limit and what
+// each interface needs.
+func fdAdvice() string {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Sprintf("out of file descriptors: each attached interface holds %d; raise RLIMIT_NOFILE (systemd: LimitNOFILE=)", bpf.FDsPerInterface)
+	}
+	return fmt.Sprintf("out of file descriptors: RLIMIT_NOFILE is %d (hard limit %d) and each attached interface holds %d; "+
+		"raise the hard limit of the process that starts the binary (systemd: LimitNOFILE= in Telegraf's unit)",
+		lim.Cur, lim.Max, bpf.FDsPerInterface)
 }
 
 // notFoundError says an interface does not exist and which ones do.

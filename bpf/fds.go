@@ -1,0 +1,35 @@
+//go:build linux
+
+package bpf
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// FDsPerInterface is how many file descriptors an attached Program holds:
+// the program, its counter map, its read-only policy map and its link.
+const FDsPerInterface = 4
+
+// errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
+// left under RLIMIT_NOFILE than a program needs, or nil. A load that failed
+// checks it, because cilium/ebpf explains a failed map creation with a
+// feature probe that then fails too and reports the kernel too old.
+func errOutOfFDs() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return nil
+	}
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil && !os.IsPermission(err) {
+		// Even the listing may need the descriptor that is missing.
+		return fmt.Errorf("%w (listing them failed too: %v)", unix.EMFILE, err)
+	}
+	n := uint64(len(open)) - 1 // less the one that listed them
+	if err == nil && n+FDsPerInterface <= lim.Cur {
+		return nil
+	}
+	return fmt.Errorf("%w (%d of %d open)", unix.EMFILE, n, lim.Cur)
+}
