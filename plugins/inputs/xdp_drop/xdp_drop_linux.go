@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/filter"
 	"golang.org/x/sys/unix"
@@ -98,12 +99,29 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time, inN
 	}
 	x.emitCounters(acc, ifc, now)
 	removed := errors.Is(err, bpf.ErrInterfaceGone)
-	if dev, lookupErr := net.InterfaceByName(ifc.name); inNS && removed && lookupErr == nil && dev.Index == ifc.ifindex {
+	dev, lookupErr := net.InterfaceByName(ifc.name)
+	switch {
+	case inNS && removed && lookupErr == nil && dev.Index == ifc.ifindex:
 		// The same interface is there: something detached the link itself.
 		err = errors.New("its XDP link was detached by another tool")
 		removed = false
+	case inNS && removed && lookupErr != nil && !lookupFailed(lookupErr):
+		// Gone, not recreated: reported once, like any missing interface.
+		gone := &notFoundError{name: ifc.name, removedID: ifc.prog.ID()}
+		x.release(ifc, gone)
+		ifc.missing = true
+		x.report(acc, ifc, gone)
+		if x.PinPath != "" {
+			x.removePins(ifc.name)
+		}
+		return
 	}
-	x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
+	if removed && ifc.matched {
+		// Removed and created again: churn among matched interfaces.
+		x.Log.Infof("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
+	} else {
+		x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
+	}
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 	if removed && x.PinPath != "" {
 		// A new interface of that name starts from zero, like without pins.
@@ -168,7 +186,7 @@ func (x *XDPDrop) discover(acc telegraf.Accumulator) {
 		added = append(added, dev.Name)
 	}
 	if len(added) > 0 {
-		x.Log.Infof("interfaces matched: %s", strings.Join(added, ", "))
+		x.Log.Debugf("interfaces matched: %s", strings.Join(added, ", "))
 	}
 }
 
@@ -195,8 +213,7 @@ func (x *XDPDrop) forgetVanished() {
 	kept := x.ifaces[:0]
 	for _, ifc := range x.ifaces {
 		if ifc.matched && ifc.missing && ifc.prog == nil {
-			x.Log.Infof("interface %q: gone; no longer tracked until a pattern matches it again", ifc.name)
-			continue
+			continue // its going was logged when it was found missing
 		}
 		kept = append(kept, ifc)
 	}
@@ -255,6 +272,15 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	if err != nil {
 		prog.Close()
+		if vanished(ifc.name, dev.Index) {
+			// Removed between the lookup and the attach: not a failure.
+			ifc.missing = true
+			ifc.err = &notFoundError{name: ifc.name, midAttach: true}
+			if x.PinPath != "" {
+				x.removePins(ifc.name)
+			}
+			return ifc.err
+		}
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
 	}
@@ -293,6 +319,16 @@ func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing 
 	}
 	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, existing.ID)
 	return x.attachProgram(prog, name, ifindex)
+}
+
+// vanished reports whether the interface that had index ifindex is gone
+// (or another one has its name now).
+func vanished(name string, ifindex int) bool {
+	dev, err := net.InterfaceByName(name)
+	if err != nil {
+		return !lookupFailed(err)
+	}
+	return dev.Index != ifindex
 }
 
 // lookupFailed tells an interface lookup that could not be made (out of
@@ -403,14 +439,34 @@ func fdAdvice() string {
 		lim.Cur, lim.Max, bpf.FDsPerInterface)
 }
 
-// notFoundError says an interface does not exist and which ones do.
+// notFoundError says an interface does not exist and which ones do, or
+// that it was removed.
 type notFoundError struct {
-	name string
-	here []string
+	name      string
+	here      []string
+	removedID ebpf.ProgramID // the program that went with it
+	midAttach bool           // removed while it was being attached
 }
 
 func (e *notFoundError) Error() string {
+	switch {
+	case e.removedID != 0:
+		return fmt.Sprintf("interface %q not found: it was removed, and program id %d with it; it is attached again once it appears", e.name, e.removedID)
+	case e.midAttach:
+		return fmt.Sprintf("interface %q not found: it was removed while it was being attached; it is attached once it appears again", e.name)
+	}
 	return fmt.Sprintf("interface %q not found (interfaces here: %s); it is attached once it appears", e.name, strings.Join(e.here, ", "))
+}
+
+// gone says how a matched interface went away, for the log.
+func (e *notFoundError) gone() string {
+	switch {
+	case e.removedID != 0:
+		return fmt.Sprintf("removed, and program id %d with it", e.removedID)
+	case e.midAttach:
+		return "removed while it was being attached"
+	}
+	return "gone before it could be attached"
 }
 
 func unknownInterface(name string) error {
@@ -437,6 +493,11 @@ func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
 		return
 	}
 	ifc.reported = key
+	if nf != nil && ifc.matched {
+		// Interfaces a pattern matches come and go: no fault.
+		x.Log.Infof("interface %q: %s; tracked again when a pattern matches it", ifc.name, nf.gone())
+		return
+	}
 	acc.AddError(err)
 }
 
