@@ -132,3 +132,32 @@ func fdinfoField(path, key string) string {
 	}
 	return ""
 }
+
+// CheckKeptLinkFree returns a *LiveOwnerError when the link kept in dir
+// (keep_attached) is held by another running process: an instance with the
+// same pin_path, whose pins must be neither taken over nor released.
+func CheckKeptLinkFree(dir string) error {
+	l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil)
+	if err != nil {
+		return nil // none, or unreadable: using the pins reports it
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return nil
+	}
+	holders, _, err := linkHolders(info.ID)
+	if err != nil {
+		return err
+	}
+	var others []Holder
+	for _, h := range holders {
+		if h.PID != os.Getpid() {
+			others = append(others, h)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	return &LiveOwnerError{ID: info.Program, Link: info.ID, Holders: others}
+}

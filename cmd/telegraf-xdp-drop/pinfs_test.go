@@ -3,8 +3,12 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,4 +38,82 @@ func TestPrivateBPFFSRefused(t *testing.T) {
 	require.NoError(t, p.stdin.Close())
 	require.NoError(t, p.wait(t, 10*time.Second))
 	require.NotContains(t, p.stderr.String(), "left attached")
+}
+
+// startInHost runs the binary in this process's own mount and network
+// namespaces, where the host's BPF filesystem is; the config must reach
+// the test namespace's devices through the namespace option.
+func startInHost(t *testing.T, ns *testns.NS, config string) *proc {
+	t.Helper()
+	require.Contains(t, config, fmt.Sprintf("namespace = %q", ns.Name), "attach only inside the test namespace")
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	p := &proc{cmd: exec.Command(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"),
+		lines: make(chan string, 1024), stderr: &syncBuffer{}, done: make(chan struct{})}
+	var err error
+	p.stdin, err = p.cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	p.cmd.Stderr = p.stderr
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// TestSharedPinPathNeverFights: two instances with keep_attached on one
+// pin_path (in the host's mount namespace, reaching the test namespace with
+// the namespace option, as the error above advises): the second neither
+// takes over nor releases the first's kept link, and names its process.
+// Once the first has stopped, leaving its link kept, the second takes it
+// over in place.
+func TestSharedPinPathNeverFights(t *testing.T) {
+	ns := testns.New(t)
+	pinPath := "/sys/fs/bpf/xdpdrop-test-shared-" + ns.Name[len("xdpdrop-test-"):]
+	t.Cleanup(func() { os.RemoveAll(pinPath) })
+	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  namespace = %q\n  drop = [\"all\"]\n  pin_path = %q\n  keep_attached = true\n  replace = true\n",
+		testns.Dev, ns.Name, pinPath)
+	first := startInHost(t, ns, config)
+	firstID := waitAttached(t, ns, testns.Dev)
+	first.gather(t, testns.Dev)
+	linkPin := filepath.Join(pinPath, testns.Dev, "link")
+	_, err := os.Stat(linkPin)
+	require.NoError(t, err)
+
+	second := startInHost(t, ns, config)
+	for i := 0; i < 5; i++ {
+		second.gather(t, testns.Dev)
+		first.gather(t, testns.Dev)
+	}
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, firstID, id, "the first keeps the interface")
+	_, err = os.Stat(linkPin)
+	require.NoError(t, err, "and its kept link")
+	waitLog(t, second, fmt.Sprintf("pin_path: XDP program id %d (xdp_drop) belongs to a running instance: process %d (telegraf-xdp-dr) holds its link id ", firstID, first.cmd.Process.Pid))
+	require.NotContains(t, first.stderr.String(), "E! ")
+
+	require.NoError(t, first.stdin.Close())
+	require.NoError(t, first.wait(t, 10*time.Second))
+	require.Contains(t, first.stderr.String(), "left attached (keep_attached)")
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(second.stderr.String(), "took over the attachment kept by an earlier run"); {
+		require.True(t, time.Now().Before(deadline), "stderr: %s", second.stderr)
+		second.gather(t, testns.Dev)
+	}
+	id, err = ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id)
+	require.NoError(t, second.stdin.Close())
+	require.NoError(t, second.wait(t, 10*time.Second))
 }

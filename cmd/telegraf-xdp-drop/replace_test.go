@@ -45,7 +45,7 @@ func TestTwoReplaceInstancesNeverFight(t *testing.T) {
 	want := fmt.Sprintf("E! Error in plugin: interface %q: XDP program id %d (xdp_drop) belongs to a running instance: process %d (telegraf-xdp-dr) holds its link id ",
 		testns.Dev, firstID, first.cmd.Process.Pid)
 	waitLog(t, second, want)
-	require.Contains(t, second.stderr.String(), "replace = true never takes an interface from a running xdp_drop, so it is left alone: stop that instance, or give each instance interfaces of its own")
+	require.Contains(t, second.stderr.String(), "an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: stop that instance, or give each instance interfaces and a pin_path of its own")
 	require.Equal(t, 1, strings.Count(second.stderr.String(), "E! "), "reported once: %s", second.stderr)
 	require.NotContains(t, first.stderr.String(), "E! ")
 	require.NotContains(t, first.stderr.String(), "W! ")

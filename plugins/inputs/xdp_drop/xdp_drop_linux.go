@@ -362,6 +362,9 @@ func (x *XDPDrop) load(name string) (*bpf.Program, error) {
 	if err := bpf.CheckPinDir(dir); err != nil {
 		return nil, fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
 	}
+	if err := bpf.CheckKeptLinkFree(dir); err != nil {
+		return nil, fmt.Errorf("pin_path: %w", err)
+	}
 	if !x.KeepAttached {
 		if released, err := bpf.ReleaseKept(dir); err != nil {
 			return nil, err
@@ -399,11 +402,11 @@ func (x *XDPDrop) explain(name string, err error) error {
 	var live *bpf.LiveOwnerError
 	switch {
 	case errors.As(err, &live) && len(live.Holders) == 0:
-		return fmt.Errorf("interface %q: %w; replace = true never takes an interface from a running xdp_drop, so it is left alone: "+
+		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
 			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", name, err)
 	case errors.As(err, &live):
-		return fmt.Errorf("interface %q: %w; replace = true never takes an interface from a running xdp_drop, so it is left alone: "+
-			"stop that instance, or give each instance interfaces of its own", name, err)
+		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
+			"stop that instance, or give each instance interfaces and a pin_path of its own", name, err)
 	case errors.Is(err, unix.EMFILE):
 		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice())
 	case errors.Is(err, bpf.ErrPermission):
