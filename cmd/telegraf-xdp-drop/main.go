@@ -30,7 +30,12 @@ func run() int {
 		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
 	debug := flag.Bool("debug", false, "log debug messages")
 	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface and protocol every second until Ctrl-C, instead of line protocol")
+	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
+	if *showVersion {
+		printVersion(os.Stdout)
+		return 0
+	}
 	if *pollDisabled {
 		*pollInterval = shim.PollIntervalDisabled
 	}
@@ -46,6 +51,12 @@ func run() int {
 	if *configFile == "" {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
+	}
+	if caps := raisedCapabilities(); caps != "" {
+		if err := checkConfigTrust(*configFile, os.Getuid()); err != nil {
+			log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
+			return 1
+		}
 	}
 	plugin, err := loadConfig(*configFile)
 	if err != nil {

@@ -64,8 +64,28 @@ func TestLeastPrivilege(t *testing.T) {
 	require.Contains(t, errOut, "E! ")
 	require.Contains(t, errOut, "setcap "+setcapCaps+" "+bin, "the error prints the exact setcap command")
 
+	// CAP_PERFMON is needed: the verifier refuses the program's
+	// variable-offset packet pointer arithmetic without it.
+	require.NoError(t, exec.Command("setcap", "cap_bpf,cap_net_admin+ep", bin).Run())
+	out, errOut = runAsNobody()
+	require.Contains(t, out, "attached=false")
+	require.Contains(t, errOut, "CAP_PERFMON")
+
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	out, errOut = runAsNobody()
 	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
 	require.NotContains(t, errOut, "E! ")
+
+	// With the capabilities, a config others may write is refused before
+	// anything is attached.
+	require.NoError(t, os.Chmod(conf, 0o666))
+	refused := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
+	combined, err := refused.CombinedOutput()
+	require.Error(t, err, "%s", combined)
+	require.Contains(t, string(combined), "E! config "+conf+": refusing to run with CAP_BPF, CAP_NET_ADMIN: "+conf+" is writable by its group and all users (mode 0666)")
+	require.Contains(t, string(combined), "chmod go-w "+conf)
+	require.NotContains(t, string(combined), "xdp_drop_link")
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "nothing attached")
 }
