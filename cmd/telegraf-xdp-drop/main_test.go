@@ -280,7 +280,7 @@ func TestBadConfigs(t *testing.T) {
 		name, config string
 		want         []string
 	}{
-		{"empty interfaces", "[[inputs.xdp_drop]]\ninterfaces = []\ndrop = [\"all\"]\n", []string{"interfaces is empty"}},
+		{"missing interfaces", "[[inputs.xdp_drop]]\ndrop = [\"all\"]\n", []string{"interfaces is missing", "interfaces = [] attaches to nothing"}},
 		{"duplicate interface", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\", \"a0\"]\ndrop = [\"all\"]\n", []string{"interfaces", `"a0"`, "twice"}},
 		{"unknown mode", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\nmode = \"turbo\"\ndrop = [\"all\"]\n", []string{"mode", `"turbo"`, `"generic"`}},
 		{"unknown protocol", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"udp\", \"quic\"]\n", []string{"drop", `"quic"`, "0-255"}},

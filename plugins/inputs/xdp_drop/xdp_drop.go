@@ -177,8 +177,14 @@ func (x *XDPDrop) checkNamespace() error {
 }
 
 func (x *XDPDrop) checkInterfaces() error {
-	if len(x.Interfaces) == 0 {
-		return errors.New(`interfaces is empty; list the interfaces to attach to, e.g. interfaces = ["eth1"] or ["eth*"]`)
+	switch {
+	case x.Interfaces == nil:
+		return errors.New(`interfaces is missing; list the interfaces to attach to, e.g. interfaces = ["eth1"] or ["eth*"] (interfaces = [] attaches to nothing)`)
+	case len(x.Interfaces) == 0 && len(x.InterfaceExclude) > 0:
+		return errors.New("interface_exclude is set but interfaces is empty; list patterns such as \"eth*\" in interfaces")
+	case len(x.Interfaces) == 0:
+		// The shipped config's default: nothing attached until edited; Start warns.
+		return nil
 	}
 	seen := make(map[string]bool, len(x.Interfaces))
 	var patterns []string

@@ -39,6 +39,9 @@ type iface struct {
 func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if len(x.Interfaces) == 0 {
+		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
+	}
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {

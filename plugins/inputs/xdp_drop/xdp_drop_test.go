@@ -57,7 +57,7 @@ func TestInitErrors(t *testing.T) {
 		plugin *XDPDrop
 		want   []string
 	}{
-		{"no interfaces", &XDPDrop{Drop: []any{"all"}}, []string{"interfaces", "empty"}},
+		{"no interfaces", &XDPDrop{Drop: []any{"all"}}, []string{"interfaces is missing"}},
 		{"empty name", &XDPDrop{Interfaces: []string{""}, Drop: []any{"all"}}, []string{"interfaces", "empty name"}},
 		{"duplicate", &XDPDrop{Interfaces: []string{"eth1", "eth1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "twice"}},
 		{"name too long", &XDPDrop{Interfaces: []string{"abcdefghijklmnop"}, Drop: []any{"all"}}, []string{"interfaces", `"abcdefghijklmnop"`, "15"}},
