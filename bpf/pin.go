@@ -53,14 +53,18 @@ func EnsureBPFFS(dir string) (mounted bool, err error) {
 	clean := filepath.Clean(dir)
 	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
 		if !onBPFFS(DefaultBPFFS) {
-			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); err != nil {
-				return false, fmt.Errorf("mount the BPF filesystem on %s: %w (mount it with: mount -t bpf bpf %s)", DefaultBPFFS, err, DefaultBPFFS)
+			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
+				return false, fmt.Errorf("%w: no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
+					"as root run: mount -t bpf bpf %s (systemd mounts it at boot; ip netns exec mounts a /sys without it: use nsenter --net instead)",
+					ErrPinning, DefaultBPFFS, DefaultBPFFS)
+			} else if err != nil {
+				return false, fmt.Errorf("%w: mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", ErrPinning, DefaultBPFFS, err, DefaultBPFFS)
 			}
 			return true, nil
 		}
 		return false, nil
 	}
-	return false, fmt.Errorf("%s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", dir, DefaultBPFFS)
+	return false, fmt.Errorf("%w: %s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", ErrPinning, dir, DefaultBPFFS)
 }
 
 // ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
@@ -116,6 +120,9 @@ func CheckPinDir(path string) error {
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) || err == nil && st.IsDir() {
 		return nil
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil // creating the pin directory says what blocks and how to fix it
 	}
 	if err != nil {
 		return err

@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -88,4 +90,74 @@ func TestLeastPrivilege(t *testing.T) {
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.Zero(t, id, "nothing attached")
+}
+
+// TestPinPathUnusableUnderFileCapabilities: with the file capabilities but
+// a pin_path it cannot use, the binary still enforces the drop policy,
+// without pins, and its warning names the command that fixes pinning.
+func TestPinPathUnusableUnderFileCapabilities(t *testing.T) {
+	ns := testns.New(t)
+	dir, err := os.MkdirTemp("", "xdp-drop-cap")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "telegraf-xdp-drop")
+	raw, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
+	// A root-only directory on the BPF filesystem, as bpffs itself is.
+	bpffsDir, err := os.MkdirTemp(bpf.DefaultBPFFS, "xdpdrop-pintest-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(bpffsDir) })
+	pins := filepath.Join(bpffsDir, "pins")
+	conf := filepath.Join(dir, "xdp_drop.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = %q\n", testns.Dev, pins)), 0o644))
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	asNobody := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled"}
+
+	cases := []struct {
+		name string
+		cmd  *exec.Cmd
+		want string
+	}{
+		// nsenter keeps this mount namespace: the BPF filesystem is there,
+		// but root-only.
+		{"no permission", exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, "--"}, asNobody...)...),
+			`may not pass through (` + regexp.QuoteMeta(bpf.DefaultBPFFS) + `|` + regexp.QuoteMeta(bpffsDir) + `) \(mode 1?700\); as root run: chmod o\+x `},
+		// ip netns exec mounts a fresh /sys, without the BPF filesystem.
+		{"no BPF filesystem", ns.Exec(asNobody[0], asNobody[1:]...),
+			`no BPF filesystem on /sys/fs/bpf, and mounting one needs CAP_SYS_ADMIN, which this process lacks; as root run: mount -t bpf bpf /sys/fs/bpf`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, errOut := gatherOnce(t, c.cmd)
+			t.Logf("%s\n%s", testns.Cmdline(c.cmd), errOut)
+			require.Contains(t, out, "attached=true", "the drop policy is enforced; stderr: %s", errOut)
+			require.Regexp(t, `W! interface "`+testns.Dev+`": attaching without pins, so counters restart at every restart: pin_path unusable: .*`+c.want, errOut)
+			require.NotContains(t, errOut, "E! ")
+			_, err := os.Stat(pins)
+			require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
+		})
+	}
+}
+
+// gatherOnce starts cmd, asks for one gather, closes stdin and returns what
+// it printed.
+func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	_, err = io.WriteString(stdin, "\n")
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stdout.String(), "xdp_drop_link") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stdin.Close()
+	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
+	return stdout.String(), stderr.String()
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
@@ -177,14 +178,23 @@ func TestPinsGoWithTheInterface(t *testing.T) {
 	require.NoError(t, err, "the other interface keeps its pins")
 }
 
+// TestPinPathNotBPFFS: a pin_path that cannot hold pins does not leave the
+// interface unfiltered: it is attached without pins, and the warning says
+// what to fix.
 func TestPinPathNotBPFFS(t *testing.T) {
 	ns := testns.New(t)
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: t.TempDir(), Log: testutil.Logger{}}
+	dir := t.TempDir()
+	log := &captureLog{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: log}
 	acc := startPlugin(t, ns, p)
-	require.Len(t, acc.Errors, 1)
-	require.Contains(t, acc.Errors[0].Error(), "pin_path")
-	require.Contains(t, acc.Errors[0].Error(), "mount -t bpf bpf")
+	require.Empty(t, acc.Errors)
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
-	require.Zero(t, id)
+	require.NotZero(t, id, "the drop policy is enforced without pins")
+	warnings := strings.Join(log.warnings, "\n")
+	require.Contains(t, warnings, `interface "`+testns.Dev+`": attaching without pins, so counters restart at every restart: pin_path unusable: `+dir+" is not on a BPF filesystem")
+	require.Contains(t, warnings, "mount -t bpf bpf")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing pinned")
 }

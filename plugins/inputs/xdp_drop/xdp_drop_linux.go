@@ -260,7 +260,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
-	prog, err := x.load(ifc.name)
+	prog, pinned, err := x.load(ifc.name)
 	if err != nil {
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
@@ -268,10 +268,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	if x.singleBufferOnly {
 		prog.DisableMultiBuffer()
 	}
-	err = x.attachProgram(prog, ifc.name, dev.Index)
+	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
 	var existing *bpf.ExistingProgramError
 	if errors.As(err, &existing) && x.Replace {
-		err = x.replace(prog, ifc.name, dev.Index, existing)
+		err = x.replace(prog, ifc.name, dev.Index, existing, pinned)
 	}
 	if err != nil {
 		prog.Close()
@@ -311,7 +311,7 @@ func fellBack(mode bpf.Mode, prog *bpf.Program) bool {
 // a program that is in the way is replaced; a link kept by an earlier run
 // has been taken over by attachProgram, without a gap. A running xdp_drop
 // is never replaced: two instances would take the interface in turns.
-func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing *bpf.ExistingProgramError) error {
+func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing *bpf.ExistingProgramError, pinned bool) error {
 	if existing.Name == bpf.ProgramName {
 		if err := bpf.CheckNotLive(ifindex, existing.ID); err != nil {
 			return err
@@ -321,7 +321,7 @@ func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing 
 		return fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
 	}
 	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, existing.ID)
-	return x.attachProgram(prog, name, ifindex)
+	return x.attachProgram(prog, name, ifindex, pinned)
 }
 
 // vanished reports whether the interface that had index ifindex is gone
@@ -342,14 +342,32 @@ func lookupFailed(err error) bool {
 }
 
 // load loads a program for the interface, with its counters pinned when
-// pin_path is set.
-func (x *XDPDrop) load(name string) (*bpf.Program, error) {
+// pin_path is set and usable. When the pin directory cannot be used (no BPF
+// filesystem, no permission) the program is loaded without pins and a
+// warning names the fix: the drop policy the operator asked for is enforced,
+// and only counter continuity (and keep_attached) is lost.
+func (x *XDPDrop) load(name string) (prog *bpf.Program, pinned bool, err error) {
 	if x.PinPath == "" {
-		return bpf.Load(x.policy)
+		prog, err = bpf.Load(x.policy)
+		return prog, false, err
 	}
+	prog, err = x.loadPinned(name)
+	if errors.Is(err, bpf.ErrPinning) {
+		lost := "counters restart at every restart"
+		if x.KeepAttached {
+			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
+		}
+		x.Log.Warnf("interface %q: attaching without pins, so %s: %v", name, lost, err)
+		prog, err = bpf.Load(x.policy)
+		return prog, false, err
+	}
+	return prog, err == nil, err
+}
+
+func (x *XDPDrop) loadPinned(name string) (*bpf.Program, error) {
 	mounted, err := bpf.EnsureBPFFS(x.PinPath)
 	if err != nil {
-		return nil, fmt.Errorf("pin_path: %w", err)
+		return nil, err
 	}
 	if mounted {
 		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
@@ -364,6 +382,9 @@ func (x *XDPDrop) load(name string) (*bpf.Program, error) {
 	}
 	if err := bpf.CheckPinDir(dir); err != nil {
 		return nil, fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
+	}
+	if err := bpf.PreparePinDir(x.PinPath, dir); err != nil {
+		return nil, err
 	}
 	if err := bpf.CheckKeptLinkFree(dir); err != nil {
 		return nil, fmt.Errorf("pin_path: %w", err)
@@ -386,9 +407,9 @@ func (x *XDPDrop) load(name string) (*bpf.Program, error) {
 }
 
 // attachProgram attaches, keeping the attachment past the process when
-// keep_attached is set.
-func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int) error {
-	if !x.KeepAttached {
+// keep_attached is set and pins are usable.
+func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int, pinned bool) error {
+	if !x.KeepAttached || !pinned {
 		return prog.Attach(ifindex, x.mode)
 	}
 	note, err := prog.AttachKept(ifindex, x.mode, filepath.Join(x.PinPath, name))
