@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // existingProgram describes the XDP program attached to ifindex, or returns
@@ -19,7 +20,12 @@ func existingProgram(ifindex int) *ExistingProgramError {
 		return nil
 	}
 	e := &ExistingProgramError{ID: id}
-	if prog, err := ebpf.NewProgramFromID(id); err == nil {
+	prog, err := ebpf.NewProgramFromID(id)
+	if errors.Is(err, unix.EPERM) {
+		e.Uninspectable = true
+		return e
+	}
+	if err == nil {
 		if info, err := prog.Info(); err == nil {
 			e.Name = info.Name
 		}
@@ -47,15 +53,25 @@ func XDPProgramID(ifindex int) (ebpf.ProgramID, error) {
 	return id, err
 }
 
+// ErrLinkNeedsSysAdmin is returned when a program attached through a
+// bpf_link is in the way and this process, without CAP_SYS_ADMIN, may not
+// open links.
+var ErrLinkNeedsSysAdmin = errors.New("it is attached through a bpf_link, which only its owner or a process with CAP_SYS_ADMIN can detach, and this process lacks CAP_SYS_ADMIN")
+
 // RemoveExisting detaches whatever XDP program is attached to ifindex: a
 // bpf_link owned by another process is detached through the link, a program
-// attached through netlink is removed through netlink.
+// attached through netlink is removed through netlink. Without
+// CAP_SYS_ADMIN links cannot be listed; netlink still removes a program
+// attached through it (CAP_NET_ADMIN suffices) and refuses a link's.
 func RemoveExisting(ifindex int) error {
 	id, mode, err := xdpProgramOn(ifindex)
 	if err != nil || id == 0 {
 		return err
 	}
-	if l, err := findXDPLink(ifindex, id); err != nil {
+	linksDenied := false
+	if l, err := findXDPLink(ifindex, id); errors.Is(err, unix.EPERM) {
+		linksDenied = true
+	} else if err != nil {
 		return err
 	} else if l != nil {
 		defer l.Close()
@@ -68,7 +84,11 @@ func RemoveExisting(ifindex int) error {
 	if err != nil {
 		return fmt.Errorf("look up interface %d: %w", ifindex, err)
 	}
-	if err := netlink.LinkSetXdpFdWithFlags(nl, -1, netlinkFlags(mode)); err != nil {
+	err = netlink.LinkSetXdpFdWithFlags(nl, -1, netlinkFlags(mode))
+	if linksDenied && errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("remove XDP program %d: %w; as root, find its link with bpftool link show and run: bpftool link detach id LINK_ID", id, ErrLinkNeedsSysAdmin)
+	}
+	if err != nil {
 		return fmt.Errorf("remove XDP program %d: %w", id, err)
 	}
 	return nil

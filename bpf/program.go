@@ -44,9 +44,15 @@ var ErrInterfaceGone = errors.New("interface was removed")
 type ExistingProgramError struct {
 	ID   ebpf.ProgramID
 	Name string
+	// Uninspectable: this process may not open the program to read its
+	// name (that needs CAP_SYS_ADMIN), so whose it is cannot be told.
+	Uninspectable bool
 }
 
 func (e *ExistingProgramError) Error() string {
+	if e.Uninspectable {
+		return fmt.Sprintf("interface already has XDP program id %d, which this process may not inspect (needs CAP_SYS_ADMIN)", e.ID)
+	}
 	if e.Name == "" {
 		return fmt.Sprintf("interface already has XDP program id %d", e.ID)
 	}

@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
@@ -160,4 +164,89 @@ func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
 	stdin.Close()
 	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
 	return stdout.String(), stderr.String()
+}
+
+// TestReplaceUnderFileCapabilities: with only the file capabilities the
+// binary cannot inspect another program or list BPF links (CAP_SYS_ADMIN).
+// It says so instead of guessing whose the program is; replace = true
+// removes a program attached through netlink (CAP_NET_ADMIN suffices) and,
+// for one attached through a bpf_link, names the missing capability.
+func TestReplaceUnderFileCapabilities(t *testing.T) {
+	ns := testns.New(t)
+	dir, err := os.MkdirTemp("", "xdp-drop-cap")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "telegraf-xdp-drop")
+	raw, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
+	config := func(replace bool) string {
+		conf := filepath.Join(dir, fmt.Sprintf("replace-%v.conf", replace))
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  replace = %v\n", testns.Dev, replace)), 0o644))
+		return conf
+	}
+	asNobody := func(conf string) *exec.Cmd {
+		return ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
+	}
+	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "foreign", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 2, asm.DWord), asm.Return()},
+	})
+	require.NoError(t, err)
+	defer foreign.Close()
+	info, err := foreign.Info()
+	require.NoError(t, err)
+	foreignID, _ := info.ID()
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	dev, err := ns.Netlink().LinkByName(testns.Dev)
+	require.NoError(t, err)
+	const xdpFlagsDrvMode = 1 << 2
+	setXDP := func(fd int) error {
+		return ns.Do(func() error { return netlink.LinkSetXdpFdWithFlags(dev, fd, xdpFlagsDrvMode) })
+	}
+
+	t.Run("netlink-attached", func(t *testing.T) {
+		require.NoError(t, setXDP(foreign.FD()))
+		t.Cleanup(func() { setXDP(-1) })
+
+		out, errOut := gatherOnce(t, asNobody(config(false)))
+		t.Logf("replace = false:\n%s", errOut)
+		require.Contains(t, out, "attached=false")
+		require.Contains(t, errOut, fmt.Sprintf("interface already has XDP program id %d, which this process may not inspect (needs CAP_SYS_ADMIN): whose it is cannot be told", foreignID))
+		require.NotContains(t, errOut, "not ours")
+		require.NotContains(t, errOut, "another running instance")
+		id, err := ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Equal(t, uint32(foreignID), id, "left alone")
+
+		out, errOut = gatherOnce(t, asNobody(config(true)))
+		t.Logf("replace = true:\n%s", errOut)
+		require.Contains(t, out, "attached=true", "stderr: %s", errOut)
+		require.Contains(t, errOut, fmt.Sprintf("W! interface %q: replaced XDP program id %d (replace = true)", testns.Dev, foreignID))
+		require.NotContains(t, errOut, "E! ")
+		id, err = ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Zero(t, id, "the foreign program was removed, and ours detached at exit")
+	})
+
+	t.Run("bpf_link-attached", func(t *testing.T) {
+		var l link.Link
+		require.NoError(t, ns.Do(func() error {
+			var err error
+			l, err = link.AttachXDP(link.XDPOptions{Program: foreign, Interface: ns.DevIdx})
+			return err
+		}))
+		defer l.Close()
+
+		out, errOut := gatherOnce(t, asNobody(config(true)))
+		t.Logf("replace = true:\n%s", errOut)
+		require.Contains(t, out, "attached=false")
+		require.Contains(t, errOut, fmt.Sprintf("replace = true, but removing XDP program id %d failed: remove XDP program %d: it is attached through a bpf_link, which only its owner or a process with CAP_SYS_ADMIN can detach, and this process lacks CAP_SYS_ADMIN", foreignID, foreignID))
+		require.Contains(t, errOut, "bpftool link detach id")
+		id, err := ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Equal(t, uint32(foreignID), id, "left alone")
+	})
 }

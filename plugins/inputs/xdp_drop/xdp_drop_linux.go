@@ -443,6 +443,9 @@ func (x *XDPDrop) explain(name string, err error) error {
 		return fmt.Errorf(`interface %q: %w, or set mode = "generic" (or "auto", which falls back to it)`, name, err)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
 		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
+	case errors.As(err, &existing) && existing.Uninspectable:
+		return fmt.Errorf("interface %q: %w: whose it is cannot be told (another xdp_drop instance's or another tool's), so it is left alone; "+
+			"see it with: bpftool prog show id %d (as root), then stop or detach its owner, or set replace = true to replace it", name, err, existing.ID)
 	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
 		return fmt.Errorf("interface %q: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
 			"it is left alone: stop the other instance; if none runs, set replace = true to replace it", name, err)
