@@ -83,16 +83,20 @@ install: ## Install $(BIN) (from make build; no rebuild) as $(DESTDIR)$(PREFIX)/
 	install -D -o root -g $(GROUP) -m 0750 $(BIN) $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
 	setcap $(CAPS) $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
 
-# The packaged execd snippet points at /usr/bin, where packages install.
+# The packaged binary is PIE and stripped, linked against the build host's glibc
+# (build on the oldest distribution you ship to). The packaged execd snippet points at /usr/bin.
 PKGSTAGE := $(PKGDIR)/stage
 .PHONY: package
 package: ## Build the .deb and .rpm into $(PKGDIR)/ with nfpm (binary root:$(GROUP) 0750, $(CAPS) set on install)
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(PKGSTAGE)/telegraf-xdp-drop ./cmd/telegraf-xdp-drop
+	$(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(PKGSTAGE)/telegraf-xdp-drop ./cmd/telegraf-xdp-drop
 	sed -e 's|/usr/local/bin/telegraf-xdp-drop|/usr/bin/telegraf-xdp-drop|' examples/telegraf.d/xdp_drop.conf >$(PKGSTAGE)/execd.conf
 	for f in postinstall postremove; do \
 		sed -e 's|@GROUP@|$(GROUP)|g' -e 's|@CAPS@|$(CAPS)|g' packaging/$$f.sh >$(PKGSTAGE)/$$f.sh; done
 	sed -e 's|@GROUP@|$(GROUP)|g' packaging/tmpfiles.conf >$(PKGSTAGE)/tmpfiles.conf
-	sed -e 's|@STAGE@|$(PKGSTAGE)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@ARCH@|$(PKGARCH)|g' packaging/nfpm.yaml >$(PKGSTAGE)/nfpm.yaml
+	glibc=$$(objdump -T $(PKGSTAGE)/telegraf-xdp-drop | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1) && \
+	test -n "$$glibc" && \
+	sed -e 's|@STAGE@|$(PKGSTAGE)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@ARCH@|$(PKGARCH)|g' -e "s|@GLIBC@|$$glibc|g" \
+		packaging/nfpm.yaml >$(PKGSTAGE)/nfpm.yaml
 	rm -f $(PKGDIR)/telegraf-xdp-drop*.deb $(PKGDIR)/telegraf-xdp-drop*.rpm
 	for p in deb rpm; do $(GO) tool nfpm package -f $(PKGSTAGE)/nfpm.yaml -p $$p -t $(PKGDIR)/ || exit 1; done
 	@ls -l $(PKGDIR)/*.deb $(PKGDIR)/*.rpm
