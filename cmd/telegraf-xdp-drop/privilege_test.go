@@ -68,7 +68,8 @@ func TestLeastPrivilege(t *testing.T) {
 	out, errOut := runAsNobody()
 	require.Contains(t, out, "attached=false")
 	require.Contains(t, errOut, "E! ")
-	require.Contains(t, errOut, "setcap "+setcapCaps+" "+bin, "the error prints the exact setcap command")
+	require.Contains(t, errOut, fmt.Sprintf("chown root:telegraf %s && chmod 0750 %s && setcap %s %s", bin, bin, setcapCaps, bin),
+		"the error prints the exact commands, group and mode before the capabilities")
 
 	// CAP_PERFMON is needed: the verifier refuses the program's
 	// variable-offset packet pointer arithmetic without it.

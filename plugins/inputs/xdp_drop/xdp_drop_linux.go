@@ -438,7 +438,10 @@ func (x *XDPDrop) explain(name string, err error) error {
 		if exe == "" {
 			exe = "telegraf-xdp-drop"
 		}
-		return fmt.Errorf("interface %q: %w; run as root or grant them with: setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe)
+		// The group and mode first: a binary with these capabilities that
+		// anyone may run lets anyone drop any interface's traffic.
+		return fmt.Errorf("interface %q: %w; run as root or grant them, letting only Telegraf's group run it: "+
+			"chown root:telegraf %s && chmod 0750 %s && setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe, exe, exe)
 	case errors.As(err, &refused) && refused.MTULimited():
 		return fmt.Errorf(`interface %q: %w, or set mode = "generic" (or "auto", which falls back to it)`, name, err)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
