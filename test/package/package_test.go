@@ -191,8 +191,9 @@ func TestInstalledPackage(t *testing.T) {
 	})
 
 	out := dpkg(t, "-i", deb)
+	t.Logf("dpkg -i %s:\n%s", deb, out)
 	t.Cleanup(func() {
-		if _, err := os.Stat(installed); err == nil {
+		if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", pkgName).Output(); err == nil && !strings.Contains(string(out), "not-installed") {
 			os.RemoveAll(filepath.Join(pinDir, testns.Dev))
 			dpkg(t, "--purge", pkgName)
 		}
@@ -265,7 +266,18 @@ func TestInstalledPackage(t *testing.T) {
 		}
 	})
 
-	// The pins are this test's; an operator's would be reported by the purge.
+	// Reinstalling (as an upgrade does) unpacks a binary without group or
+	// capabilities; the post-install script restores both.
+	dpkg(t, "-i", deb)
+	require.Regexp(t, `^-rwxr-x--- 1 root `+regexp.QuoteMeta(group())+` `, run(t, "ls", "-l", installed))
+	require.Equal(t, installed+" "+caps+"\n", run(t, "getcap", installed))
+
+	// Removing leaves the service user's pins, and says how to release them.
+	out = dpkg(t, "--remove", pkgName)
+	t.Logf("dpkg --remove %s:\n%s", pkgName, out)
+	require.Contains(t, out, pinDir+" still holds pins (counters, or attachments kept with keep_attached), left in place; rm -r "+pinDir+" releases them")
+	_, err = os.Stat(filepath.Join(pinDir, testns.Dev))
+	require.NoError(t, err, "the pins stay")
 	require.NoError(t, os.RemoveAll(filepath.Join(pinDir, testns.Dev)))
 	dpkg(t, "--purge", pkgName)
 	for _, p := range []string{installed, pluginConf, execdConf, tmpfiles, dropinDoc, pinDir, "/var/lib/telegraf-xdp-drop"} {
