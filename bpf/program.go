@@ -76,6 +76,8 @@ type Program struct {
 	id          ebpf.ProgramID
 	perCPU      []xdpDropCounterBlock
 	slots       uint32 // counter blocks: 1, or QueueSlots with per-queue counting
+	// fingerprint names the program build and policy the counters count under.
+	fingerprint string
 }
 
 // objects is what one load of the program gives: one variant of the program
@@ -154,7 +156,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
-	p := &Program{slots: policy.queueSlots(), spec: spec}
+	p := &Program{slots: policy.queueSlots(), spec: spec, fingerprint: policy.fingerprint()}
 	objs, err := loadVariant(spec, false, opts)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 )
 
 // options lists the keys of [[inputs.xdp_drop]], for error messages.
-const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, replace, per_cpu, per_queue, pin_path, keep_attached"
+const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, replace, per_cpu, per_queue, pin_path, keep_attached, handover_timeout"
 
 // loadConfig reads the plugin's config file strictly: unlike the shim's own
 // loader it refuses unknown keys, other plugins and repeated sections, so a
@@ -45,7 +45,7 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 	default:
 		return nil, fmt.Errorf("config %s: %d [[inputs.xdp_drop]] sections; one per process: list all interfaces in one, or run one execd per config", path, len(sections))
 	}
-	plugin := &xdp_drop.XDPDrop{}
+	plugin := xdp_drop.New()
 	if err := md.PrimitiveDecode(sections[0], plugin); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
 	}

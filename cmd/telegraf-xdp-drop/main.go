@@ -11,9 +11,14 @@ import (
 	"time"
 
 	"github.com/influxdata/telegraf/plugins/common/shim"
+
+	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
 
 func main() {
+	// A stopping instance re-executes this binary to hold its attachments
+	// for a successor: that process does only that.
+	handover.RunHolderIfRequested()
 	if os.Getenv("GOGC") == "" {
 		// Loading a program per interface makes short-lived garbage (ELF and
 		// BTF parsing); collecting it sooner keeps the agent's peak RSS low,

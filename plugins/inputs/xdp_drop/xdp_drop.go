@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/config"
 	"github.com/influxdata/telegraf/filter"
 	"github.com/influxdata/telegraf/plugins/inputs"
 
@@ -34,6 +36,9 @@ type XDPDrop struct {
 	PerQueue         bool     `toml:"per_queue"`
 	PinPath          string   `toml:"pin_path"`
 	KeepAttached     bool     `toml:"keep_attached"`
+	// HandoverTimeout is how long a stopped instance's attachments wait
+	// for a successor to take them over in place; 0 releases at once.
+	HandoverTimeout config.Duration `toml:"handover_timeout"`
 
 	Log telegraf.Logger `toml:"-"`
 
@@ -42,6 +47,12 @@ type XDPDrop struct {
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
+
+	// handoverDir holds the handover sockets (handover.Dir()).
+	handoverDir string
+	// offerDeadline bounds Start's wait for a stopping instance to offer
+	// an interface it still holds; zero outside Start.
+	offerDeadline time.Time
 
 	mu          sync.Mutex
 	ifaces      []*iface
@@ -55,6 +66,14 @@ type XDPDrop struct {
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
 const maxIfaceName = 15
+
+// DefaultHandoverTimeout is handover_timeout when it is not set.
+const DefaultHandoverTimeout = 10 * time.Second
+
+// New returns the plugin with its defaults.
+func New() *XDPDrop {
+	return &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
+}
 
 func (*XDPDrop) SampleConfig() string { return sampleConfig }
 
@@ -85,6 +104,10 @@ func (x *XDPDrop) Init() error {
 	if err := x.checkPinning(); err != nil {
 		return err
 	}
+	if x.HandoverTimeout < 0 {
+		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, time.Duration(x.HandoverTimeout))
+	}
+	x.handoverDir = handoverDir()
 
 	x.ifaces = nil
 	for _, name := range x.Interfaces {
@@ -303,5 +326,5 @@ func suggest(name string) string {
 }
 
 func init() {
-	inputs.Add("xdp_drop", func() telegraf.Input { return &XDPDrop{} })
+	inputs.Add("xdp_drop", func() telegraf.Input { return New() })
 }

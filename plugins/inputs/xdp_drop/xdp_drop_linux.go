@@ -20,14 +20,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
 
 // iface is one configured or matched interface and, when attached, its program.
 type iface struct {
 	name     string
-	matched  bool // found by a glob pattern, not named exactly
-	missing  bool // the last attach found no such interface
-	ifindex  int  // of the interface the program is attached to
+	matched  bool   // found by a glob pattern, not named exactly
+	missing  bool   // the last attach found no such interface
+	ifindex  int    // of the interface the program is attached to
+	netns    uint64 // inode of the network namespace it is in, for handover
 	prog     *bpf.Program
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
@@ -42,6 +44,8 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
+	x.offerDeadline = time.Now().Add(offerWait)
+	defer func() { x.offerDeadline = time.Time{} }()
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -223,11 +227,15 @@ func (x *XDPDrop) forgetVanished() {
 	x.ifaces = kept
 }
 
-// Stop detaches every interface, except with keep_attached, where the
-// pinned links keep the programs attached.
+// Stop hands the attached interfaces over to a holder process for
+// handover_timeout, then detaches them from this process; with
+// keep_attached the pinned links keep the programs attached instead.
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.HandoverTimeout > 0 && !x.KeepAttached {
+		x.handOver()
+	}
 	for _, ifc := range x.ifaces {
 		if x.KeepAttached && ifc.prog != nil {
 			x.Log.Infof("interface %q: left attached (keep_attached), program id %d", ifc.name, ifc.prog.ID())
@@ -260,6 +268,11 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
+	if ifc.netns, err = handover.CurrentNetNS(); err == nil {
+		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
+			return err
+		}
+	}
 	prog, pinned, err := x.load(ifc.name)
 	if err != nil {
 		ifc.err = x.explain(ifc.name, err)
@@ -270,6 +283,14 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
 	var existing *bpf.ExistingProgramError
+	if errors.As(err, &existing) && existing.Name == bpf.ProgramName && x.awaitOffer(ifc, dev.Index) {
+		// A stopping instance is handing the interface over.
+		prog.Close()
+		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
+			return err
+		}
+		return x.attach(ifc)
+	}
 	if errors.As(err, &existing) && x.Replace {
 		err = x.replace(prog, ifc.name, dev.Index, existing, pinned)
 	}

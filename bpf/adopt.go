@@ -1,0 +1,236 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Fingerprint names the program build and the policy that define the
+// meaning of the counters: counters of another fingerprint must not be
+// continued.
+func (p *Program) Fingerprint() string { return p.fingerprint }
+
+// FDs returns the descriptors of the attachment, the program and its
+// counters, for handing over; they stay owned by p.
+func (p *Program) FDs() (linkFD, progFD, countersFD int, err error) {
+	raw, ok := p.link.(interface{ FD() int })
+	if p.link == nil || !ok {
+		return 0, 0, 0, errors.New("not attached")
+	}
+	return raw.FD(), p.objs.Prog.FD(), p.objs.Counters.FD(), nil
+}
+
+// ForeignError says a handed-over descriptor is not what a successor may
+// take: an xdp_drop XDP link on the interface it manages.
+type ForeignError struct{ Reason string }
+
+func (e *ForeignError) Error() string {
+	return "not an xdp_drop attachment of this interface: " + e.Reason
+}
+
+// ErrModeChanged is returned by Adopt when the handed-over link is in a
+// mode the configuration does not allow; the link cannot change mode.
+var ErrModeChanged = errors.New("the attachment is in another XDP mode")
+
+// Handed is what a stopping instance handed over for one interface.
+type Handed struct {
+	LinkFD, ProgFD, CountersFD int
+	Fingerprint                string
+}
+
+// Adopt takes over an attachment handed over for ifindex, in place: the
+// same link keeps the interface filtered throughout. When the handed-over
+// program has the fingerprint policy gives, it is kept with its counters;
+// otherwise load provides a program (with fresh counters) that replaces it
+// atomically on the link, and continued is false. Adopt owns the
+// descriptors: on any error they are closed, and a *ForeignError says
+// they were not an xdp_drop attachment of this interface.
+func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Program, error)) (p *Program, continued bool, err error) {
+	l, prog, counters, err := wrapHanded(h)
+	if err != nil {
+		return nil, false, err
+	}
+	owned := true
+	defer func() {
+		if owned {
+			l.Close()
+			prog.Close()
+			counters.Close()
+		}
+	}()
+	id, err := verifyHanded(l, prog, ifindex)
+	if err != nil {
+		return nil, false, err
+	}
+	cur, err := linkMode(ifindex, id, mode)
+	if err != nil {
+		return nil, false, err
+	}
+	spec, err := configuredSpec(policy)
+	if err != nil {
+		return nil, false, err
+	}
+	if h.Fingerprint == policy.fingerprint() && spec.Maps[xdpDropMapCounters].Compatible(counters) == nil {
+		p, err := newProgram(policy)
+		if err != nil {
+			return nil, false, err
+		}
+		p.objs.Prog, p.objs.Counters, p.link, p.mode, p.id = prog, counters, l, cur, id
+		owned = false
+		return p, true, nil
+	}
+	p, err = load()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := l.Update(p.objs.Prog); err != nil {
+		p.Close()
+		return nil, false, fmt.Errorf("replace the program of the handed-over link: %w", err)
+	}
+	p.link, p.mode = l, cur
+	prog.Close()
+	counters.Close()
+	owned = false
+	return p, false, nil
+}
+
+func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
+	l, lerr := link.NewFromFD(h.LinkFD)
+	prog, perr := ebpf.NewProgramFromFD(h.ProgFD)
+	counters, merr := ebpf.NewMapFromFD(h.CountersFD)
+	if lerr == nil && perr == nil && merr == nil {
+		return l, prog, counters, nil
+	}
+	if l != nil {
+		l.Close()
+	}
+	if prog != nil {
+		prog.Close()
+	}
+	if counters != nil {
+		counters.Close()
+	}
+	// A descriptor that was not wrapped is still open.
+	for _, fd := range []struct {
+		fd  int
+		err error
+	}{{h.LinkFD, lerr}, {h.ProgFD, perr}, {h.CountersFD, merr}} {
+		if fd.err != nil {
+			os.NewFile(uintptr(fd.fd), "").Close()
+		}
+	}
+	return nil, nil, nil, &ForeignError{Reason: errors.Join(lerr, perr, merr).Error()}
+}
+
+// verifyHanded checks that l is an XDP link on ifindex running prog, an
+// XDP program named xdp_drop, and returns the program's id.
+func verifyHanded(l link.Link, prog *ebpf.Program, ifindex int) (ebpf.ProgramID, error) {
+	info, err := l.Info()
+	if err != nil {
+		return 0, &ForeignError{Reason: fmt.Sprintf("read link info: %v", err)}
+	}
+	xdp := info.XDP()
+	if info.Type != link.XDPType || xdp == nil {
+		return 0, &ForeignError{Reason: fmt.Sprintf("link %d is not an XDP link", info.ID)}
+	}
+	if int(xdp.Ifindex) != ifindex {
+		return 0, &ForeignError{Reason: fmt.Sprintf("link %d is on interface index %d, not %d", info.ID, xdp.Ifindex, ifindex)}
+	}
+	pinfo, err := prog.Info()
+	if err != nil {
+		return 0, &ForeignError{Reason: fmt.Sprintf("read program info: %v", err)}
+	}
+	id, _ := pinfo.ID()
+	if pinfo.Type != ebpf.XDP || pinfo.Name != ProgramName {
+		return 0, &ForeignError{Reason: fmt.Sprintf("program %d is %s %q, not XDP %q", id, pinfo.Type, pinfo.Name, ProgramName)}
+	}
+	if info.Program != id {
+		return 0, &ForeignError{Reason: fmt.Sprintf("link %d runs program %d, not the handed-over program %d", info.ID, info.Program, id)}
+	}
+	return id, nil
+}
+
+// linkMode returns the mode program id is attached in on ifindex, or
+// ErrModeChanged when mode does not allow it.
+func linkMode(ifindex int, id ebpf.ProgramID, mode Mode) (Mode, error) {
+	onIface, attachMode, err := xdpProgramOn(ifindex)
+	if err != nil {
+		return "", err
+	}
+	if onIface != id {
+		return "", &ForeignError{Reason: fmt.Sprintf("interface index %d runs program %d, not %d", ifindex, onIface, id)}
+	}
+	cur := map[uint32]Mode{1: ModeNative, 2: ModeGeneric, 3: ModeOffload}[attachMode]
+	if mode == cur || mode == ModeAuto && (cur == ModeNative || cur == ModeGeneric) {
+		return cur, nil
+	}
+	return cur, fmt.Errorf("%w: %s, configured %s", ErrModeChanged, cur, mode)
+}
+
+// newProgram makes a Program for policy around objects set by the caller.
+func newProgram(policy Policy) (*Program, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	return &Program{slots: policy.queueSlots(), perCPU: make([]xdpDropCounterBlock, cpus), fingerprint: policy.fingerprint()}, nil
+}
+
+// PinCounters pins the counters in dir under the fingerprint's name,
+// replacing counters pinned there under any other, as LoadPinned would
+// have: for an adopted program whose counters continue.
+func (p *Program) PinCounters(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	name := "counters_" + p.fingerprint
+	path := filepath.Join(dir, name)
+	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
+		same := sameMap(m, p.objs.Counters)
+		m.Close()
+		if same {
+			return nil
+		}
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "counters_*"))
+	for _, s := range stale {
+		if err := os.Remove(s); err != nil {
+			return fmt.Errorf("unpin stale counters %s: %w", s, err)
+		}
+	}
+	if err := p.objs.Counters.Pin(path); err != nil {
+		return fmt.Errorf("pin counters at %s: %w", path, err)
+	}
+	return nil
+}
+
+func sameMap(a, b *ebpf.Map) bool {
+	ai, err1 := a.Info()
+	bi, err2 := b.Info()
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	aid, _ := ai.ID()
+	bid, _ := bi.ID()
+	return aid == bid
+}
+
+// PinLink pins the attachment in dir, as keep_attached does, replacing a
+// link kept there before.
+func (p *Program) PinLink(dir string) error {
+	if _, err := ReleaseKept(dir); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, linkPin)
+	if err := p.link.Pin(path); err != nil {
+		return fmt.Errorf("pin link at %s: %w", path, err)
+	}
+	return nil
+}

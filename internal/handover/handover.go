@@ -1,0 +1,224 @@
+//go:build linux
+
+// Package handover passes a stopping instance's XDP attachments to the
+// instance that follows it, so that a reload never leaves an interface
+// unfiltered. The stopping instance hands the descriptors (link, program,
+// counters) to a small holder process, the same binary re-executed, over a
+// unix socket with SCM_RIGHTS; the holder offers each interface on a socket
+// of its own and passes the descriptors on to the first successor that asks,
+// the way hot-restarting proxies pass listening sockets. When everything
+// holding the descriptors is gone, the kernel detaches: nothing is pinned.
+//
+// The package knows nothing of BPF: it moves descriptors and a header.
+package handover
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Key names an interface across processes: its network namespace (the
+// inode of the namespace file) and its index there.
+type Key struct {
+	NetNS   uint64 `json:"netns"`
+	Ifindex int    `json:"ifindex"`
+}
+
+// Header describes one offered attachment.
+type Header struct {
+	Key
+	Interface   string `json:"interface"`
+	Mode        string `json:"mode"`
+	Fingerprint string `json:"fingerprint"`
+	ProgramID   uint32 `json:"program_id"`
+}
+
+// Offer is one interface's attachment: its header and its descriptors, in
+// the order link, program, counters.
+type Offer struct {
+	Header
+	FDs []int
+}
+
+// FDCount is the number of descriptors of an offer.
+const FDCount = 3
+
+// CurrentNetNS returns the key part that names the calling thread's network
+// namespace. The caller must hold its OS thread when it has moved it.
+func CurrentNetNS() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), &st); err != nil {
+		return 0, fmt.Errorf("identify the network namespace: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// Dir is the directory of the handover sockets of this user:
+// $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=) or the temporary
+// directory, then xdp_drop-handover-UID, mode 0700, so that no other user
+// can reach the sockets.
+func Dir() string {
+	base, _, _ := strings.Cut(os.Getenv("RUNTIME_DIRECTORY"), ":")
+	if base == "" {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "xdp_drop-handover-"+strconv.Itoa(os.Geteuid()))
+}
+
+func socketPath(dir string, k Key) string {
+	return filepath.Join(dir, fmt.Sprintf("%d-%d", k.NetNS, k.Ifindex))
+}
+
+// ensureDir creates dir, or checks that the existing one is ours and
+// private: a directory others could write to would let them offer
+// descriptors, or squat the names.
+func ensureDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create handover directory: %w", err)
+	}
+	return checkDir(dir)
+}
+
+func checkDir(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("handover directory: %w", err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("handover directory %s is not a directory: remove it", dir)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("handover directory %s belongs to uid %d, not to this user (uid %d): remove it", dir, st.Uid, os.Geteuid())
+	case st.Mode&0o077 != 0:
+		return fmt.Errorf("handover directory %s has mode %04o; it must be 0700: remove it", dir, st.Mode&0o777)
+	}
+	return nil
+}
+
+// peerAllowed reports whether the process at the other end of c runs as
+// this user or as root.
+func peerAllowed(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("read peer credentials: %w", credErr)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return cred.Uid, fmt.Errorf("peer process %d runs as uid %d, neither this user (uid %d) nor root", cred.Pid, cred.Uid, os.Geteuid())
+	}
+	return cred.Uid, nil
+}
+
+// message is what goes over the sockets, one JSON object per packet.
+type message struct {
+	// holder setup (instance to holder)
+	TimeoutNS int64   `json:"timeout_ns,omitempty"`
+	Dir       string  `json:"dir,omitempty"`
+	Offer     *Header `json:"offer,omitempty"`
+	End       bool    `json:"end,omitempty"`
+	// holder setup reply
+	PID    int      `json:"pid,omitempty"`
+	Errors []string `json:"errors,omitempty"`
+	// successor to holder
+	Take    bool   `json:"take,omitempty"`
+	Manages []Key  `json:"manages,omitempty"`
+	Accept  bool   `json:"accept,omitempty"`
+	Refuse  string `json:"refuse,omitempty"`
+	// holder to successor, after an accept
+	Released []string `json:"released,omitempty"`
+}
+
+const maxMessage = 64 << 10
+
+var errClosed = errors.New("connection closed")
+
+func send(c *net.UnixConn, m message, fds []int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+// receive reads one message and the descriptors that came with it; it
+// closes any descriptor beyond want.
+func receive(c *net.UnixConn, want int) (message, []int, error) {
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*(FDCount+1)))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return message{}, nil, err
+	}
+	fds, ferr := parseRights(oob[:oobn])
+	if flags&unix.MSG_CTRUNC != 0 {
+		ferr = errors.Join(ferr, errors.New("descriptors truncated"))
+	}
+	if n == 0 {
+		closeAll(fds)
+		return message{}, nil, errClosed
+	}
+	if ferr != nil || len(fds) > want {
+		closeAll(fds)
+		return message{}, nil, fmt.Errorf("unexpected descriptors: %d (want at most %d) %v", len(fds), want, ferr)
+	}
+	var m message
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		closeAll(fds)
+		return message{}, nil, fmt.Errorf("decode message: %w", err)
+	}
+	return m, fds, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	var errs error
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		fds = append(fds, got...)
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+	}
+	return fds, errs
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

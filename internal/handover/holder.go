@@ -1,0 +1,199 @@
+//go:build linux
+
+package handover
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Logger receives the holder's log lines.
+type Logger interface {
+	Infof(format string, args ...any)
+	Warnf(format string, args ...any)
+}
+
+// Holder keeps offered attachments for at most a timeout and gives each to
+// the first successor that asks for its interface.
+type Holder struct {
+	Dir     string
+	Timeout time.Duration
+	Log     Logger
+
+	mu     sync.Mutex
+	held   map[Key]*held
+	done   chan struct{} // closed when nothing is held any more
+	closed bool
+}
+
+type held struct {
+	offer Offer
+	ln    *net.UnixListener
+}
+
+// NewHolder starts offering each attachment on its socket in dir. An
+// offer that cannot be offered is released at once; its error is returned
+// at its index (nil for the ones offered).
+func NewHolder(dir string, timeout time.Duration, offers []Offer, log Logger) (*Holder, []error) {
+	h := &Holder{Dir: dir, Timeout: timeout, Log: log, held: make(map[Key]*held), done: make(chan struct{})}
+	errs := make([]error, len(offers))
+	dirErr := ensureDir(dir)
+	for i, o := range offers {
+		if dirErr != nil {
+			errs[i] = dirErr
+			closeAll(o.FDs)
+			continue
+		}
+		ln, err := listen(socketPath(dir, o.Key))
+		if err != nil {
+			errs[i] = err
+			closeAll(o.FDs)
+			continue
+		}
+		h.held[o.Key] = &held{offer: o, ln: ln}
+	}
+	if len(h.held) == 0 {
+		h.closed = true
+		close(h.done)
+	}
+	for _, hd := range h.held {
+		go h.serve(hd)
+	}
+	return h, errs
+}
+
+// listen binds the socket at path. A socket file left by a holder that
+// died is replaced; a live one means another holder offers the interface.
+func listen(path string) (*net.UnixListener, error) {
+	addr := &net.UnixAddr{Name: path, Net: "unixpacket"}
+	ln, err := net.ListenUnix("unixpacket", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if !errors.Is(err, unix.EADDRINUSE) {
+		return nil, fmt.Errorf("offer on %s: %w", path, err)
+	}
+	if c, derr := net.DialUnix("unixpacket", nil, addr); derr == nil {
+		c.Close()
+		return nil, fmt.Errorf("offer on %s: another handover process already offers this interface", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("remove stale handover socket: %w", err)
+	}
+	ln, err = net.ListenUnix("unixpacket", addr)
+	if err != nil {
+		return nil, fmt.Errorf("offer on %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Wait blocks until everything is taken over, the timeout passes or stop
+// delivers; whatever is still held is then released.
+func (h *Holder) Wait(stop <-chan os.Signal) {
+	timer := time.NewTimer(h.Timeout)
+	defer timer.Stop()
+	select {
+	case <-h.done:
+		return
+	case <-timer.C:
+		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout))
+	case sig := <-stop:
+		h.releaseAll(fmt.Sprintf("released at once: the handover process received %v", sig))
+	}
+}
+
+func (h *Holder) releaseAll(why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, hd := range h.held {
+		h.Log.Infof("interface %q: %s", hd.offer.Interface, why)
+		h.drop(k, hd)
+	}
+}
+
+// drop closes an offer: its socket and, unless a successor now holds
+// them too, the attachment with it. The caller holds h.mu.
+func (h *Holder) drop(k Key, hd *held) {
+	hd.ln.Close()
+	closeAll(hd.offer.FDs)
+	delete(h.held, k)
+	if len(h.held) == 0 && !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+}
+
+func (h *Holder) serve(hd *held) {
+	for {
+		c, err := hd.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		if h.handle(hd, c) {
+			return
+		}
+	}
+}
+
+// handle answers one connection; it reports whether the offer was taken.
+func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
+	defer c.Close()
+	if _, err := peerAllowed(c); err != nil {
+		h.Log.Warnf("interface %q: refused a handover request: %v", hd.offer.Interface, err)
+		return false
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	req, fds, err := receive(c, 0)
+	if err != nil || !req.Take {
+		closeAll(fds)
+		return false
+	}
+	h.mu.Lock()
+	_, ok := h.held[hd.offer.Key]
+	h.mu.Unlock()
+	if !ok {
+		return true
+	}
+	hdr := hd.offer.Header
+	if err := send(c, message{Offer: &hdr}, hd.offer.FDs); err != nil {
+		return false
+	}
+	ans, fds, err := receive(c, 0)
+	closeAll(fds)
+	if err != nil || !ans.Accept {
+		if ans.Refuse != "" {
+			h.Log.Warnf("interface %q: the successor refused the handover: %s; still held", hd.offer.Interface, ans.Refuse)
+		}
+		return false
+	}
+	h.mu.Lock()
+	h.drop(hd.offer.Key, hd)
+	released := h.releaseUnmanaged(req.Manages, hd.offer.NetNS)
+	h.mu.Unlock()
+	send(c, message{Released: released}, nil)
+	return true
+}
+
+// releaseUnmanaged releases at once what a successor that has just taken
+// over one interface does not manage. The caller holds h.mu.
+func (h *Holder) releaseUnmanaged(manages []Key, netns uint64) []string {
+	managed := make(map[Key]bool, len(manages))
+	for _, k := range manages {
+		managed[k] = true
+	}
+	var released []string
+	for k, hd := range h.held {
+		if k.NetNS == netns && !managed[k] {
+			h.Log.Infof("interface %q: released at once: the successor does not manage it", hd.offer.Interface)
+			released = append(released, hd.offer.Interface)
+			h.drop(k, hd)
+		}
+	}
+	return released
+}

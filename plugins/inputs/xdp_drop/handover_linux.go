@@ -1,0 +1,170 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"errors"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
+)
+
+func handoverDir() string { return handover.Dir() }
+
+// offerWait is how long Start waits for a stopping instance, found still
+// attached to an interface this one manages, to offer it for handover.
+const offerWait = 2 * time.Second
+
+// handOver gives the attached interfaces to a holder process that keeps
+// them for handover_timeout, for a successor to take over in place. It
+// does not release them here: Stop closes this process's copies as usual.
+func (x *XDPDrop) handOver() {
+	var offers []handover.Offer
+	var names []*iface
+	for _, ifc := range x.ifaces {
+		if ifc.prog == nil || ifc.prog.Attached() != nil {
+			continue
+		}
+		l, p, m, err := ifc.prog.FDs()
+		if err != nil {
+			continue
+		}
+		offers = append(offers, handover.Offer{
+			Header: handover.Header{
+				Key:         handover.Key{NetNS: ifc.netns, Ifindex: ifc.ifindex},
+				Interface:   ifc.name,
+				Mode:        string(ifc.prog.Mode()),
+				Fingerprint: ifc.prog.Fingerprint(),
+				ProgramID:   uint32(ifc.prog.ID()),
+			},
+			FDs: []int{l, p, m},
+		})
+		names = append(names, ifc)
+	}
+	if len(offers) == 0 {
+		return
+	}
+	timeout := time.Duration(x.HandoverTimeout)
+	pid, errs, err := handover.Spawn(x.handoverDir, timeout, offers)
+	if err != nil {
+		x.Log.Warnf("handover: %v; releasing every interface at once", err)
+		return
+	}
+	for i, ifc := range names {
+		if errs[i] != nil {
+			x.Log.Warnf("interface %q: not held for handover: %v; released at once", ifc.name, errs[i])
+			continue
+		}
+		x.Log.Infof("interface %q: held for handover, program id %d (process %d; released after %s if no successor takes it over)",
+			ifc.name, ifc.prog.ID(), pid, timeout)
+	}
+}
+
+// takeOver takes the interface over from a stopped instance's holder, in
+// place. It reports whether it did, or why it failed for good; when
+// nothing is offered, or what is offered cannot be taken, the caller
+// attaches afresh.
+func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
+	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
+	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns))
+	if err != nil {
+		x.Log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
+		return false, nil
+	}
+	if t == nil {
+		return false, nil
+	}
+	handed := bpf.Handed{LinkFD: t.FDs[0], ProgFD: t.FDs[1], CountersFD: t.FDs[2], Fingerprint: t.Fingerprint}
+	prog, continued, err := bpf.Adopt(handed, ifindex, x.mode, x.policy, func() (*bpf.Program, error) {
+		prog, _, err := x.load(ifc.name)
+		return prog, err
+	})
+	var foreign *bpf.ForeignError
+	switch {
+	case errors.Is(err, bpf.ErrModeChanged):
+		x.logReleased(t.Accept())
+		x.Log.Warnf("interface %q: %v: attaching afresh (a moment unfiltered)", ifc.name, err)
+		return false, nil
+	case errors.As(err, &foreign):
+		t.Refuse(err.Error())
+		x.Log.Warnf("interface %q: ignored what the handover offered: %v", ifc.name, err)
+		return false, nil
+	case err != nil:
+		t.Refuse(err.Error())
+		ifc.err = x.explain(ifc.name, err)
+		return true, ifc.err
+	}
+	x.logReleased(t.Accept())
+	x.adopted(ifc, prog, ifindex)
+	if continued {
+		x.Log.Infof("interface %q: taken over in place, program id %d; counters continue", ifc.name, prog.ID())
+	} else {
+		x.Log.Infof("interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy or the program version changed",
+			ifc.name, prog.ID(), t.ProgramID)
+	}
+	x.pinAdopted(ifc.name, prog, continued)
+	return true, nil
+}
+
+func (x *XDPDrop) adopted(ifc *iface, prog *bpf.Program, ifindex int) {
+	ifc.prog = prog
+	ifc.ifindex = ifindex
+	ifc.err = nil
+	ifc.reported = ""
+}
+
+// pinAdopted pins what pin_path and keep_attached ask for: the handed-over
+// program may have run without them.
+func (x *XDPDrop) pinAdopted(name string, prog *bpf.Program, continued bool) {
+	if x.PinPath == "" {
+		return
+	}
+	dir := filepath.Join(x.PinPath, name)
+	if continued {
+		if err := prog.PinCounters(dir); err != nil {
+			x.Log.Warnf("interface %q: %v", name, err)
+		}
+	}
+	if x.KeepAttached {
+		if err := prog.PinLink(dir); err != nil {
+			x.Log.Warnf("interface %q: %v", name, err)
+		}
+	}
+}
+
+func (x *XDPDrop) logReleased(names []string) {
+	for _, n := range names {
+		x.Log.Infof("interface %q: released at once by the stopped instance's handover: this instance does not manage it", n)
+	}
+}
+
+// managedKeys names every tracked interface that exists, for the holder to
+// release the ones this instance does not manage.
+func (x *XDPDrop) managedKeys(netns uint64) []handover.Key {
+	var keys []handover.Key
+	for _, ifc := range x.ifaces {
+		if dev, err := net.InterfaceByName(ifc.name); err == nil {
+			keys = append(keys, handover.Key{NetNS: netns, Ifindex: dev.Index})
+		}
+	}
+	return keys
+}
+
+// awaitOffer waits, during Start only, for a stopping instance that still
+// holds the interface to offer it; it reports whether one did.
+func (x *XDPDrop) awaitOffer(ifc *iface, ifindex int) bool {
+	if x.offerDeadline.IsZero() {
+		return false
+	}
+	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
+	for time.Now().Before(x.offerDeadline) {
+		if handover.Offered(x.handoverDir, key) {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
