@@ -18,14 +18,16 @@ import (
 
 // TestSIGKILLAtRandomMoments kills the binary at a random moment of start-up,
 // of a gather or of its stop, and checks that the interface never keeps an
-// XDP program afterwards. XDP_DROP_KILL_TRIALS sets the number of trials.
+// XDP program afterwards (handover_timeout = "0s": a stop that completes
+// before the kill hands nothing over). XDP_DROP_KILL_TRIALS sets the number
+// of trials.
 func TestSIGKILLAtRandomMoments(t *testing.T) {
 	trials := 12
 	if v, err := strconv.Atoi(os.Getenv("XDP_DROP_KILL_TRIALS")); err == nil && v > 0 {
 		trials = v
 	}
 	ns := testns.New(t)
-	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev)
+	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev)
 	phases := []string{"start-up", "gather", "stop"}
 	attachedAtKill := 0
 	for i := 0; i < trials; i++ {

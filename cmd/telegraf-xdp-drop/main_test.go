@@ -189,12 +189,14 @@ func counts(ms []telegraf.Metric) (map[key][2]int64, int64) {
 
 // TestBinaryEndToEnd runs the built binary on a veth, sends a mix, reads the
 // line protocol it prints and checks exact counts; then closes stdin and
-// checks the interface is clean within a second and the exit code is 0.
+// checks the interface is clean within a second and the exit code is 0
+// (handover_timeout = "0s": no successor is waited for).
 func TestBinaryEndToEnd(t *testing.T) {
 	ns := testns.New(t)
 	p := start(t, ns, fmt.Sprintf(`[[inputs.xdp_drop]]
   interfaces = [%q]
   drop = ["udp", "ipv6-icmp", 47]
+  handover_timeout = "0s"
 `, testns.Dev))
 	id := waitAttached(t, ns, testns.Dev)
 
@@ -250,13 +252,19 @@ func TestBinaryEndToEnd(t *testing.T) {
 	require.Contains(t, p.stderr.String(), fmt.Sprintf(`I! interface %q: attached in native mode, program id %d`, testns.Dev, id))
 }
 
-// TestBinaryDetachesOnSignals: SIGKILL leaves nothing attached (bpf_link);
-// SIGTERM and SIGINT detach within a second and exit 0.
+// TestBinaryDetachesOnSignals: SIGKILL leaves nothing attached (bpf_link),
+// whatever handover_timeout says: no handover process is started; with
+// handover_timeout = "0s", SIGTERM and SIGINT detach within a second and
+// exit 0.
 func TestBinaryDetachesOnSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			ns := testns.New(t)
-			p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+			timeout := "0s"
+			if sig == syscall.SIGKILL {
+				timeout = "10s"
+			}
+			p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = %q\n", testns.Dev, timeout))
 			waitAttached(t, ns, testns.Dev)
 			p.gather(t, testns.Dev)
 			require.NoError(t, p.cmd.Process.Signal(sig))

@@ -184,4 +184,3 @@ func (s *syslogger) Warnf(format string, args ...any) {
 		s.w.Warning(fmt.Sprintf(format, args...))
 	}
 }
-

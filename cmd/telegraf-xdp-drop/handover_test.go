@@ -1,0 +1,367 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+var (
+	udpFrame = frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
+	tcpFrame = frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoTCP, 0, frames.TCP(6)))
+)
+
+// stream sends UDP from the peer without pause until stopped, counting
+// the frames sent.
+type stream struct {
+	sent  atomic.Int64
+	stop  chan struct{}
+	done  chan error
+	begin time.Time
+	end   time.Time
+}
+
+func startStream(t *testing.T, ns *testns.NS, gen *traffic.Generator) *stream {
+	s := &stream{stop: make(chan struct{}), done: make(chan error, senders), begin: time.Now()}
+	for range senders {
+		go func() {
+			s.done <- ns.Do(func() error {
+				for {
+					select {
+					case <-s.stop:
+						return nil
+					default:
+					}
+					if err := gen.Send(ns.PeerIdx, udpFrame, perCall); err != nil {
+						return err
+					}
+					s.sent.Add(perCall)
+				}
+			})
+		}()
+	}
+	return s
+}
+
+// Each send waits for an RCU grace period, in which it sends nothing:
+// several senders in parallel leave no moment without traffic.
+const (
+	senders = 4
+	perCall = 1024
+)
+
+func (s *stream) finish(t *testing.T) (int64, time.Duration) {
+	t.Helper()
+	close(s.stop)
+	for range senders {
+		require.NoError(t, <-s.done)
+	}
+	s.end = time.Now()
+	n := s.sent.Load()
+	return n, s.end.Sub(s.begin)
+}
+
+// gapWatch polls the interface's XDP program id until stopped and counts
+// the polls that found none: the unfiltered window, as far as polling
+// every millisecond can see it.
+type gapWatch struct {
+	polls, empty atomic.Int64
+	stop         chan struct{}
+	done         chan error
+}
+
+func watchGaps(ns *testns.NS) *gapWatch {
+	g := &gapWatch{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		g.done <- ns.Do(func() error {
+			for {
+				select {
+				case <-g.stop:
+					return nil
+				default:
+				}
+				l, err := netlink.LinkByName(testns.Dev)
+				if err != nil {
+					return err
+				}
+				g.polls.Add(1)
+				if x := l.Attrs().Xdp; x == nil || !x.Attached {
+					g.empty.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}()
+	return g
+}
+
+func (g *gapWatch) finish(t *testing.T) (polls, empty int64) {
+	t.Helper()
+	close(g.stop)
+	require.NoError(t, <-g.done)
+	return g.polls.Load(), g.empty.Load()
+}
+
+// txDropped returns the frames the peer dropped on transmit.
+func txDropped(t *testing.T, ns *testns.NS) uint64 {
+	t.Helper()
+	l, err := ns.Netlink().LinkByName(testns.Peer)
+	require.NoError(t, err)
+	return l.Attrs().Statistics.TxDropped
+}
+
+// countIPv4 counts the frames of an IP protocol among those the sink saw.
+func countIPv4(got [][]byte, proto byte) int {
+	n := 0
+	for _, f := range got {
+		if len(f) > 23 && f[12] == 0x08 && f[13] == 0x00 && f[23] == proto {
+			n++
+		}
+	}
+	return n
+}
+
+// linkState returns the attached field and program id of the last gather's
+// xdp_drop_link point, and the packets counted for (family, proto, action).
+func gatherState(t *testing.T, p *proc, protocol, action string) (attached bool, id int64, packets int64) {
+	t.Helper()
+	ms := p.gather(t, testns.Dev)
+	c, _ := counts(ms)
+	link := ms[len(ms)-1]
+	a, _ := link.GetField("attached")
+	if v, ok := link.GetField("program_id"); ok {
+		id = v.(int64)
+	}
+	return a.(bool), id, c[key{testns.Dev, "ipv4", protocol, action}][0]
+}
+
+var holderPID = regexp.MustCompile(`held for handover, program id \d+ \(process (\d+);`)
+
+// holderOf returns the pid of the handover process a stopped instance logged.
+func holderOf(t *testing.T, p *proc) int {
+	t.Helper()
+	m := holderPID.FindStringSubmatch(p.stderr.String())
+	require.NotNil(t, m, "no handover logged; stderr: %s", p.stderr)
+	pid, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return pid
+}
+
+// waitGone waits until process pid has exited (and been reaped, or is a
+// zombie), for at most d.
+func waitGone(t *testing.T, pid int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("handover process %d still runs after %v", pid, d)
+}
+
+// TestHandoverUnderLoad stops instance A as inputs.execd does on a reload
+// (stdin closed) and starts B at once, while the peer sends UDP that both
+// drop without pause: no UDP frame may reach the sink's stack. With the
+// same policy B continues A's counters exactly; with another, B's policy
+// holds from the swap and its counters restart, logged.
+func TestHandoverUnderLoad(t *testing.T) {
+	cases := []struct {
+		name    string
+		dropB   string
+		changed bool
+	}{
+		{"same policy", `["udp"]`, false},
+		{"drop changed", `["udp", "tcp"]`, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ns := testns.New(t)
+			// With GRO the veth takes frames in while it has no XDP
+			// program: an unfiltered moment would show at the sink.
+			require.NoError(t, ns.EnableGRO(testns.Dev))
+			gen, err := traffic.NewGenerator()
+			require.NoError(t, err)
+			defer gen.Close()
+			sink, err := ns.OpenPacketSocket(testns.Dev)
+			require.NoError(t, err)
+			defer sink.Close()
+			send := func(frame []byte, n int) {
+				require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, frame, n) }))
+			}
+
+			a := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev))
+			idA := waitAttached(t, ns, testns.Dev)
+			// The sink sees what passes: A passes TCP.
+			send(tcpFrame, 10)
+
+			dropped0 := txDropped(t, ns)
+			gaps := watchGaps(ns)
+			s := startStream(t, ns, gen)
+			for s.sent.Load() < 20000 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			require.NoError(t, a.stdin.Close())
+			b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n", testns.Dev, c.dropB))
+			var attached bool
+			var idB int64
+			for deadline := time.Now().Add(10 * time.Second); !attached && time.Now().Before(deadline); {
+				attached, idB, _ = gatherState(t, b, "udp", "drop")
+				if !attached {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			require.True(t, attached, "B never took over; B's stderr: %s", b.stderr)
+			for mark := s.sent.Load(); s.sent.Load() < mark+20000; {
+				time.Sleep(5 * time.Millisecond)
+			}
+			sent, took := s.finish(t)
+			polls, empty := gaps.finish(t)
+			// Frames the peer could not queue (the veth's ring was full)
+			// never reached the interface.
+			sent -= int64(txDropped(t, ns) - dropped0)
+			rate := float64(sent) / took.Seconds()
+			require.NoError(t, a.wait(t, 5*time.Second), "A's exit status; stderr: %s", a.stderr)
+			// B's policy from the swap: TCP passes, or is dropped when B drops it.
+			send(tcpFrame, 100)
+
+			var udp, tcp int64
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if _, _, udp = gatherState(t, b, "udp", "drop"); udp >= sent || c.changed {
+					break
+				}
+			}
+			_, _, tcp = gatherState(t, b, "tcp", "drop")
+			got, err := sink.Drain(200 * time.Millisecond)
+			require.NoError(t, err)
+			leaked := countIPv4(got, frames.ProtoUDP)
+			t.Logf("%d UDP frames delivered at %.0f frames/s; %d reached the sink; %d of %d polls found no XDP program; A id %d, B id %d",
+				sent, rate, leaked, empty, polls, idA, idB)
+
+			require.Zero(t, leaked, "UDP frames that reached the sink's stack")
+			require.Zero(t, empty, "polls that found the interface without XDP")
+			require.Contains(t, a.stderr.String(), fmt.Sprintf("I! interface %q: held for handover, program id %d", testns.Dev, idA))
+			waitGone(t, holderOf(t, a), 5*time.Second)
+			if !c.changed {
+				require.Equal(t, int64(idA), idB, "same program kept")
+				require.Equal(t, sent, udp, "B continues A's counters exactly")
+				require.Equal(t, 110, countIPv4(got, frames.ProtoTCP), "TCP passes under A and B")
+				require.Contains(t, b.stderr.String(), fmt.Sprintf("I! interface %q: taken over in place, program id %d; counters continue", testns.Dev, idA))
+				return
+			}
+			require.NotEqual(t, int64(idA), idB, "B's program replaced A's")
+			require.Positive(t, udp)
+			require.Less(t, udp, sent, "counters restarted at the swap")
+			require.Equal(t, int64(100), tcp, "B drops TCP from the swap")
+			require.Equal(t, 10, countIPv4(got, frames.ProtoTCP), "only the TCP sent under A passed")
+			require.Contains(t, b.stderr.String(), fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy or the program version changed", testns.Dev, idB, idA))
+		})
+	}
+}
+
+// TestHandoverWithoutSuccessor: a stopped instance's interface stays
+// filtered until handover_timeout, then is released and the handover
+// process is gone; a SIGTERM to that process releases at once.
+func TestHandoverWithoutSuccessor(t *testing.T) {
+	t.Run("timeout", func(t *testing.T) {
+		ns := testns.New(t)
+		p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"2s\"\n", testns.Dev))
+		id := waitAttached(t, ns, testns.Dev)
+		p.gather(t, testns.Dev)
+		stopped := time.Now()
+		require.NoError(t, p.stdin.Close())
+		require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+		pid := holderOf(t, p)
+		require.Contains(t, p.stderr.String(), fmt.Sprintf("held for handover, program id %d (process %d; released after 2s if no successor takes it over)", id, pid))
+		now, err := ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Equal(t, id, now, "held after the exit")
+		// Released by the timeout, within its second of grace.
+		_, err = ns.WaitNoXDP(testns.Dev, 3*time.Second)
+		require.NoError(t, err)
+		t.Logf("released %v after the stop", time.Since(stopped))
+		waitGone(t, pid, time.Second)
+	})
+	t.Run("SIGTERM to the handover process", func(t *testing.T) {
+		ns := testns.New(t)
+		p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+		waitAttached(t, ns, testns.Dev)
+		p.gather(t, testns.Dev)
+		require.NoError(t, p.stdin.Close())
+		require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+		pid := holderOf(t, p)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+		_, err := ns.WaitNoXDP(testns.Dev, time.Second)
+		require.NoError(t, err, "released at once")
+		waitGone(t, pid, time.Second)
+	})
+}
+
+// TestHandoverSIGTERM: SIGTERM and SIGINT stop gracefully, with a handover,
+// like a closed stdin.
+func TestHandoverSIGTERM(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ns := testns.New(t)
+			p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+			id := waitAttached(t, ns, testns.Dev)
+			p.gather(t, testns.Dev)
+			require.NoError(t, p.cmd.Process.Signal(sig))
+			require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+			pid := holderOf(t, p)
+			now, err := ns.XDPProgramID(testns.Dev)
+			require.NoError(t, err)
+			require.Equal(t, id, now, "held after the exit")
+			q := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
+			attached, got, _ := gatherState(t, q, "udp", "drop")
+			require.True(t, attached, "stderr: %s", q.stderr)
+			require.Equal(t, int64(id), got, "taken over in place")
+			waitGone(t, pid, 5*time.Second)
+			// The successor's own stop, with handover_timeout = "0s", detaches.
+			require.NoError(t, q.stdin.Close())
+			_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+			require.NoError(t, err)
+			require.NoError(t, q.wait(t, 5*time.Second))
+			require.NotContains(t, q.stderr.String(), "held for handover")
+		})
+	}
+}
+
+// TestHandoverUnmanagedReleased: an interface the successor does not
+// manage is released at once when it takes over another.
+func TestHandoverUnmanagedReleased(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	a := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q, \"xdpt2\"]\n  drop = [\"all\"]\n", testns.Dev))
+	waitAttached(t, ns, testns.Dev)
+	waitAttached(t, ns, "xdpt2")
+	a.gather(t, "xdpt2")
+	require.NoError(t, a.stdin.Close())
+	require.NoError(t, a.wait(t, 5*time.Second), "stderr: %s", a.stderr)
+	pid := holderOf(t, a)
+	b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
+	attached, _, _ := gatherState(t, b, "udp", "drop")
+	require.True(t, attached)
+	_, err = ns.WaitNoXDP("xdpt2", time.Second)
+	require.NoError(t, err, "the interface B does not manage is released at once")
+	require.Contains(t, b.stderr.String(), `I! interface "xdpt2": released at once by the stopped instance's handover: this instance does not manage it`)
+	waitGone(t, pid, time.Second)
+}
