@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -126,7 +127,13 @@ func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
 			os.NewFile(uintptr(fd.fd), "").Close()
 		}
 	}
-	return nil, nil, nil, &ForeignError{Reason: errors.Join(lerr, perr, merr).Error()}
+	var reasons []string
+	for _, err := range []error{lerr, perr, merr} {
+		if err != nil {
+			reasons = append(reasons, err.Error())
+		}
+	}
+	return nil, nil, nil, &ForeignError{Reason: strings.Join(reasons, "; ")}
 }
 
 // verifyHanded checks that l is an XDP link on ifindex running prog, an

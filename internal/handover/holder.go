@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -104,7 +105,7 @@ func (h *Holder) Wait(stop <-chan os.Signal) {
 	case <-timer.C:
 		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout))
 	case sig := <-stop:
-		h.releaseAll(fmt.Sprintf("released at once: the handover process received %v", sig))
+		h.releaseAll(fmt.Sprintf("released at once: the handover process received %s", signalName(sig)))
 	}
 }
 
@@ -196,4 +197,11 @@ func (h *Holder) releaseUnmanaged(manages []Key, netns uint64) []string {
 		}
 	}
 	return released
+}
+
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok && unix.SignalName(s) != "" {
+		return unix.SignalName(s)
+	}
+	return sig.String()
 }

@@ -1,0 +1,238 @@
+//go:build linux
+
+package handover
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// connectEnv makes the test binary, run as another user, try to take an
+// offer at the socket path it names and print what it got.
+const connectEnv = "XDP_DROP_TEST_CONNECT"
+
+func TestMain(m *testing.M) {
+	RunHolderIfRequested()
+	if path := os.Getenv(connectEnv); path != "" {
+		fmt.Println(connectAndTake(path))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func connectAndTake(path string) string {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := send(c, message{Take: true}, nil); err != nil {
+		return "send: " + err.Error()
+	}
+	_, fds, err := receive(c, FDCount)
+	if err != nil {
+		return "receive: " + err.Error()
+	}
+	return fmt.Sprintf("received %d descriptors", len(fds))
+}
+
+// logger collects a holder's log lines.
+type logger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logger) Infof(format string, args ...any) { l.add("I! " + fmt.Sprintf(format, args...)) }
+func (l *logger) Warnf(format string, args ...any) { l.add("W! " + fmt.Sprintf(format, args...)) }
+func (l *logger) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, s)
+}
+
+func (l *logger) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// pipeOffer is an offer of three pipe descriptors, which the holder treats
+// like any others; readEnd tells when the holder has closed its copies.
+func pipeOffer(t *testing.T, name string, ifindex int) (Offer, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	fds := make([]int, FDCount)
+	for i := range fds {
+		fds[i], err = unix.Dup(int(w.Fd()))
+		require.NoError(t, err)
+	}
+	w.Close()
+	return Offer{Header: Header{Key: Key{NetNS: 1, Ifindex: ifindex}, Interface: name, Mode: "native"}, FDs: fds}, r
+}
+
+// closedBy waits until every write end of the pipe is closed.
+func closedBy(t *testing.T, r *os.File, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { io.Copy(io.Discard, r); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("descriptors still held after %v", d)
+	}
+}
+
+func TestHolderReleasesAtTimeout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	log := &logger{}
+	h, errs := NewHolder(dir, 200*time.Millisecond, []Offer{o}, log)
+	require.NoError(t, errs[0])
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "only this user reaches the sockets")
+	h.Wait(nil)
+	closedBy(t, r, time.Second)
+	require.Equal(t, `I! interface "eth1": released after 200ms: no successor`, log.String())
+	_, err = os.Stat(socketPath(dir, o.Key))
+	require.ErrorIs(t, err, os.ErrNotExist, "socket removed")
+}
+
+func TestHolderReleasesOnSignal(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	log := &logger{}
+	h, _ := NewHolder(dir, time.Hour, []Offer{o}, log)
+	stop := make(chan os.Signal, 1)
+	stop <- syscall.SIGTERM
+	h.Wait(stop)
+	closedBy(t, r, time.Second)
+	require.Equal(t, `I! interface "eth1": released at once: the handover process received SIGTERM`, log.String())
+}
+
+// TestTakeAcceptRefuse: a successor takes the offer of an interface it
+// manages; a refusal leaves it held; the offers of interfaces it does not
+// manage are released when it accepts, and then the holder is done.
+func TestTakeAcceptRefuse(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o1, r1 := pipeOffer(t, "eth1", 7)
+	o2, r2 := pipeOffer(t, "eth2", 8)
+	log := &logger{}
+	h, errs := NewHolder(dir, time.Hour, []Offer{o1, o2}, log)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	done := make(chan struct{})
+	go func() { h.Wait(nil); close(done) }()
+
+	nothing, err := Take(dir, Key{NetNS: 1, Ifindex: 9}, nil)
+	require.NoError(t, err)
+	require.Nil(t, nothing, "no offer for an interface not held")
+
+	got, err := Take(dir, o1.Key, []Key{o1.Key})
+	require.NoError(t, err)
+	require.Equal(t, o1.Header, got.Header)
+	require.Len(t, got.FDs, FDCount)
+	closeAll(got.FDs)
+	got.Refuse("test refuses")
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), `the successor refused the handover: test refuses; still held`)
+	}, 5*time.Second, 10*time.Millisecond, "log: %s", log)
+
+	got, err = Take(dir, o1.Key, []Key{o1.Key})
+	require.NoError(t, err, "still offered after a refusal")
+	closeAll(got.FDs)
+	require.Equal(t, []string{"eth2"}, got.Accept(), "eth2 is not managed")
+	closedBy(t, r1, time.Second)
+	closedBy(t, r2, time.Second)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder still waiting with nothing held")
+	}
+	require.Contains(t, log.String(), `I! interface "eth2": released at once: the successor does not manage it`)
+}
+
+// TestOtherUserRefused: another user can neither reach the sockets (the
+// directory is private) nor, were it reachable, be handed anything (the
+// holder checks the peer's uid).
+func TestOtherUserRefused(t *testing.T) {
+	testns.RequirePrivileged(t)
+	bin := readableCopy(t)
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	log := &logger{}
+	h, errs := NewHolder(dir, time.Hour, []Offer{o}, log)
+	require.NoError(t, errs[0])
+	stop := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() { h.Wait(stop); close(done) }()
+	defer func() { stop <- syscall.SIGTERM; <-done }()
+	path := socketPath(dir, o.Key)
+
+	asNobody := func() string {
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(), connectEnv+"="+path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	require.Contains(t, asNobody(), "permission denied", "the private directory keeps others out")
+
+	// Open the way, as a careless administrator might: the uid check holds.
+	require.NoError(t, os.Chmod(filepath.Dir(filepath.Dir(dir)), 0o755))
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, os.Chmod(path, 0o777))
+	// The holder hangs up before or after the request: nothing is handed.
+	out := asNobody()
+	require.Regexp(t, `^(send|receive): `, out)
+	require.NotContains(t, out, "received")
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), "refused a handover request: peer process")
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Contains(t, log.String(), "runs as uid 65534, neither this user (uid 0) nor root")
+
+	// And a successor of this user now refuses the directory.
+	_, err := Take(dir, o.Key, nil)
+	require.ErrorContains(t, err, "has mode 0755; it must be 0700")
+	require.NoError(t, os.Chmod(dir, 0o700))
+	got, err := Take(dir, o.Key, nil)
+	require.NoError(t, err)
+	closeAll(got.FDs)
+	got.Accept()
+	closedBy(t, r, time.Second)
+}
+
+// readableCopy copies the test binary where another user can run it.
+func readableCopy(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp("", "xdp-drop-handover-test")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	b, err := os.ReadFile(self)
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "handover.test")
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	return bin
+}

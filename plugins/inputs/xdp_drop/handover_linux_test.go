@@ -1,0 +1,110 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// offerForeign offers fds for the test's Dev from a holder in this process,
+// as a stopped instance's holder would, and returns the holder's
+// directory. The holder is stopped when the test ends.
+func offerForeign(t *testing.T, ns *testns.NS, fds []int) string {
+	t.Helper()
+	var netns uint64
+	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
+	dir := filepath.Join(t.TempDir(), "handover")
+	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev, Mode: "native"},
+		FDs:    fds,
+	}}, testutil.Logger{})
+	require.NoError(t, errs[0])
+	stop := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() { h.Wait(stop); close(done) }()
+	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	return dir
+}
+
+func dupAll(t *testing.T, fds ...int) []int {
+	t.Helper()
+	out := make([]int, len(fds))
+	for i, fd := range fds {
+		d, err := unix.Dup(fd)
+		require.NoError(t, err)
+		out[i] = d
+	}
+	return out
+}
+
+// TestHandoverForeignDescriptors: a successor offered descriptors that are
+// not an xdp_drop XDP link on the interface it manages ignores them, says
+// so, and attaches afresh.
+func TestHandoverForeignDescriptors(t *testing.T) {
+	t.Run("not BPF objects", func(t *testing.T) {
+		ns := testns.New(t)
+		var fds [2]int
+		require.NoError(t, unix.Pipe(fds[:]))
+		null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+		require.NoError(t, err)
+		dir := offerForeign(t, ns, []int{fds[0], fds[1], null})
+		successorIgnores(t, ns, dir, "not an xdp_drop attachment of this interface")
+	})
+	t.Run("xdp_drop link on another interface", func(t *testing.T) {
+		ns := testns.New(t)
+		prog, err := bpf.Load(bpf.Policy{DropAll: true})
+		require.NoError(t, err)
+		defer prog.Close()
+		require.NoError(t, ns.Do(func() error {
+			if err := ns.CheckAttachable(testns.Peer); err != nil {
+				return err
+			}
+			return prog.Attach(ns.PeerIdx, bpf.ModeNative)
+		}))
+		l, p, m, err := prog.FDs()
+		require.NoError(t, err)
+		dir := offerForeign(t, ns, dupAll(t, l, p, m))
+		got := successorIgnores(t, ns, dir, "is on interface index")
+		require.NotEqual(t, uint32(prog.ID()), got, "the foreign program is not taken")
+	})
+}
+
+// successorIgnores starts a plugin on Dev with the handover directory dir
+// and checks that it logs why it ignored the offer and attached its own
+// program; it returns that program's id.
+func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
+	t.Helper()
+	log := &testutil.CaptureLogger{}
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+	require.NoError(t, p.Init())
+	p.handoverDir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, p, func() error { p.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	var warned bool
+	for _, w := range log.Warnings() {
+		if strings.Contains(w, "ignored what the handover offered") && strings.Contains(w, why) {
+			warned = true
+		}
+	}
+	require.True(t, warned, "warnings: %v", log.Warnings())
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id)
+	require.Equal(t, id, uint32(p.ifaces[0].prog.ID()), "attached its own program")
+	return id
+}
