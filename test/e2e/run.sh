@@ -4,8 +4,9 @@
 # namespace of its own; Telegraf writes to InfluxDB 1.x and serves
 # prometheus_client; Prometheus evaluates the shipped alert rules and
 # notifies Alertmanager. A known traffic mix is sent through the veth and
-# checked end to end, then the lifecycle under Telegraf (SIGTERM, SIGKILL of
-# the plugin, restart). Run as root: make e2e.
+# checked end to end, then reloads under steady traffic (handover, no frame
+# unfiltered) and the lifecycle under Telegraf (SIGTERM, SIGKILL of the
+# plugin, restart). Run as root: make e2e.
 #
 # Safety: everything runs inside the namespace this script creates; the
 # plugin's config names only the veth created there, and every server
@@ -26,6 +27,8 @@ DROP=udp,ipv6-icmp,gre
 RESTART_DELAY=2     # seconds, inputs.execd restart_delay
 THRESHOLD_PPS=1     # e2e drop-rate threshold, through xdp_drop:drop_threshold_pps
 ALERT_FOR=5s        # e2e for: of every alert (the shipped ones are minutes)
+HANDOVER_TIMEOUT=3  # seconds, the plugin's handover_timeout
+RELOADS=3           # Telegraf reloads (SIGHUP) under steady traffic
 
 RULES=$ROOT/examples/prometheus/xdp_drop.rules.yml
 RULES_TEST=$ROOT/examples/prometheus/xdp_drop.rules.test.yml
@@ -160,6 +163,7 @@ LOGS=$WORK/logs
 log "building telegraf-xdp-drop and sendmix"
 go build -o "$WORK/bin/telegraf-xdp-drop" ./cmd/telegraf-xdp-drop
 go build -o "$WORK/bin/sendmix" ./test/e2e/sendmix
+go build -o "$WORK/bin/udpstream" ./test/e2e/udpstream
 
 # ---------------------------------------------------------------- namespace
 log "network namespace"
@@ -182,6 +186,7 @@ cat >"$WORK/xdp_drop.conf" <<EOF
 [[inputs.xdp_drop]]
   interfaces = ["$DEV"]
   drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
+  handover_timeout = "${HANDOVER_TIMEOUT}s"
 EOF
 
 cat >"$WORK/influxdb.conf" <<EOF
@@ -377,6 +382,63 @@ doc_query() {
 	influx_query "$q" || fail "documented query '$1' failed"
 }
 
+# udp_drop_points SINCE_MS: the ipv4/udp drop counter of every point since SINCE_MS, in time order.
+udp_drop_points() {
+	influx_query "SELECT \"packets\" FROM \"xdp_drop\" WHERE \"interface\" = '$DEV' AND \"family\" = 'ipv4'
+		AND \"protocol\" = 'udp' AND \"action\" = 'drop' AND time >= ${1}ms" |
+		jq -r '.results[0].series[0].values[]?[1]'
+}
+udp_drop_latest() { udp_drop_points "$1" | tail -n 1; }
+
+# check_reloads: RELOADS Telegraf reloads (SIGHUP) while udpstream sends UDP
+# without pause. Each reload's new plugin takes the attachment over in
+# place: no UDP frame reaches the stack, the program id and the counters
+# carry on, and InfluxDB's udp drop total equals what was there before plus
+# what was sent.
+check_reloads() {
+	log "phase 3b: $RELOADS Telegraf reloads (SIGHUP) under steady UDP"
+	local t_start base prog pid newpid i report took
+	t_start=$(now_ms)
+	prog=$(xdp_prog_id)
+	base=$(udp_drop_latest "$t_run1")
+	[ -n "$base" ] || fail "no ipv4/udp drop counter in InfluxDB before the reloads"
+	ip netns exec "$NS" "$WORK/bin/udpstream" -netns "$NS" -iface "$PEER" -sink "$DEV" \
+		>"$WORK/reloads.json" 2>"$LOGS/udpstream.log" &
+	local stream=$!
+	sleep 2
+	for i in $(seq "$RELOADS"); do
+		pid=$(plugin_pid)
+		kill -HUP "$TELEGRAF_PID"
+		new_plugin() { newpid=$(plugin_pid); [ -n "$newpid" ] && [ "$newpid" != "$pid" ]; }
+		wait_until 20 new_plugin || fail "reload $i: no new telegraf-xdp-drop under Telegraf"
+		taken() { [ "$(grep -c 'taken over in place' "$LOGS/telegraf-1.log")" -ge "$i" ]; }
+		wait_until 10 taken || fail "reload $i: the new plugin did not take the attachment over"
+		[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
+		sleep 2
+	done
+	kill -TERM "$stream"
+	wait "$stream" || fail "udpstream failed: $(cat "$LOGS/udpstream.log")"
+	report=$WORK/reloads.json
+	note "reloads: $(jq -r '"\(.delivered) UDP frames in \(.seconds | floor) s (\(.frames_per_second) frames/s)"' "$report") through $RELOADS reloads, program id $prog kept"
+	[ "$(jq .leaked "$report")" = 0 ] || fail "reloads: $(jq .leaked "$report") UDP frames reached $DEV's stack"
+	[ "$(jq .polls_without_xdp "$report")" = 0 ] ||
+		fail "reloads: $DEV without XDP in $(jq .polls_without_xdp "$report") polls, longest $(jq .longest_without_xdp_ms "$report") ms"
+	note "reloads: 0 UDP frames reached $DEV's stack; $(jq .polls "$report") polls (every ms), none without XDP"
+
+	local want=$((base + $(jq .delivered "$report")))
+	total_is() { [ "$(udp_drop_latest "$t_start")" = "$want" ]; }
+	wait_until 20 total_is || fail "reloads: InfluxDB's udp drop total is $(udp_drop_latest "$t_start"), want $base + $(jq .delivered "$report") = $want"
+	udp_drop_points "$t_start" | awk 'NR > 1 && $1 < prev {bad = 1} {prev = $1} END {exit bad}' ||
+		fail "reloads: the udp drop counter went down in InfluxDB: $(udp_drop_points "$t_start" | paste -sd' ')"
+	note "reloads: InfluxDB udp drop total $want = $base before + $(jq .delivered "$report") sent; monotonic over $(udp_drop_points "$t_start" | wc -l) points"
+	note "reloads: plugin log: $(grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1 | sed 's/.*\] //')"
+	wait_until 5 one_plugin || fail "reloads: handover processes left: $(ip netns pids "$NS" | xargs -r ps -o pid=,args= -p | grep telegraf-xdp-drop)"
+	! grep ' E! ' "$LOGS/telegraf-1.log" || fail "reloads: Telegraf logged errors"
+	took=$(since_ms "$t_start")
+	note "reloads: done in $took ms; one telegraf-xdp-drop process left, no handover process"
+}
+one_plugin() { [ "$(ip netns pids "$NS" | xargs -r ps -o comm= -p | grep -c '^telegraf-xdp-dr')" = 1 ]; }
+
 # ================================================================ phase 1
 log "phase 1: Telegraf starts the plugin; one round of the mix; exact counts in InfluxDB"
 t_run1=$(now_ms)
@@ -497,14 +559,20 @@ errors=$(grep -c ' E! ' "$LOGS/telegraf-1.log" || true)
 [ "$errors" = 0 ] || fail "Telegraf logged errors in a clean run: $(grep ' E! ' "$LOGS/telegraf-1.log")"
 note "Telegraf log (run 1): no E! line; plugin said: $(grep -m1 'attached in' "$LOGS/telegraf-1.log" | sed 's/.*\] //')"
 
+check_reloads
+
 # ================================================================ phase 4
 log "phase 4: lifecycle under Telegraf"
 t0=$(now_ms)
 pid1=$(plugin_pid)
 [ -n "$pid1" ] || fail "no telegraf-xdp-drop process under Telegraf ($TELEGRAF_PID)"
 kill -TERM "$TELEGRAF_PID"
-wait_until 5 xdp_detached || fail "$DEV still has XDP program $(xdp_prog_id) 5s after SIGTERM to Telegraf"
-note "SIGTERM to Telegraf: $DEV without XDP after $(since_ms "$t0") ms"
+# Held for a successor that does not come, then released.
+wait_until $((HANDOVER_TIMEOUT + 5)) xdp_detached ||
+	fail "$DEV still has XDP program $(xdp_prog_id) $((HANDOVER_TIMEOUT + 5))s after SIGTERM to Telegraf (handover_timeout ${HANDOVER_TIMEOUT}s)"
+note "SIGTERM to Telegraf: $DEV without XDP after $(since_ms "$t0") ms (handover_timeout ${HANDOVER_TIMEOUT}s, no successor)"
+no_holder() { ! ip netns pids "$NS" | xargs -r ps -o comm= -p | grep -q '^telegraf-xdp-dr'; }
+wait_until 2 no_holder || fail "a telegraf-xdp-drop process outlived the handover timeout: $(ip netns pids "$NS" | xargs -r ps -o pid=,args= -p | grep telegraf-xdp-drop)"
 rc=0
 wait "$TELEGRAF_PID" || rc=$?
 TELEGRAF_PID=""
