@@ -26,8 +26,9 @@ import (
 const setcapCaps = "cap_bpf,cap_net_admin,cap_perfmon+ep"
 
 // TestLeastPrivilege runs the binary as an unprivileged user: with the file
-// capabilities make install grants it attaches and reports; without them it
-// fails with the exact setcap command to run.
+// capabilities make install grants it attaches and reports, and hands over
+// to its successor on stop; without them it fails with the exact setcap
+// command to run.
 func TestLeastPrivilege(t *testing.T) {
 	ns := testns.New(t)
 	for _, tool := range []string{"setcap", "setpriv"} {
@@ -43,11 +44,16 @@ func TestLeastPrivilege(t *testing.T) {
 	raw, err := os.ReadFile(binary)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	// The handover sockets of user 65534: removed after, unless they were there before.
+	sockets := filepath.Join(os.TempDir(), "xdp_drop-handover-65534")
+	if _, err := os.Stat(sockets); os.IsNotExist(err) {
+		t.Cleanup(func() { os.RemoveAll(sockets) })
+	}
 	conf := filepath.Join(dir, "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev)), 0o644))
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 
-	runAsNobody := func() (string, string) {
+	runAsNobody := func(conf string) (string, string) {
 		cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
 		stdin, err := cmd.StdinPipe()
 		require.NoError(t, err)
@@ -65,7 +71,7 @@ func TestLeastPrivilege(t *testing.T) {
 		return stdout.String(), stderr.String()
 	}
 
-	out, errOut := runAsNobody()
+	out, errOut := runAsNobody(conf)
 	require.Contains(t, out, "attached=false")
 	require.Contains(t, errOut, "E! ")
 	require.Contains(t, errOut, fmt.Sprintf("chown root:telegraf %s && chmod 0750 %s && setcap %s %s", bin, bin, setcapCaps, bin),
@@ -74,14 +80,26 @@ func TestLeastPrivilege(t *testing.T) {
 	// CAP_PERFMON is needed: the verifier refuses the program's
 	// variable-offset packet pointer arithmetic without it.
 	require.NoError(t, exec.Command("setcap", "cap_bpf,cap_net_admin+ep", bin).Run())
-	out, errOut = runAsNobody()
+	out, errOut = runAsNobody(conf)
 	require.Contains(t, out, "attached=false")
 	require.Contains(t, errOut, "CAP_PERFMON")
 
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
-	out, errOut = runAsNobody()
+	out, errOut = runAsNobody(conf)
 	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
 	require.NotContains(t, errOut, "E! ")
+	require.Contains(t, errOut, "held for handover", "the stop hands over, as the service user")
+
+	// The successor, as the same user, takes the attachment over; with
+	// handover_timeout = "0s" it then detaches on stop.
+	conf0 := filepath.Join(dir, "xdp_drop_0s.conf")
+	require.NoError(t, os.WriteFile(conf0, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev)), 0o644))
+	out, errOut = runAsNobody(conf0)
+	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
+	require.Contains(t, errOut, "taken over in place", "stderr: %s", errOut)
+	require.Contains(t, errOut, "counters continue")
+	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+	require.NoError(t, err)
 
 	// With the capabilities, a config others may write is refused before
 	// anything is attached.
