@@ -71,6 +71,8 @@ func run() int {
 
 	if *watchView {
 		plugin.Log = log
+		// The console view promises that Ctrl-C detaches: no handover.
+		plugin.HandoverTimeout = 0
 		if err := plugin.Init(); err != nil {
 			log.Errorf("config %s: %v", *configFile, err)
 			return 1

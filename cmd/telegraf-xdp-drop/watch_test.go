@@ -18,12 +18,11 @@ import (
 
 // TestWatchView runs the console view, with per_cpu, on known traffic sent
 // from one CPU: its table shows the exact totals per CPU, protocol and
-// action, fits 80 columns, and Ctrl-C (SIGINT) detaches (handover_timeout =
-// "0s") and exits 0.
+// action, fits 80 columns, and Ctrl-C (SIGINT) detaches and exits 0.
 func TestWatchView(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n  per_cpu = true\n  handover_timeout = \"0s\"\n", testns.Dev))
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n  per_cpu = true\n", testns.Dev))
 	cmd := ns.Exec(binary, "-config", conf, "-watch")
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -101,7 +101,7 @@ func (h *Holder) Wait(stop <-chan os.Signal) {
 	defer timer.Stop()
 	select {
 	case <-h.done:
-		return
+		h.Log.Infof("handover process %d: everything taken over or released; exiting", os.Getpid())
 	case <-timer.C:
 		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout))
 	case sig := <-stop:
