@@ -194,9 +194,6 @@ func newProgram(policy Policy) (*Program, error) {
 // replacing counters pinned there under any other, as LoadPinned would
 // have: for an adopted program whose counters continue.
 func (p *Program) PinCounters(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create pin directory: %w", err)
-	}
 	name := "counters_" + p.fingerprint
 	path := filepath.Join(dir, name)
 	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
@@ -208,6 +205,9 @@ func (p *Program) PinCounters(dir string) error {
 	}
 	stale, _ := filepath.Glob(filepath.Join(dir, "counters_*"))
 	for _, s := range stale {
+		if !isOurPin(filepath.Base(s)) {
+			continue
+		}
 		if err := os.Remove(s); err != nil {
 			return fmt.Errorf("unpin stale counters %s: %w", s, err)
 		}

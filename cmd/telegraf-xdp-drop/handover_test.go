@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -364,4 +366,64 @@ func TestHandoverUnmanagedReleased(t *testing.T) {
 	require.NoError(t, err, "the interface B does not manage is released at once")
 	require.Contains(t, b.stderr.String(), `I! interface "xdpt2": released at once by the stopped instance's handover: this instance does not manage it`)
 	waitGone(t, pid, time.Second)
+}
+
+// TestHandoverWithPins: a successor with pin_path pins the counters it
+// continues and, with keep_attached, the link it took over; a stop with
+// keep_attached starts no handover process (the pinned link outlives the
+// binary), and the next run continues the pinned counters. The binary runs
+// in this process's mount namespace, where the pins are, and reaches the
+// interface through the namespace option: handover keys name the
+// interface's namespace, not the binary's.
+func TestHandoverWithPins(t *testing.T) {
+	ns := testns.New(t)
+	pins := filepath.Join(bpf.DefaultBPFFS, fmt.Sprintf("xdpdrop-test-%d", time.Now().UnixNano()))
+	_, err := bpf.EnsureBPFFS(pins)
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(pins) })
+	base := fmt.Sprintf("[[inputs.xdp_drop]]\n  namespace = %q\n  interfaces = [%q]\n  drop = [\"udp\"]\n", ns.Name, testns.Dev)
+	gen, err := traffic.NewGenerator()
+	require.NoError(t, err)
+	defer gen.Close()
+	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, 100) }))
+	udpAfter := func(p *proc, want int64) {
+		t.Helper()
+		var got int64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, _, got = gatherState(t, p, "udp", "drop"); got == want {
+				return
+			}
+		}
+		t.Fatalf("udp drops %d, want %d; stderr: %s", got, want, p.stderr)
+	}
+
+	a := startHere(t, ns, base)
+	id := waitAttached(t, ns, testns.Dev)
+	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, 100) }))
+	udpAfter(a, 100)
+	require.NoError(t, a.stdin.Close())
+	require.NoError(t, a.wait(t, 5*time.Second))
+
+	b := startHere(t, ns, base+fmt.Sprintf("  pin_path = %q\n  keep_attached = true\n", pins))
+	udpAfter(b, 100)
+	require.Contains(t, b.stderr.String(), fmt.Sprintf("taken over in place, program id %d; counters continue", id))
+	counters, err := filepath.Glob(filepath.Join(pins, testns.Dev, "counters_*"))
+	require.NoError(t, err)
+	require.Len(t, counters, 1, "the continued counters are pinned; stderr: %s", b.stderr)
+	require.FileExists(t, filepath.Join(pins, testns.Dev, "link"), "keep_attached pinned the link taken over")
+	require.NoError(t, b.stdin.Close())
+	require.NoError(t, b.wait(t, 5*time.Second))
+	require.NotContains(t, b.stderr.String(), "held for handover", "keep_attached needs no handover process")
+	require.Contains(t, b.stderr.String(), "left attached (keep_attached)")
+	now, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, id, now, "kept attached by its pin")
+
+	c := startHere(t, ns, base+fmt.Sprintf("  pin_path = %q\n  handover_timeout = \"0s\"\n", pins))
+	udpAfter(c, 100)
+	require.Contains(t, c.stderr.String(), "continuing pinned counters")
+	require.NoError(t, c.stdin.Close())
+	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, c.wait(t, 5*time.Second))
 }

@@ -84,8 +84,28 @@ func start(t *testing.T, ns *testns.NS, config string) *proc {
 		}
 		return nil
 	}))
-	p := &proc{cmd: ns.Exec(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"),
-		lines: make(chan string, 1024), stderr: &syncBuffer{}, done: make(chan struct{})}
+	return runProc(t, ns.Exec(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"))
+}
+
+// startHere runs the binary in this process's namespaces, for a config
+// whose namespace option names the test namespace.
+func startHere(t *testing.T, ns *testns.NS, config string) *proc {
+	t.Helper()
+	require.Contains(t, config, fmt.Sprintf("namespace = %q", ns.Name), "the binary must attach in the test namespace only")
+	require.NoError(t, ns.Do(func() error {
+		for _, name := range []string{testns.Dev, testns.Peer} {
+			if err := ns.CheckAttachable(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	return runProc(t, exec.Command(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"))
+}
+
+func runProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, lines: make(chan string, 1024), stderr: &syncBuffer{}, done: make(chan struct{})}
 	var err error
 	p.stdin, err = p.cmd.StdinPipe()
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ package xdp_drop
 import (
 	"errors"
 	"net"
-	"path/filepath"
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
@@ -122,7 +121,11 @@ func (x *XDPDrop) pinAdopted(name string, prog *bpf.Program, continued bool) {
 	if x.PinPath == "" {
 		return
 	}
-	dir := filepath.Join(x.PinPath, name)
+	dir, err := x.pinDir(name)
+	if err != nil {
+		x.Log.Warnf("interface %q: taken over without pins, so counters restart at every restart: %v", name, err)
+		return
+	}
 	if continued {
 		if err := prog.PinCounters(dir); err != nil {
 			x.Log.Warnf("interface %q: %v", name, err)

@@ -386,25 +386,8 @@ func (x *XDPDrop) load(name string) (prog *bpf.Program, pinned bool, err error) 
 }
 
 func (x *XDPDrop) loadPinned(name string) (*bpf.Program, error) {
-	mounted, err := bpf.EnsureBPFFS(x.PinPath)
+	dir, err := x.pinDir(name)
 	if err != nil {
-		return nil, err
-	}
-	if mounted {
-		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
-	}
-	if err := bpf.CheckPersistent(x.PinPath); err != nil {
-		return nil, fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
-			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", x.PinPath, err)
-	}
-	dir := filepath.Join(x.PinPath, name)
-	if err := bpf.CheckPinDir(x.PinPath); err != nil {
-		return nil, fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", x.PinPath, err, bpf.DefaultBPFFS+"/xdp_drop")
-	}
-	if err := bpf.CheckPinDir(dir); err != nil {
-		return nil, fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
-	}
-	if err := bpf.PreparePinDir(x.PinPath, dir); err != nil {
 		return nil, err
 	}
 	if err := bpf.CheckKeptLinkFree(dir); err != nil {
@@ -425,6 +408,34 @@ func (x *XDPDrop) loadPinned(name string) (*bpf.Program, error) {
 		x.Log.Infof("interface %q: %s (%s)", name, note, dir)
 	}
 	return prog, nil
+}
+
+// pinDir returns the interface's pin directory, ready for pins: on a BPF
+// filesystem that outlives the process (mounted on /sys/fs/bpf when nothing
+// is), and ours.
+func (x *XDPDrop) pinDir(name string) (string, error) {
+	mounted, err := bpf.EnsureBPFFS(x.PinPath)
+	if err != nil {
+		return "", err
+	}
+	if mounted {
+		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
+	}
+	if err := bpf.CheckPersistent(x.PinPath); err != nil {
+		return "", fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
+			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", x.PinPath, err)
+	}
+	dir := filepath.Join(x.PinPath, name)
+	if err := bpf.CheckPinDir(x.PinPath); err != nil {
+		return "", fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", x.PinPath, err, bpf.DefaultBPFFS+"/xdp_drop")
+	}
+	if err := bpf.CheckPinDir(dir); err != nil {
+		return "", fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
+	}
+	if err := bpf.PreparePinDir(x.PinPath, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // attachProgram attaches, keeping the attachment past the process when
