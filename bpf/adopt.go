@@ -28,6 +28,9 @@ func (p *Program) FDs() (linkFD, progFD, countersFD int, err error) {
 	return raw.FD(), p.objs.Prog.FD(), p.objs.Counters.FD(), nil
 }
 
+// CountersFD returns the descriptor of the program's counters, owned by p.
+func (p *Program) CountersFD() int { return p.objs.Counters.FD() }
+
 // ForeignError says a handed-over descriptor is not what a successor may
 // take: an xdp_drop XDP link on the interface it manages.
 type ForeignError struct{ Reason string }
@@ -66,7 +69,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 			counters.Close()
 		}
 	}()
-	id, err := verifyHanded(l, prog, ifindex)
+	id, err := verifyHanded(l, prog, counters, ifindex)
 	if err != nil {
 		return nil, false, err
 	}
@@ -137,8 +140,8 @@ func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
 }
 
 // verifyHanded checks that l is an XDP link on ifindex running prog, an
-// XDP program named xdp_drop, and returns the program's id.
-func verifyHanded(l link.Link, prog *ebpf.Program, ifindex int) (ebpf.ProgramID, error) {
+// XDP program named xdp_drop that uses counters, and returns the program's id.
+func verifyHanded(l link.Link, prog *ebpf.Program, counters *ebpf.Map, ifindex int) (ebpf.ProgramID, error) {
 	info, err := l.Info()
 	if err != nil {
 		return 0, &ForeignError{Reason: fmt.Sprintf("read link info: %v", err)}
@@ -161,7 +164,25 @@ func verifyHanded(l link.Link, prog *ebpf.Program, ifindex int) (ebpf.ProgramID,
 	if info.Program != id {
 		return 0, &ForeignError{Reason: fmt.Sprintf("link %d runs program %d, not the handed-over program %d", info.ID, info.Program, id)}
 	}
+	if !usesMap(pinfo, counters) {
+		return 0, &ForeignError{Reason: fmt.Sprintf("program %d does not use the handed-over counters", id)}
+	}
 	return id, nil
+}
+
+func usesMap(pinfo *ebpf.ProgramInfo, m *ebpf.Map) bool {
+	minfo, err := m.Info()
+	if err != nil {
+		return false
+	}
+	want, _ := minfo.ID()
+	ids, _ := pinfo.MapIDs()
+	for _, id := range ids {
+		if id == want {
+			return true
+		}
+	}
+	return false
 }
 
 // linkMode returns the mode program id is attached in on ifindex, or

@@ -124,6 +124,13 @@ func (h *Holder) drop(k Key, hd *held) {
 	hd.ln.Close()
 	closeAll(hd.offer.FDs)
 	delete(h.held, k)
+}
+
+// doneIfEmpty ends Wait once nothing is held; a handler calls it after its
+// last word to the successor, which an exit would cut off.
+func (h *Holder) doneIfEmpty() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if len(h.held) == 0 && !h.closed {
 		h.closed = true
 		close(h.done)
@@ -165,6 +172,8 @@ func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
 	if err := send(c, message{Offer: &hdr}, hd.offer.FDs); err != nil {
 		return false
 	}
+	// The successor checks what it got and may load a program first.
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	ans, fds, err := receive(c, 0)
 	closeAll(fds)
 	if err != nil || !ans.Accept {
@@ -178,6 +187,7 @@ func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
 	released := h.releaseUnmanaged(req.Manages, hd.offer.NetNS)
 	h.mu.Unlock()
 	send(c, message{Released: released}, nil)
+	h.doneIfEmpty()
 	return true
 }
 

@@ -37,7 +37,8 @@ func Spawn(dir string, timeout time.Duration, offers []Offer) (int, []error, err
 	theirs := os.NewFile(uintptr(pair[1]), "handover-control")
 	defer ours.Close()
 	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{os.Args[0]}
+	// Named apart in ps; the binary's flags do not apply to it.
+	cmd.Args = []string{os.Args[0] + " [handover]"}
 	cmd.Env = append(os.Environ(), holderEnv+"=1")
 	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -49,7 +49,7 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 		c.Close()
 		return nil, fmt.Errorf("handover socket %s: %w", path, err)
 	}
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := send(c, message{Take: true, Manages: manages}, nil); err != nil {
 		c.Close()
 		return nil, err

@@ -3,6 +3,7 @@
 package xdp_drop
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,39 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		dir := offerForeign(t, ns, dupAll(t, l, p, m))
 		got := successorIgnores(t, ns, dir, "is on interface index")
 		require.NotEqual(t, uint32(prog.ID()), got, "the foreign program is not taken")
+	})
+	t.Run("counters of another program", func(t *testing.T) {
+		ns := testns.New(t)
+		prog, err := bpf.Load(bpf.Policy{DropAll: true})
+		require.NoError(t, err)
+		defer prog.Close()
+		other, err := bpf.Load(bpf.Policy{DropAll: true})
+		require.NoError(t, err)
+		defer other.Close()
+		require.NoError(t, ns.Do(func() error {
+			if err := ns.CheckAttachable(testns.Dev); err != nil {
+				return err
+			}
+			return prog.Attach(ns.DevIdx, bpf.ModeNative)
+		}))
+		l, p, _, err := prog.FDs()
+		require.NoError(t, err)
+		dir := offerForeign(t, ns, dupAll(t, l, p, other.CountersFD()))
+
+		log := &testutil.CaptureLogger{}
+		x := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+		require.NoError(t, x.Init())
+		x.handoverDir = dir
+		acc := &testutil.Accumulator{}
+		inNS(t, ns, x, func() error { return x.Start(acc) })
+		t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
+		require.Contains(t, strings.Join(log.Warnings(), "\n"), "does not use the handed-over counters")
+		// The program in the way is an xdp_drop one nobody handed over: left alone.
+		require.Len(t, acc.Errors, 1)
+		require.ErrorContains(t, acc.Errors[0], fmt.Sprintf("already has XDP program id %d", prog.ID()))
+		id, err := ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Equal(t, uint32(prog.ID()), id)
 	})
 }
 
