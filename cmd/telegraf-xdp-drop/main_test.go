@@ -323,6 +323,8 @@ func TestBadConfigs(t *testing.T) {
 		{"wrong type", "[[inputs.xdp_drop]]\ninterfaces = \"a0\"\ndrop = [\"all\"]\n", []string{"inputs.xdp_drop.interfaces", "incompatible types"}},
 		{"wrong type bool", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\ndry_run = \"yes\"\n", []string{"inputs.xdp_drop.dry_run", "incompatible types"}},
 		{"name too long", "[[inputs.xdp_drop]]\ninterfaces = [\"averyveryverylongname\"]\ndrop = [\"all\"]\n", []string{"interfaces", "longer than the 15"}},
+		{"bad handover_timeout", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\nhandover_timeout = \"soon\"\n", []string{"handover_timeout", "soon"}},
+		{"negative handover_timeout", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\nhandover_timeout = \"-5s\"\n", []string{"handover_timeout", `"-5s"`, "negative"}},
 		{"malformed toml", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"\ndrop = [\"all\"]\n", []string{"line 3", "expected a comma"}},
 	}
 	for _, c := range cases {

@@ -4,7 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/influxdata/telegraf/config"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
@@ -83,6 +85,7 @@ func TestInitErrors(t *testing.T) {
 		{"relative pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, PinPath: "bpf/xdp"}, []string{"pin_path", `"bpf/xdp"`, "absolute"}},
 		{"keep_attached without pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}, []string{"keep_attached", "pin_path"}},
 		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
+		{"negative handover_timeout", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(-time.Second)}, []string{"handover_timeout", `"-1s"`, "negative", `"0s"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +97,10 @@ func TestInitErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestHandoverTimeoutDefault(t *testing.T) {
+	require.Equal(t, config.Duration(10*time.Second), New().HandoverTimeout)
 }
 
 func TestProtocolTags(t *testing.T) {
