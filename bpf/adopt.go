@@ -47,6 +47,9 @@ var ErrModeChanged = errors.New("the attachment is in another XDP mode")
 type Handed struct {
 	LinkFD, ProgFD, CountersFD int
 	Fingerprint                string
+	// MultiBuffer says the program is the multi-buffer variant, which its
+	// kernel info does not tell.
+	MultiBuffer bool
 }
 
 // Adopt takes over an attachment handed over for ifindex, in place: the
@@ -82,11 +85,12 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 		return nil, false, err
 	}
 	if h.Fingerprint == policy.fingerprint() && spec.Maps[xdpDropMapCounters].Compatible(counters) == nil {
-		p, err := newProgram(policy)
+		p, err := newProgram(policy, spec)
 		if err != nil {
 			return nil, false, err
 		}
-		p.objs.Prog, p.objs.Counters, p.link, p.mode, p.id = prog, counters, l, cur, id
+		p.objs.Prog, p.objs.Counters, p.id, p.multiBuffer = prog, counters, id, h.MultiBuffer
+		p.adopted(l, cur, mode)
 		owned = false
 		return p, true, nil
 	}
@@ -94,15 +98,24 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if err != nil {
 		return nil, false, err
 	}
-	if err := l.Update(p.objs.Prog); err != nil {
+	// As for a kept link: the multi-buffer variant where the device needs it.
+	if err := p.update(l, cur); err != nil {
 		p.Close()
 		return nil, false, fmt.Errorf("replace the program of the handed-over link: %w", err)
 	}
-	p.link, p.mode = l, cur
+	p.adopted(l, cur, mode)
 	prog.Close()
 	counters.Close()
 	owned = false
 	return p, false, nil
+}
+
+// adopted makes l, attached in mode cur, the attachment of p.
+func (p *Program) adopted(l link.Link, cur, configured Mode) {
+	p.link, p.mode = l, cur
+	if configured == ModeAuto && cur == ModeGeneric {
+		p.nativeErr = errors.New("the handed-over attachment was in generic mode: an earlier run fell back to it")
+	}
 }
 
 func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
@@ -203,12 +216,12 @@ func linkMode(ifindex int, id ebpf.ProgramID, mode Mode) (Mode, error) {
 }
 
 // newProgram makes a Program for policy around objects set by the caller.
-func newProgram(policy Policy) (*Program, error) {
+func newProgram(policy Policy, spec *ebpf.CollectionSpec) (*Program, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	return &Program{slots: policy.queueSlots(), perCPU: make([]xdpDropCounterBlock, cpus), fingerprint: policy.fingerprint()}, nil
+	return &Program{slots: policy.queueSlots(), spec: spec, perCPU: make([]xdpDropCounterBlock, cpus), fingerprint: policy.fingerprint()}, nil
 }
 
 // PinCounters pins the counters in dir under the fingerprint's name,

@@ -436,3 +436,43 @@ func TestHandoverWithPins(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.wait(t, 5*time.Second))
 }
+
+// TestHandoverJumbo: at MTU 9000 the attachment runs the multi-buffer
+// program; a successor with the same policy keeps it, one with another
+// policy puts its own multi-buffer program on the same link (the device
+// refuses the single-buffer one), never leaving the interface bare.
+func TestHandoverJumbo(t *testing.T) {
+	ns := testns.New(t)
+	for _, dev := range []string{testns.Dev, testns.Peer} {
+		require.NoError(t, ns.SetMTU(dev, 9000))
+	}
+	conf := func(drop, timeout string) string {
+		return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n  handover_timeout = %q\n", testns.Dev, drop, timeout)
+	}
+	a := start(t, ns, conf(`["udp"]`, "10s"))
+	idA := waitAttached(t, ns, testns.Dev)
+	waitLog(t, a, "multi-buffer: the device's MTU needs more than one buffer per frame")
+	gaps := watchGaps(ns)
+	require.NoError(t, a.stdin.Close())
+	require.NoError(t, a.wait(t, 5*time.Second))
+
+	b := start(t, ns, conf(`["udp"]`, "10s"))
+	attached, idB, _ := gatherState(t, b, "udp", "drop")
+	require.True(t, attached, "stderr: %s", b.stderr)
+	require.Equal(t, int64(idA), idB, "the multi-buffer program is kept")
+	waitLog(t, b, "counters continue")
+	require.NoError(t, b.stdin.Close())
+	require.NoError(t, b.wait(t, 5*time.Second))
+
+	c := start(t, ns, conf(`["udp", "tcp"]`, "0s"))
+	attached, idC, _ := gatherState(t, c, "udp", "drop")
+	require.True(t, attached, "stderr: %s", c.stderr)
+	require.NotEqual(t, idB, idC)
+	waitLog(t, c, fmt.Sprintf("taken over in place, program id %d (was %d)", idC, idB))
+	polls, empty := gaps.finish(t)
+	require.Zero(t, empty, "polls of %d that found no XDP program", polls)
+	require.NoError(t, c.stdin.Close())
+	_, err := ns.WaitNoXDP(testns.Dev, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, c.wait(t, 5*time.Second))
+}

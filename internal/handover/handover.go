@@ -39,6 +39,7 @@ type Header struct {
 	Mode        string `json:"mode"`
 	Fingerprint string `json:"fingerprint"`
 	ProgramID   uint32 `json:"program_id"`
+	MultiBuffer bool   `json:"multi_buffer,omitempty"`
 }
 
 // Offer is one interface's attachment: its header and its descriptors, in

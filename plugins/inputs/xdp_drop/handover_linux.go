@@ -38,6 +38,7 @@ func (x *XDPDrop) handOver() {
 				Mode:        string(ifc.prog.Mode()),
 				Fingerprint: ifc.prog.Fingerprint(),
 				ProgramID:   uint32(ifc.prog.ID()),
+				MultiBuffer: ifc.prog.MultiBuffer(),
 			},
 			FDs: []int{l, p, m},
 		})
@@ -76,9 +77,12 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	if t == nil {
 		return false, nil
 	}
-	handed := bpf.Handed{LinkFD: t.FDs[0], ProgFD: t.FDs[1], CountersFD: t.FDs[2], Fingerprint: t.Fingerprint}
+	handed := bpf.Handed{LinkFD: t.FDs[0], ProgFD: t.FDs[1], CountersFD: t.FDs[2], Fingerprint: t.Fingerprint, MultiBuffer: t.MultiBuffer}
 	prog, continued, err := bpf.Adopt(handed, ifindex, x.mode, x.policy, func() (*bpf.Program, error) {
 		prog, _, err := x.load(ifc.name)
+		if err == nil && x.singleBufferOnly {
+			prog.DisableMultiBuffer()
+		}
 		return prog, err
 	})
 	var foreign *bpf.ForeignError
@@ -98,6 +102,9 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	}
 	x.logReleased(t.Accept())
 	x.adopted(ifc, prog, ifindex)
+	if fellBack(x.mode, prog) {
+		x.Log.Warnf("interface %q: mode = \"auto\" fell back to generic mode (slower): %v", ifc.name, prog.NativeError())
+	}
 	if continued {
 		x.Log.Infof("interface %q: taken over in place, program id %d; counters continue", ifc.name, prog.ID())
 	} else {
