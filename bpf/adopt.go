@@ -189,7 +189,10 @@ func usesMap(pinfo *ebpf.ProgramInfo, m *ebpf.Map) bool {
 		return false
 	}
 	want, _ := minfo.ID()
-	ids, _ := pinfo.MapIDs()
+	ids, ok := pinfo.MapIDs()
+	if !ok {
+		return true // the kernel does not say (before 4.15): the peer's uid was checked
+	}
 	for _, id := range ids {
 		if id == want {
 			return true
