@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/influxdata/telegraf/plugins/common/shim"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
@@ -25,7 +26,24 @@ func main() {
 		// and the process is idle between gathers.
 		debug.SetGCPercent(25)
 	}
-	os.Exit(run())
+	code := run()
+	closePipes()
+	os.Exit(code)
+}
+
+// closePipes closes stdout and stderr before the process exits and, when
+// they are pipes, gives the reader a moment to see their end: inputs.execd
+// closes its ends as soon as the process is gone, and a reader still busy
+// with the last lines (the stop's log) then logs "file already closed" as
+// an error.
+func closePipes() {
+	var st unix.Stat_t
+	pipe := unix.Fstat(int(os.Stderr.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+	os.Stdout.Close()
+	os.Stderr.Close()
+	if pipe {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func run() int {
