@@ -433,7 +433,11 @@ check_reloads() {
 	note "reloads: InfluxDB udp drop total $want = $base before + $(jq .delivered "$report") sent; monotonic over $(udp_drop_points "$t_start" | wc -l) points"
 	note "reloads: plugin log: $(grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1 | sed 's/.*\] //')"
 	wait_until 5 one_plugin || fail "reloads: handover processes left: $(ip netns pids "$NS" | xargs -r ps -o pid=,args= -p | grep telegraf-xdp-drop)"
-	! grep ' E! ' "$LOGS/telegraf-1.log" || fail "reloads: Telegraf logged errors"
+	# execd's own race on a process's exit (Telegraf closes the pipes while
+	# its readers still read them) logs these at random; anything else fails.
+	local race='E! \[inputs\.execd\] Error in plugin: (error reading stderr: )?read \|0: file already closed$'
+	! grep ' E! ' "$LOGS/telegraf-1.log" | grep -vE "$race" || fail "reloads: Telegraf logged errors"
+	note "reloads: Telegraf log: no other E! line; $(grep -cE "$race" "$LOGS/telegraf-1.log" || true) of execd's pipe race on exit ('file already closed')"
 	took=$(since_ms "$t_start")
 	note "reloads: done in $took ms; one telegraf-xdp-drop process left, no handover process"
 }
