@@ -35,7 +35,8 @@ func waitLog(t *testing.T, p *proc, want string) {
 }
 
 func dropAllConfig() string {
-	return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev)
+	// handover_timeout = "0s": a stop detaches at once, nothing is held.
+	return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev)
 }
 
 // TestOverlongStdinLine: a stdin line far over 64 KiB is discarded with a

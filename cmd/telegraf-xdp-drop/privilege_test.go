@@ -135,7 +135,7 @@ func TestPinPathUnusableUnderFileCapabilities(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(bpffsDir) })
 	pins := filepath.Join(bpffsDir, "pins")
 	conf := filepath.Join(dir, "xdp_drop.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = %q\n", testns.Dev, pins)), 0o644))
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = %q\n  handover_timeout = \"0s\"\n", testns.Dev, pins)), 0o644))
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	asNobody := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled"}
 
@@ -203,7 +203,7 @@ func TestReplaceUnderFileCapabilities(t *testing.T) {
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	config := func(replace bool) string {
 		conf := filepath.Join(dir, fmt.Sprintf("replace-%v.conf", replace))
-		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  replace = %v\n", testns.Dev, replace)), 0o644))
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  replace = %v\n  handover_timeout = \"0s\"\n", testns.Dev, replace)), 0o644))
 		return conf
 	}
 	asNobody := func(conf string) *exec.Cmd {

@@ -21,7 +21,9 @@ import (
 // two program ids in all.
 func TestTwoReplaceInstancesNeverFight(t *testing.T) {
 	ns := testns.New(t)
-	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  replace = true\n", testns.Dev)
+	// handover_timeout = "0s": the first detaches when it stops, and the
+	// second attaches its own program rather than taking the link over.
+	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  replace = true\n  handover_timeout = \"0s\"\n", testns.Dev)
 	first := start(t, ns, config)
 	firstID := waitAttached(t, ns, testns.Dev)
 	first.gather(t, testns.Dev)
