@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
@@ -38,8 +39,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build the binary:", err)
 		os.Exit(1)
 	}
+	// The handover processes' socket directory: removed after, when these
+	// tests made it and left it empty.
+	sockets := handover.Dir()
+	_, statErr := os.Stat(sockets)
 	code := m.Run()
 	os.RemoveAll(dir)
+	if os.IsNotExist(statErr) {
+		os.Remove(sockets)
+	}
 	os.Exit(code)
 }
 

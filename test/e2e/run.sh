@@ -73,6 +73,11 @@ wait_until() {
 # nsx runs a (foreground) command inside the namespace.
 nsx() { ip netns exec "$NS" "$@"; }
 
+# The handover processes' socket directory, removed at the end when this
+# run made it (and left it empty).
+HANDOVER_DIR=${TMPDIR:-/tmp}/xdp_drop-handover-$(id -u)
+[ -e "$HANDOVER_DIR" ] && HANDOVER_DIR=""
+
 cleanup() {
 	local rc=$?
 	set +e
@@ -101,6 +106,7 @@ cleanup() {
 		ip netns del "$NS"
 	fi
 	wait 2>/dev/null
+	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR" 2>/dev/null
 	if [ -n "$WORK" ]; then
 		if [ "$OK" = 1 ] && [ -z "${E2E_KEEP:-}" ]; then
 			rm -rf "$WORK"
