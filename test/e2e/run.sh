@@ -35,6 +35,8 @@ RULES_TEST=$ROOT/examples/prometheus/xdp_drop.rules.test.yml
 EXECD_SNIPPET=$ROOT/examples/telegraf.d/xdp_drop.conf
 QUERIES=$ROOT/examples/influxdb/queries.md
 DASHBOARD=$ROOT/examples/grafana/xdp_drop.json
+# shellcheck source=test/e2e/downstream.sh
+source "$ROOT/test/e2e/downstream.sh"
 
 START_US=${EPOCHREALTIME/[.,]/}
 SUMMARY=()
@@ -239,6 +241,7 @@ $execd
   metric_version = 2
   collectors_exclude = ["gocollector", "process"]
 EOF
+recommended_output >>"$WORK/telegraf.conf"
 
 # The shipped rules, unchanged but for the for: durations (minutes in
 # production); the threshold comes from the override the rules file
@@ -379,7 +382,7 @@ doc_queries() {
 	awk '/^### / {h = substr($0, 5)}
 		/^```sql$/ {q = ""; inq = 1; next}
 		/^```$/ && inq {inq = 0; print h "\t" q; next}
-		inq {q = q " " $0}' "$QUERIES" | sed 's/time(1m)/time(5s)/g'
+		inq {q = q " " $0}' "$QUERIES" | sed 's/time(1m)/time(5s)/g; s/time(10s)/time(1s)/g; s|/ 60 AS|/ 5 AS|g'
 }
 doc_query() {
 	local q
@@ -476,6 +479,8 @@ for want in \
 	grep -qxF "$want" <<<"$metrics" || fail "prometheus_client does not expose '$want'; it has: $(grep '^xdp_drop' <<<"$metrics")"
 done
 note "prometheus_client: $(grep -c '^xdp_drop' <<<"$metrics") xdp_drop* samples; $(grep '^# TYPE xdp_drop_packets' <<<"$metrics" | cut -d' ' -f3-)"
+check_counter_types
+baseline_scraped
 
 # ================================================================ phase 2
 log "phase 2: steady traffic until the drop-rate alert fires and reaches Alertmanager"
@@ -551,7 +556,7 @@ note "link status: $link; no gather found $DEV detached"
 dashboard_queries() {
 	# shellcheck disable=SC2016 # Grafana's macros, matched literally
 	jq -r '.panels[] | select(.targets) | .title as $t | .targets[] | [$t, .query] | join("\t")' "$DASHBOARD" |
-		sed -e 's/\$timeFilter/time > now() - 1h/g' -e 's/\$__interval/5s/g' -e 's/\$host/.*/g' -e "s/\\\$interface/$DEV/g"
+		sed -e 's/\$timeFilter/time > now() - 1h/g' -e 's/\$__interval_ms/5000/g' -e 's/\$__interval/5s/g' -e 's/\$gather/1s/g' -e 's/\$host/.*/g' -e "s/\\\$interface/$DEV/g"
 }
 while IFS=$'\t' read -r title q; do
 	out=$(influx_query "$q") || fail "dashboard panel '$title': query failed"
@@ -647,6 +652,10 @@ note "Telegraf log (run 2, plugin killed): $e2 E! lines: $(grep ' E! ' "$LOGS/te
 points=$(influx_query 'SELECT count("packets") FROM "xdp_drop"' | jq '.results[0].series[0].values[0][1]')
 links=$(influx_query 'SELECT count("attached") FROM "xdp_drop_link"' | jq '.results[0].series[0].values[0][1]')
 note "InfluxDB holds $points xdp_drop points and $links xdp_drop_link points"
+
+restarts_under_traffic
+check_totals
+interface_error_then_clear
 
 OK=1
 printf '\nxdp_drop e2e: PASS in %d s\n' $(((${EPOCHREALTIME/[.,]/} - START_US) / 1000000))

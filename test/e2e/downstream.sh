@@ -1,0 +1,331 @@
+# shellcheck shell=bash
+# Downstream checks of the end-to-end run, sourced by test/e2e/run.sh (they
+# use its helpers and variables): the shipped queries' totals against the
+# frames counted, across restarts and a crash of the plugin under known
+# traffic; the alerts against an interface error that appears, changes its
+# message and clears, with prometheus_client at its defaults; and the
+# recommended prometheus_client settings of the execd snippet.
+
+PROM_RECOMMENDED=127.0.0.1:9274 # a second prometheus_client, with the snippet's settings
+COUNTED=()                      # sendmix reports of the frames the totals must hold
+
+# recommended_output: the [[outputs.prometheus_client]] settings the execd
+# snippet recommends (its commented block), on a port of their own.
+recommended_output() {
+	local settings
+	settings=$(sed -n '/^# Recommended settings for the Prometheus output/,$p' "$EXECD_SNIPPET" | sed -n 's/^#   //p')
+	grep -q '^fieldexclude = \["error"\]$' <<<"$settings" && grep -q '^\[outputs.prometheus_client.metric_types\]$' <<<"$settings" ||
+		fail "$EXECD_SNIPPET has no recommended prometheus_client block (fieldexclude, metric_types)"
+	cat <<EOF
+
+# prometheus_client with the settings $(basename "$EXECD_SNIPPET") recommends.
+[[outputs.prometheus_client]]
+  listen = "$PROM_RECOMMENDED"
+  metric_version = 2
+  collectors_exclude = ["gocollector", "process"]
+$(sed 's/^/  /' <<<"$settings")
+EOF
+}
+
+# check_counter_types: through execd the counters are untyped at the
+# defaults, and counters with the recommended metric_types.
+check_counter_types() {
+	local def rec
+	def=$(nsx curl -sS --fail http://127.0.0.1:9273/metrics | grep -E '^# TYPE xdp_drop_(packets|bytes) ' | cut -d' ' -f3- | sort | paste -sd,)
+	rec=$(nsx curl -sS --fail "http://$PROM_RECOMMENDED/metrics" | grep -E '^# TYPE xdp_drop_(packets|bytes) ' | cut -d' ' -f3- | sort | paste -sd,)
+	[ "$rec" = "xdp_drop_bytes counter,xdp_drop_packets counter" ] ||
+		fail "prometheus_client with the recommended metric_types: want both counters typed counter, got '$rec'"
+	note "prometheus_client types: defaults '$def'; with the snippet's metric_types '$rec'"
+}
+
+# baseline_scraped: Prometheus has scraped the first round's counters
+# before more traffic comes. They are each series' first sample, the
+# starting point of every total; a first sample that already held later
+# traffic would hide it from the PromQL total.
+baseline_scraped() {
+	local t
+	t=$(now_ms)
+	wait_until 20 prom_scraped_since "$t" || fail "Prometheus did not scrape prometheus_client after the first round"
+}
+
+# ---------------------------------------------------------------- restarts
+
+# link_point_since MS: an xdp_drop_link point for $DEV at or after MS, attached.
+link_point_since() {
+	[ "$(influx_query "SELECT last(\"attached\") FROM \"xdp_drop_link\" WHERE \"interface\" = '$DEV' AND time >= ${1}ms" |
+		jq -r '.results[0].series[0].values[0][1] // empty')" = true ]
+}
+# prom_scraped_since MS: Prometheus has scraped the default prometheus_client since MS.
+prom_scraped_since() {
+	local ts
+	ts=$(prom_get /api/v1/query --data-urlencode "query=max(timestamp(xdp_drop_link_attached{job=\"telegraf\",interface=\"$DEV\"}))" |
+		jq -r '.data.result[0].value[1] // 0')
+	awk -v ts="$ts" -v t="$1" 'BEGIN { exit !(ts * 1000 > t) }'
+}
+
+# settle WHAT: a gather that began a second after now (every frame sent so
+# far processed) is in InfluxDB, and Prometheus has scraped it.
+settle() {
+	local t
+	t=$(($(now_ms) + 1000))
+	wait_until 20 link_point_since "$t" || fail "$1: no attached xdp_drop_link point of $DEV in InfluxDB after $t"
+	t=$(now_ms)
+	wait_until 20 prom_scraped_since "$t" || fail "$1: Prometheus did not scrape prometheus_client after $t"
+}
+
+# send_counted NAME ROUNDS: ROUNDS rounds of the mix, counted in the totals.
+send_counted() {
+	nsx "$WORK/bin/sendmix" -netns "$NS" -iface "$PEER" -drop "$DROP" -rounds "$2" >"$WORK/$1.json" ||
+		fail "sendmix failed"
+	COUNTED+=("$WORK/$1.json")
+}
+
+# segment NAME: known traffic between two stops. One round first, gathered
+# on its own, then two more: the first point after a restart (one round)
+# is below the last before it (three), so the restart shows as a decrease,
+# as it does in production unless a restarted counter overtakes the old one
+# within one interval.
+segment() {
+	send_counted "$1-a" 1
+	settle "$1"
+	send_counted "$1-b" 2
+	settle "$1"
+}
+
+# restart_plugin SIGNAL: signal the plugin under Telegraf, wait for the
+# process to end, for Telegraf to start another and for it to have
+# attached and reported.
+restart_plugin() {
+	local old t
+	old=$(plugin_pid)
+	[ -n "$old" ] || fail "no telegraf-xdp-drop under Telegraf to send $1"
+	t=$(now_ms)
+	kill "-$1" "$old"
+	wait_until 10 exited "$old" || fail "telegraf-xdp-drop ($old) still running 10s after SIG$1"
+	new_plugin() { local p; p=$(plugin_pid); [ -n "$p" ] && [ "$p" != "$old" ]; }
+	wait_until $((RESTART_DELAY + 20)) new_plugin || fail "Telegraf did not start telegraf-xdp-drop again after SIG$1"
+	local t_new
+	t_new=$(now_ms)
+	wait_until 20 link_point_since "$t_new" || fail "no attached xdp_drop_link point after the restart that followed SIG$1"
+	note "SIG$1 to the plugin ($old): Telegraf started $(plugin_pid), attached and reporting $(since_ms "$t") ms later"
+}
+
+# restarts_under_traffic: known traffic around two graceful stops and a
+# SIGKILL of the plugin. Each stop comes after the last frames were
+# gathered, so every frame counted reached InfluxDB and Prometheus.
+restarts_under_traffic() {
+	log "restarts of the plugin under known traffic"
+	# What phases 2 and 4 sent after the first round (the first round is
+	# each series' first point: a total counts from there).
+	COUNTED=("$WORK/steady.json" "$WORK/sent2.json")
+	T_RESTARTS=$(now_ms)
+	segment before-term1
+	restart_plugin TERM
+	segment after-term1
+	restart_plugin KILL
+	segment after-kill
+	restart_plugin TERM
+	segment after-term2
+	local n
+	n=$(prom_get /api/v1/query --data-urlencode "query=count_over_time(ALERTS{alertname=\"XDPDropNotAttached\"}[$(($(since_ms "$T_RESTARTS") / 1000 + 2))s])" |
+		jq '.data.result | length')
+	[ "$n" = 0 ] || fail "XDPDropNotAttached pending or firing during the restarts"
+	note "restarts: XDPDropNotAttached never pending nor firing"
+}
+
+# ---------------------------------------------------------------- totals
+
+# expected_totals: "protocol=packets ..." dropped, from the counted reports.
+expected_totals() {
+	jq -s -r '[.[].series[] | select(.action == "drop")] | group_by(.protocol)
+		| map("\(.[0].protocol)=\(map(.packets) | add)") | join(" ")' "${COUNTED[@]}"
+}
+
+# influx_totals QUERY JQ_ROW: "protocol=total ..." from a query's rows; JQ_ROW
+# maps a series to [protocol, number].
+influx_totals() {
+	influx_query "$1" | jq -r "[.results[0].series[]? | $2] | group_by(.[0])
+		| map(\"\(.[0][0])=\(map(.[1]) | add | round)\") | join(\" \")"
+}
+
+# doc_promql HEADING: the PromQL block under "### HEADING" in queries.md,
+# on one line, its step made half this run's scrape interval.
+doc_promql() {
+	awk -v h="$1" '/^### / {in_h = (substr($0, 5) == h)}
+		in_h && /^```promql$/ {inq = 1; next}
+		inq && /^```$/ {exit}
+		inq {printf "%s ", $0}' "$QUERIES" | sed 's/15s/500ms/g'
+}
+
+prom_totals() {
+	prom_get /api/v1/query --data-urlencode "query=$1" |
+		jq -r '[.data.result[] | [.metric.protocol, (.value[1] | tonumber)]] | group_by(.[0])
+			| map("\(.[0][0])=\(map(.[1]) | add | round)") | join(" ")'
+}
+
+# check_totals: every shipped query and panel that sums drops, against the
+# frames counted since each series' first point.
+check_totals() {
+	log "totals of the shipped queries against the frames counted"
+	local want got q range ok=1 line
+	want=$(expected_totals)
+	check_total() { # WHAT GOT
+		if [ "$2" = "$want" ]; then
+			line="$1: $2 = expected $want"
+		else
+			line="$1: $2 != expected $want"
+			ok=0
+		fi
+		note "$line"
+	}
+	note "frames counted: $(jq -s '[.[].frames] | add' "${COUNTED[@]}") in ${#COUNTED[@]} sends; dropped per protocol: $want"
+
+	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Dropped packets per protocol" {print $2}')" \
+		'select(.tags.interface == "'"$DEV"'") | [.tags.protocol, .values[0][1]]')
+	check_total "InfluxQL 'Dropped packets per protocol'" "$got"
+	got=$(doc_query "Top dropped protocols" | jq -r '[.results[0].series[0].values[] | "\(.[2])=\(.[1])"] | sort | join(" ")')
+	check_total "InfluxQL 'Top dropped protocols'" "$got"
+	# A rate is increases over 5s buckets / 5: times 5 and summed, the total.
+	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Drop rate per protocol" {print $2}')" \
+		'select(.tags.interface == "'"$DEV"'") | [.tags.protocol, ([.values[][1]] | add * 5)]')
+	check_total "InfluxQL 'Drop rate per protocol' (sum of rate x 5s)" "$got"
+	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Drop and pass rate per protocol" {print $2}')" \
+		'select(.tags.interface == "'"$DEV"'" and .tags.action == "drop") | [.tags.protocol, ([.values[][1]] | add * 5)]')
+	check_total "InfluxQL 'Drop and pass rate per protocol', drop (sum of rate x 5s)" "$got"
+
+	while IFS=$'\t' read -r title q; do
+		case $title in
+		"Dropped packets per protocol (time range)")
+			got=$(influx_totals "$q" '[.tags.protocol, .values[0][1]]') ;;
+		"Dropped packets/s per protocol")
+			got=$(influx_totals "$q" '[.tags.protocol, ([.values[][1]] | add * 5)]') ;;
+		*) continue ;;
+		esac
+		check_total "Grafana panel '$title'" "$got"
+	done < <(dashboard_queries)
+
+	range=$(($(since_ms "$t_run1") / 1000 + 5))
+	q=$(doc_promql "Dropped packets per protocol (PromQL)" | sed "s/\[1h:/[${range}s:/")
+	[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Dropped packets per protocol (PromQL)'"
+	got=$(prom_totals "$q")
+	check_total "PromQL 'Dropped packets per protocol' over ${range}s" "$got"
+
+	# For the record, not asserted: increase()'s extrapolated estimate, and
+	# the InfluxQL these documents shipped before (whole buckets with a
+	# restart thrown away).
+	note "  (estimate, not asserted) PromQL increase(): $(prom_totals "sum by (protocol) (increase(xdp_drop_packets{job=\"telegraf\",action=\"drop\"}[${range}s]))")"
+	note "  (former query, not asserted) non_negative_difference over 5s buckets: $(influx_totals "SELECT sum(\"delta\") FROM (SELECT non_negative_difference(last(\"packets\")) AS \"delta\" FROM \"xdp_drop\"
+		WHERE \"action\" = 'drop' AND time > now() - 1h GROUP BY time(5s), *) GROUP BY \"protocol\"" '[.tags.protocol, .values[0][1]]')"
+	note "Flux: not run (InfluxDB $(influxd version 2>/dev/null | awk '{print $2}') has no Flux: /api/v2/query answers $(nsx curl -s -o /dev/null -w '%{http_code}' -XPOST http://127.0.0.1:8086/api/v2/query))"
+	((ok)) || fail "a shipped query's total differs from the frames counted"
+}
+
+# ---------------------------------------------------------------- errors
+
+# link_error_since MS: the error text of $DEV's last not-attached point since MS.
+link_error_since() {
+	influx_query "SELECT last(\"error\") FROM \"xdp_drop_link\" WHERE \"interface\" = '$DEV' AND \"attached\" = false AND time >= ${1}ms" |
+		jq -r '.results[0].series[0].values[0][1] // empty'
+}
+
+# not_attached_alerts: "state" of each XDPDropNotAttached alert on $DEV (job telegraf), one a line.
+not_attached_alerts() {
+	prom_get /api/v1/alerts | jq -r --arg dev "$DEV" '.data.alerts[] | select(.labels.alertname == "XDPDropNotAttached"
+		and .labels.interface == $dev and .labels.job == "telegraf") | .state'
+}
+not_attached_firing() { [ "$(not_attached_alerts)" = firing ]; }
+no_not_attached() { [ -z "$(not_attached_alerts)" ]; }
+# error_series_exposed: the default prometheus_client still exposes an error-labelled series of $DEV.
+error_series_exposed() {
+	nsx curl -sS --fail http://127.0.0.1:9273/metrics | grep -q "^xdp_drop_link_attached{error=\"[^\"]*.*interface=\"$DEV\""
+}
+no_error_series() { ! error_series_exposed; }
+
+# alert_label_sets NAME SECONDS: distinct label sets (alertstate aside) NAME had in the last SECONDS.
+alert_label_sets() {
+	prom_get /api/v1/query --data-urlencode "query=count_over_time(ALERTS{alertname=\"$1\"}[${2}s])" |
+		jq -c '[.data.result[].metric | del(.alertstate)] | unique | .[]'
+}
+
+# interface_error_then_clear: $DEV disappears (the plugin reports it not
+# found), the message changes (another interface appears, and the error
+# lists the interfaces), then $DEV is back. With prometheus_client at its
+# defaults the error is a label: one XDPDropNotAttached for $DEV while it
+# lasts, whatever the message; none after, even while the error's series
+# linger; no XDPDropLinkMetricsMissing at all.
+interface_error_then_clear() {
+	log "an interface error that appears, changes its message, then clears"
+	local t_err msg1 msg2 sets t_fire t_back t_clear n
+	t_err=$(now_ms)
+	ip -n "$NS" link del "$DEV"
+	have_error() { [ -n "$(link_error_since "$t_err")" ]; }
+	wait_until 20 have_error || fail "no not-attached xdp_drop_link point with an error after $DEV was deleted"
+	msg1=$(link_error_since "$t_err")
+	ip -n "$NS" link add xdpx0 type veth peer name xdpx1
+	new_message() { local m; m=$(link_error_since "$t_err"); [ -n "$m" ] && [ "$m" != "$msg1" ]; }
+	wait_until 20 new_message || fail "the error message did not change when another interface appeared: '$msg1'"
+	msg2=$(link_error_since "$t_err")
+	note "error on $DEV: '$msg1', then '$msg2'"
+	wait_until 20 error_series_exposed || fail "the default prometheus_client exposes no error label for $DEV"
+	! nsx curl -sS --fail "http://$PROM_RECOMMENDED/metrics" | grep -q '^xdp_drop_link_attached{error=' ||
+		fail "prometheus_client with fieldexclude = [\"error\"] still exposes an error label"
+	note "prometheus_client: error label at the defaults; none with the snippet's fieldexclude"
+
+	# The attached series of before lingers for expiration_interval (60s),
+	# then for: runs.
+	wait_until 120 not_attached_firing || fail "XDPDropNotAttached not firing for $DEV within 120s: '$(not_attached_alerts | paste -sd' ')'"
+	t_fire=$(since_ms "$t_err")
+	n=$(prom_get /api/v1/query --data-urlencode "query=count(count by (error) (last_over_time(xdp_drop_link_attached{job=\"telegraf\",interface=\"$DEV\",error!=\"\"}[5m])))" |
+		jq -r '.data.result[0].value[1] // 0')
+	((n >= 2)) || fail "Prometheus saw $n error label values for $DEV, want the two messages"
+	sets=$(alert_label_sets XDPDropNotAttached $(($(since_ms "$t_err") / 1000 + 2)))
+	[ "$(wc -l <<<"$sets")" = 1 ] || fail "XDPDropNotAttached had several label sets: $sets"
+	jq -e 'has("error") or has("mode") | not' <<<"$sets" >/dev/null || fail "XDPDropNotAttached carries error or mode: $sets"
+	note "XDPDropNotAttached: exactly one alert for $DEV over $n error messages, firing $t_fire ms after the error (60s expiration_interval + for: $ALERT_FOR), labels $sets"
+
+	t_back=$(now_ms)
+	ip -n "$NS" link del xdpx0
+	ip -n "$NS" link add "$DEV" type veth peer name "$PEER"
+	for l in "$DEV" "$PEER"; do ip -n "$NS" link set "$l" up; done
+	wait_until 20 xdp_attached || fail "$DEV not attached again 20s after it came back"
+	wait_until 20 link_point_since "$t_back" || fail "no attached xdp_drop_link point after $DEV came back"
+	wait_until 20 no_not_attached || fail "XDPDropNotAttached still active 20s after $DEV was attached again"
+	t_clear=$(now_ms)
+	note "cleared: $DEV attached again, XDPDropNotAttached resolved $(since_ms "$t_back") ms after it came back"
+
+	# None after: while the error's series linger in prometheus_client, and
+	# for: and a few evaluations more once they are gone.
+	still_none() { no_not_attached || fail "XDPDropNotAttached active again after the error cleared"; no_error_series; }
+	wait_until 90 still_none || fail "prometheus_client still exposes $DEV's error label 90s after it cleared"
+	local t_gone
+	t_gone=$(now_ms)
+	quiet_for() { no_not_attached || fail "XDPDropNotAttached active again after the error cleared"; (($(since_ms "$t_gone") > $1)); }
+	wait_until 30 quiet_for 10000 || true
+	sets=$(alert_label_sets XDPDropNotAttached $(($(since_ms "$t_clear") / 1000)))
+	[ -z "$sets" ] || fail "XDPDropNotAttached pending or firing after the error cleared: $sets"
+	note "XDPDropNotAttached: none in the $(($(since_ms "$t_clear") / 1000)) s after the error cleared (its series expired after $(((t_gone - t_clear) / 1000)) s)"
+	sets=$(alert_label_sets XDPDropLinkMetricsMissing $(($(since_ms "$t_err") / 1000 + 2)))
+	[ -z "$sets" ] || fail "XDPDropLinkMetricsMissing was pending or firing after the error: $sets"
+	# Over the whole run it may have been pending: Telegraf was stopped and
+	# restarted in phase 4, its series gone meanwhile. Never firing.
+	n=$(prom_get /api/v1/query --data-urlencode "query=count_over_time(ALERTS{alertname=\"XDPDropLinkMetricsMissing\",alertstate=\"firing\"}[$(($(since_ms "$t_run1") / 1000 + 2))s])" |
+		jq '.data.result | length')
+	[ "$n" = 0 ] || fail "XDPDropLinkMetricsMissing fired during the run"
+	note "XDPDropLinkMetricsMissing: never pending nor firing from the error to its expiry; never firing in the whole run"
+	check_generic_mode
+}
+
+# check_generic_mode: XDPDropGenericMode never active; native mode, so the
+# fallback field, when this build reports it, is 0.
+check_generic_mode() {
+	local sets fb
+	sets=$(alert_label_sets XDPDropGenericMode $(($(since_ms "$t_run1") / 1000 + 2)))
+	[ -z "$sets" ] || fail "XDPDropGenericMode was pending or firing in native mode: $sets"
+	fb=$(nsx curl -sS --fail http://127.0.0.1:9273/metrics | grep "^xdp_drop_link_fallback{.*interface=\"$DEV\"" || true)
+	if [ -n "$fb" ]; then
+		grep -q ' 0$' <<<"$fb" || fail "xdp_drop_link_fallback for $DEV in native mode: $fb"
+		note "XDPDropGenericMode: never pending nor firing; xdp_drop_link_fallback 0 in native mode"
+	else
+		note "XDPDropGenericMode: never pending nor firing; this build reports no fallback field (the rule is tested by promtool)"
+	fi
+}
