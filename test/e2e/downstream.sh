@@ -7,7 +7,7 @@
 # recommended prometheus_client settings of the execd snippet.
 
 PROM_RECOMMENDED=127.0.0.1:9274 # a second prometheus_client, with the snippet's settings
-COUNTED=()                      # sendmix reports of the frames the totals must hold
+COUNTED=()                      # sendmix reports of every frame counted, in order
 
 # recommended_output: the [[outputs.prometheus_client]] settings the execd
 # snippet recommends (its commented block), on a port of their own.
@@ -115,9 +115,9 @@ restart_plugin() {
 # gathered, so every frame counted reached InfluxDB and Prometheus.
 restarts_under_traffic() {
 	log "restarts of the plugin under known traffic"
-	# What phases 2 and 4 sent after the first round (the first round is
-	# each series' first point: a total counts from there).
-	COUNTED=("$WORK/steady.json" "$WORK/sent2.json")
+	# Everything sent while attached: phase 1's round, phase 2's steady
+	# traffic, phase 4's round after the restart.
+	COUNTED=("$WORK/sent1.json" "$WORK/steady.json" "$WORK/sent2.json")
 	T_RESTARTS=$(now_ms)
 	segment before-term1
 	restart_plugin TERM
@@ -135,10 +135,30 @@ restarts_under_traffic() {
 
 # ---------------------------------------------------------------- totals
 
-# expected_totals: "protocol=packets ..." dropped, from the counted reports.
-expected_totals() {
+# counted_totals: "protocol packets" dropped, one a line, from every report.
+counted_totals() {
 	jq -s -r '[.[].series[] | select(.action == "drop")] | group_by(.protocol)
-		| map("\(.[0].protocol)=\(map(.packets) | add)") | join(" ")' "${COUNTED[@]}"
+		| map("\(.[0].protocol) \(map(.packets) | add)") | .[]' "${COUNTED[@]}"
+}
+
+# minus FIRST: "protocol=packets ..." of the counted totals less FIRST
+# ("protocol packets" lines: each series' first point, the start of a total).
+minus() {
+	awk 'NR == FNR {first[$1] += $2; next} {printf "%s%s=%d", sep, $1, $2 - first[$1]; sep = " "}' \
+		<(printf '%s\n' "$1") <(counted_totals)
+}
+
+# influx_first, prom_first: the first point (InfluxDB) or sample
+# (Prometheus) of each dropped series in the run, summed per protocol. The
+# first gather may have come in the middle of the first round, so this is
+# not always one round.
+influx_first() {
+	influx_query "SELECT first(\"packets\") FROM \"xdp_drop\" WHERE \"action\" = 'drop' AND \"interface\" = '$DEV' AND time >= ${t_run1}ms GROUP BY *" |
+		jq -r '.results[0].series[] | "\(.tags.protocol) \(.values[0][1])"'
+}
+prom_first() {
+	prom_get /api/v1/query --data-urlencode "query=xdp_drop_packets{job=\"telegraf\",interface=\"$DEV\",action=\"drop\"}[$1s]" |
+		jq -r '.data.result[] | "\(.metric.protocol) \(.values[0][1])"'
 }
 
 # influx_totals QUERY JQ_ROW: "protocol=total ..." from a query's rows; JQ_ROW
@@ -167,8 +187,7 @@ prom_totals() {
 # frames counted since each series' first point.
 check_totals() {
 	log "totals of the shipped queries against the frames counted"
-	local want got q range ok=1 line
-	want=$(expected_totals)
+	local want got q range ok=1 line first
 	check_total() { # WHAT GOT
 		if [ "$2" = "$want" ]; then
 			line="$1: $2 = expected $want"
@@ -178,7 +197,10 @@ check_totals() {
 		fi
 		note "$line"
 	}
-	note "frames counted: $(jq -s '[.[].frames] | add' "${COUNTED[@]}") in ${#COUNTED[@]} sends; dropped per protocol: $want"
+	note "frames counted: $(jq -s '[.[].frames] | add' "${COUNTED[@]}") in ${#COUNTED[@]} sends while attached; dropped per protocol: $(counted_totals | tr ' \n' '= ' | sed 's/ $//')"
+	first=$(influx_first)
+	want=$(minus "$first")
+	note "InfluxDB: expected = dropped less each series' first point ($(awk '{s[$1] += $2} END {for (p in s) printf "%s=%d ", p, s[p]}' <<<"$first" | xargs -n1 | sort | paste -sd' '))"
 
 	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Dropped packets per protocol" {print $2}')" \
 		'select(.tags.interface == "'"$DEV"'") | [.tags.protocol, .values[0][1]]')
@@ -205,6 +227,9 @@ check_totals() {
 	done < <(dashboard_queries)
 
 	range=$(($(since_ms "$t_run1") / 1000 + 5))
+	first=$(prom_first "$range")
+	want=$(minus "$first")
+	note "Prometheus: expected = dropped less each series' first sample ($(awk '{s[$1] += $2} END {for (p in s) printf "%s=%d ", p, s[p]}' <<<"$first" | xargs -n1 | sort | paste -sd' '))"
 	q=$(doc_promql "Dropped packets per protocol (PromQL)" | sed "s/\[1h:/[${range}s:/")
 	[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Dropped packets per protocol (PromQL)'"
 	got=$(prom_totals "$q")
