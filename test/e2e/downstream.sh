@@ -135,10 +135,13 @@ restarts_under_traffic() {
 
 # ---------------------------------------------------------------- totals
 
-# counted_totals: "protocol packets" dropped, one a line, from every report.
+# counted_totals: "protocol packets" dropped, one a line, from every report,
+# the UDP frames of the reloads phase included (all dropped, as udp).
 counted_totals() {
-	jq -s -r '[.[].series[] | select(.action == "drop")] | group_by(.protocol)
-		| map("\(.[0].protocol) \(map(.packets) | add)") | .[]' "${COUNTED[@]}"
+	{
+		jq -r '.series[] | select(.action == "drop") | "\(.protocol) \(.packets)"' "${COUNTED[@]}"
+		[ ! -s "$WORK/reloads.json" ] || jq -r '"udp \(.delivered)"' "$WORK/reloads.json"
+	} | awk '{s[$1] += $2} END {for (p in s) print p, s[p]}' | LC_ALL=C sort
 }
 
 # minus FIRST: "protocol=packets ..." of the counted totals less FIRST
@@ -197,7 +200,7 @@ check_totals() {
 		fi
 		note "$line"
 	}
-	note "frames counted: $(jq -s '[.[].frames] | add' "${COUNTED[@]}") in ${#COUNTED[@]} sends while attached; dropped per protocol: $(counted_totals | tr ' \n' '= ' | sed 's/ $//')"
+	note "frames counted: $(jq -s '[.[].frames] | add' "${COUNTED[@]}") in ${#COUNTED[@]} sends of the mix while attached$([ ! -s "$WORK/reloads.json" ] || echo ", $(jq .delivered "$WORK/reloads.json") UDP frames through the reloads"); dropped per protocol: $(counted_totals | tr ' \n' '= ' | sed 's/ $//')"
 	first=$(influx_first)
 	want=$(minus "$first")
 	note "InfluxDB: expected = dropped less each series' first point ($(awk '{s[$1] += $2} END {for (p in s) printf "%s=%d ", p, s[p]}' <<<"$first" | xargs -n1 | sort | paste -sd' '))"
