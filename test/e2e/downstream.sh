@@ -38,14 +38,15 @@ check_counter_types() {
 	note "prometheus_client types: defaults '$def'; with the snippet's metric_types '$rec'"
 }
 
-# baseline_scraped: Prometheus has scraped the first round's counters
-# before more traffic comes. They are each series' first sample, the
-# starting point of every total; a first sample that already held later
-# traffic would hide it from the PromQL total.
-baseline_scraped() {
+# prom_caught_up WHAT: Prometheus has scraped what prometheus_client holds
+# now (the last gather, already in InfluxDB). Called after the first round,
+# whose counters are each series' first sample, the start of every total;
+# and before Telegraf is stopped, since what Telegraf received but
+# Prometheus never scraped before the stop is not in Prometheus at all.
+prom_caught_up() {
 	local t
 	t=$(now_ms)
-	wait_until 20 prom_scraped_since "$t" || fail "Prometheus did not scrape prometheus_client after the first round"
+	wait_until 20 prom_scraped_since "$t" || fail "Prometheus did not scrape prometheus_client after $1"
 }
 
 # ---------------------------------------------------------------- restarts
@@ -334,12 +335,9 @@ interface_error_then_clear() {
 	note "XDPDropNotAttached: none in the $(($(since_ms "$t_clear") / 1000)) s after the error cleared (its series expired after $(((t_gone - t_clear) / 1000)) s)"
 	sets=$(alert_label_sets XDPDropLinkMetricsMissing $(($(since_ms "$t_err") / 1000 + 2)))
 	[ -z "$sets" ] || fail "XDPDropLinkMetricsMissing was pending or firing after the error: $sets"
-	# Over the whole run it may have been pending: Telegraf was stopped and
-	# restarted in phase 4, its series gone meanwhile. Never firing.
-	n=$(prom_get /api/v1/query --data-urlencode "query=count_over_time(ALERTS{alertname=\"XDPDropLinkMetricsMissing\",alertstate=\"firing\"}[$(($(since_ms "$t_run1") / 1000 + 2))s])" |
-		jq '.data.result | length')
-	[ "$n" = 0 ] || fail "XDPDropLinkMetricsMissing fired during the run"
-	note "XDPDropLinkMetricsMissing: never pending nor firing from the error to its expiry; never firing in the whole run"
+	# Earlier in the run it may fire, rightly: Telegraf is stopped in phase
+	# 4 for longer than this run's for:, and its series are gone meanwhile.
+	note "XDPDropLinkMetricsMissing: never pending nor firing from the error to its expiry"
 	check_generic_mode
 }
 

@@ -480,7 +480,7 @@ for want in \
 done
 note "prometheus_client: $(grep -c '^xdp_drop' <<<"$metrics") xdp_drop* samples; $(grep '^# TYPE xdp_drop_packets' <<<"$metrics" | cut -d' ' -f3-)"
 check_counter_types
-baseline_scraped
+prom_caught_up "the first round"
 
 # ================================================================ phase 2
 log "phase 2: steady traffic until the drop-rate alert fires and reaches Alertmanager"
@@ -575,6 +575,7 @@ errors=$(grep -c ' E! ' "$LOGS/telegraf-1.log" || true)
 note "Telegraf log (run 1): no E! line; plugin said: $(grep -m1 'attached in' "$LOGS/telegraf-1.log" | sed 's/.*\] //')"
 
 check_reloads
+prom_caught_up "the reloads"
 
 # ================================================================ phase 4
 log "phase 4: lifecycle under Telegraf"
