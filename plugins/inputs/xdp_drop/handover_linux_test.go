@@ -107,6 +107,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		inNS(t, ns, x, func() error { return x.Start(acc) })
 		t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
 		require.Contains(t, strings.Join(log.Warnings(), "\n"), "does not use the handed-over counters")
+		require.Equal(t, 1, ignoredOffers(log), "the refused offer is tried once, not load after load")
 		// The program in the way is an xdp_drop one nobody handed over: left alone.
 		require.Len(t, acc.Errors, 1)
 		require.ErrorContains(t, acc.Errors[0], fmt.Sprintf("already has XDP program id %d", prog.ID()))
@@ -136,9 +137,21 @@ func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
 		}
 	}
 	require.True(t, warned, "warnings: %v", log.Warnings())
+	require.Equal(t, 1, ignoredOffers(log), "the refused offer is tried once, not load after load")
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.NotZero(t, id)
 	require.Equal(t, id, uint32(p.ifaces[0].prog.ID()), "attached its own program")
 	return id
+}
+
+// ignoredOffers counts the warnings that an offer was ignored.
+func ignoredOffers(log *testutil.CaptureLogger) int {
+	n := 0
+	for _, w := range log.Warnings() {
+		if strings.Contains(w, "ignored what the handover offered") {
+			n++
+		}
+	}
+	return n
 }

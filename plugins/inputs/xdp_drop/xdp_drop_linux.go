@@ -268,7 +268,11 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
+	// An offer found here is tried now; waiting for one again below would
+	// only retry what it refused, load after load.
+	await := true
 	if ifc.netns, err = handover.CurrentNetNS(); err == nil {
+		await = !handover.Offered(x.handoverDir, handover.Key{NetNS: ifc.netns, Ifindex: dev.Index})
 		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
 			return err
 		}
@@ -283,7 +287,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
 	var existing *bpf.ExistingProgramError
-	if errors.As(err, &existing) && existing.Name == bpf.ProgramName && x.awaitOffer(ifc, dev.Index) {
+	if errors.As(err, &existing) && existing.Name == bpf.ProgramName && await && x.awaitOffer(ifc, dev.Index) {
 		// A stopping instance is handing the interface over.
 		prog.Close()
 		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
