@@ -134,15 +134,10 @@ func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
 	if counters != nil {
 		counters.Close()
 	}
-	// A descriptor that was not wrapped is still open.
-	for _, fd := range []struct {
-		fd  int
-		err error
-	}{{h.LinkFD, lerr}, {h.ProgFD, perr}, {h.CountersFD, merr}} {
-		if fd.err != nil {
-			os.NewFile(uintptr(fd.fd), "").Close()
-		}
-	}
+	// A descriptor that was not wrapped is closed already: cilium/ebpf's
+	// constructors own the descriptor they are given, and close it when it
+	// is not what they make. Closing it again could close what another
+	// goroutine has opened under the number meanwhile.
 	var reasons []string
 	for _, err := range []error{lerr, perr, merr} {
 		if err != nil {
