@@ -42,6 +42,28 @@ func TestConfigTrust(t *testing.T) {
 	require.NoError(t, os.Symlink(conf, link))
 	require.NoError(t, checkConfigTrust(link, me))
 
+	// A link in a directory others may write: they could point it elsewhere.
+	open := filepath.Join(t.TempDir(), "open")
+	require.NoError(t, os.Mkdir(open, 0o755))
+	require.NoError(t, os.Chown(open, 4242, 4242))
+	shared := filepath.Join(open, "xdp_drop.conf")
+	require.NoError(t, os.Symlink(conf, shared))
+	err = checkConfigTrust(shared, me)
+	require.ErrorContains(t, err, open+" is owned by uid 4242")
+	require.ErrorContains(t, err, "(it holds the symbolic link "+shared+")")
+	require.NoError(t, os.Chown(open, 0, 0))
+	require.NoError(t, checkConfigTrust(shared, me))
+	require.NoError(t, os.Lchown(shared, 4242, 4242))
+	require.ErrorContains(t, checkConfigTrust(shared, me), shared+" is a symbolic link owned by uid 4242")
+	// ... and a link to that link.
+	require.NoError(t, os.Lchown(shared, 0, 0))
+	require.NoError(t, os.Chmod(open, 0o777))
+	relay := filepath.Join(dir, "relay.conf")
+	require.NoError(t, os.Symlink(shared, relay))
+	err = checkConfigTrust(relay, me)
+	require.ErrorContains(t, err, open+" is writable by its group and all users (mode 0777)")
+	require.ErrorContains(t, err, "(it holds the symbolic link "+shared+")")
+
 	require.NoError(t, os.Chmod(dir, 0o777))
 	require.ErrorContains(t, checkConfigTrust(conf, me), dir+" is writable by its group and all users (mode 0777)")
 	require.NoError(t, os.Chmod(dir, 0o777|os.ModeSticky))
