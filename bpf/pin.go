@@ -245,6 +245,13 @@ func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, e
 	return note, nil
 }
 
+// Kept reports whether the attachment is pinned (keep_attached), so that
+// it outlives the process.
+func (p *Program) Kept() bool {
+	l, ok := p.link.(interface{ IsPinned() bool })
+	return ok && l.IsPinned()
+}
+
 // update puts the program into a kept link; where the device refuses the
 // single-buffer program in native mode (its MTU needs multi-buffer XDP),
 // the multi-buffer variant goes in instead.

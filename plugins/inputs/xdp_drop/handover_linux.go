@@ -18,13 +18,14 @@ func handoverDir() string { return handover.Dir() }
 const offerWait = 2 * time.Second
 
 // handOver gives the attached interfaces to a holder process that keeps
-// them for handover_timeout, for a successor to take over in place. It
-// does not release them here: Stop closes this process's copies as usual.
+// them for handover_timeout, for a successor to take over in place; a link
+// pinned for keep_attached needs no holder. It does not release them here:
+// Stop closes this process's copies as usual.
 func (x *XDPDrop) handOver() {
 	var offers []handover.Offer
 	var names []*iface
 	for _, ifc := range x.ifaces {
-		if ifc.prog == nil || ifc.prog.Attached() != nil {
+		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Attached() != nil {
 			continue
 		}
 		l, p, m, err := ifc.prog.FDs()

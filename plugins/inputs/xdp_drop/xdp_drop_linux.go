@@ -229,15 +229,16 @@ func (x *XDPDrop) forgetVanished() {
 
 // Stop hands the attached interfaces over to a holder process for
 // handover_timeout, then detaches them from this process; with
-// keep_attached the pinned links keep the programs attached instead.
+// keep_attached the pinned links keep the programs attached instead (a
+// link that could not be pinned is handed over).
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.HandoverTimeout > 0 && !x.KeepAttached {
+	if x.HandoverTimeout > 0 {
 		x.handOver()
 	}
 	for _, ifc := range x.ifaces {
-		if x.KeepAttached && ifc.prog != nil {
+		if ifc.prog != nil && ifc.prog.Kept() {
 			x.Log.Infof("interface %q: left attached (keep_attached), program id %d", ifc.name, ifc.prog.ID())
 		}
 		x.release(ifc, errors.New("stopped"))
