@@ -114,7 +114,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 func (p *Program) adopted(l link.Link, cur, configured Mode) {
 	p.link, p.mode = l, cur
 	if configured == ModeAuto && cur == ModeGeneric {
-		p.nativeErr = errors.New("the handed-over attachment was in generic mode: an earlier run fell back to it")
+		p.nativeErr = errors.New("the handed-over attachment is in generic mode, as an earlier run attached it (configured so, or fallen back), and a link keeps its mode: native mode is tried when the interface is attached afresh")
 	}
 }
 

@@ -224,7 +224,7 @@ func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, e
 			}
 			p.link, p.mode = l, cur
 			if mode == ModeAuto && cur == ModeGeneric {
-				p.nativeErr = errors.New("the kept attachment was in generic mode: an earlier run fell back to it")
+				p.nativeErr = errors.New("the kept attachment is in generic mode, as an earlier run attached it (configured so, or fallen back), and a link keeps its mode: native mode is tried when the interface is attached afresh")
 			}
 			return "took over the attachment kept by an earlier run", nil
 		}

@@ -155,3 +155,49 @@ func ignoredOffers(log *testutil.CaptureLogger) int {
 	}
 	return n
 }
+
+// TestHandoverGenericUnderAuto: a successor with mode = "auto" keeps a
+// handed-over link in generic mode (a link keeps its mode) and says so
+// without guessing why the earlier run attached in generic mode: here it
+// was configured to, nothing fell back.
+func TestHandoverGenericUnderAuto(t *testing.T) {
+	ns := testns.New(t)
+	prog, err := bpf.Load(bpf.Policy{DropAll: true})
+	require.NoError(t, err)
+	defer prog.Close()
+	require.NoError(t, ns.Do(func() error {
+		if err := ns.CheckAttachable(testns.Dev); err != nil {
+			return err
+		}
+		return prog.Attach(ns.DevIdx, bpf.ModeGeneric)
+	}))
+	l, p, m, err := prog.FDs()
+	require.NoError(t, err)
+	var netns uint64
+	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
+	dir := filepath.Join(t.TempDir(), "handover")
+	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
+			Mode: string(bpf.ModeGeneric), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
+		FDs: dupAll(t, l, p, m),
+	}}, testutil.Logger{})
+	require.NoError(t, errs[0])
+	stop := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() { h.Wait(stop); close(done) }()
+	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	require.NoError(t, prog.Close(), "only the holder has the link now")
+
+	log := &testutil.CaptureLogger{}
+	x := &XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"all"}, Log: log}
+	require.NoError(t, x.Init())
+	x.handoverDir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, x, func() error { return x.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	require.Equal(t, bpf.ModeGeneric, x.ifaces[0].prog.Mode())
+	warnings := strings.Join(log.Warnings(), "\n")
+	require.Contains(t, warnings, `mode = "auto" fell back to generic mode (slower): the handed-over attachment is in generic mode`)
+	require.NotContains(t, warnings, "an earlier run fell back to it", "nothing fell back: the earlier run was configured so")
+}
