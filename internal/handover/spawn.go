@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// holderEnv marks the re-executed binary as a holder; its value is the
-// descriptor of the control socket.
+// holderEnv marks the re-executed binary as a holder; the control socket
+// is its descriptor 3.
 const holderEnv = "XDP_DROP_HANDOVER_HOLDER"
 
 // Spawn starts a holder process (this binary, re-executed) and hands it the
