@@ -86,9 +86,10 @@ func vethPeer(l netlink.Link) netlink.Link {
 
 // maxSKBFrags is the kernel's MAX_SKB_FRAGS as its sysctl shows it, read
 // at start: the sysctl is visible only in the initial network namespace,
-// and threads move to others. It starts at MAX_SKB_FRAGS; lowered by hand, it
-// makes vethMaxMTU too low, never too high. 17, the kernel's default, when
-// unreadable.
+// and threads move to others. It starts at MAX_SKB_FRAGS, which sizes
+// skb_shared_info; lowered by hand, it makes vethMaxMTU too high (a smaller
+// skb_shared_info than the kernel's), never too low. 17, the kernel's
+// default, when unreadable.
 var maxSKBFrags = func() int {
 	n, err := readInt("/proc/sys/net/core/max_skb_frags")
 	if err != nil || n <= 0 {
