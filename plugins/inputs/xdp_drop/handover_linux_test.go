@@ -200,4 +200,9 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	warnings := strings.Join(log.Warnings(), "\n")
 	require.Contains(t, warnings, `mode = "auto" fell back to generic mode (slower): the handed-over attachment is in generic mode`)
 	require.NotContains(t, warnings, "an earlier run fell back to it", "nothing fell back: the earlier run was configured so")
+	gathered := &testutil.Accumulator{}
+	inNS(t, ns, x, func() error { return x.Gather(gathered) })
+	fallback, ok := gathered.BoolField("xdp_drop_link", "fallback")
+	require.True(t, ok)
+	require.True(t, fallback, "auto runs the interface in generic mode")
 }
