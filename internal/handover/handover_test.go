@@ -115,6 +115,31 @@ func TestHolderReleasesAtTimeout(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist, "socket removed")
 }
 
+// TestHolderTimeoutWhileTaking: when the timeout comes while a successor
+// holds the descriptors and has not answered, the log does not claim there
+// was no successor; the successor's copies keep the attachment.
+func TestHolderTimeoutWhileTaking(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	log := &logger{}
+	h, errs := NewHolder(dir, 2*time.Second, []Offer{o}, log)
+	require.NoError(t, errs[0])
+	done := make(chan struct{})
+	go func() { h.Wait(nil); close(done) }()
+	got, err := Take(dir, o.Key, []Key{o.Key})
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder still waiting after its timeout")
+	}
+	require.Equal(t, `I! interface "eth1": released after 2s, while a successor was taking it over (it holds the attachment itself)`, log.String())
+	require.Nil(t, got.Accept(), "nothing left to release")
+	closeAll(got.FDs)
+	closedBy(t, r, time.Second)
+}
+
 func TestHolderReleasesOnSignal(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "h")
 	o, r := pipeOffer(t, "eth1", 7)

@@ -36,6 +36,8 @@ type Holder struct {
 type held struct {
 	offer Offer
 	ln    *net.UnixListener
+	// taking: a successor has the descriptors and has not answered yet.
+	taking bool
 }
 
 // NewHolder starts offering each attachment on its socket in dir. An
@@ -103,17 +105,25 @@ func (h *Holder) Wait(stop <-chan os.Signal) {
 	case <-h.done:
 		h.Log.Infof("handover process %d: everything taken over or released; exiting", os.Getpid())
 	case <-timer.C:
-		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout))
+		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout),
+			fmt.Sprintf("released after %s, while a successor was taking it over (it holds the attachment itself)", h.Timeout))
 	case sig := <-stop:
-		h.releaseAll(fmt.Sprintf("released at once: the handover process received %s", signalName(sig)))
+		why := fmt.Sprintf("released at once: the handover process received %s", signalName(sig))
+		h.releaseAll(why, why+", while a successor was taking it over (it holds the attachment itself)")
 	}
 }
 
-func (h *Holder) releaseAll(why string) {
+// releaseAll releases everything held, logging why, or whyTaking for an
+// offer whose descriptors a successor has and has not answered for.
+func (h *Holder) releaseAll(why, whyTaking string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, hd := range h.held {
-		h.Log.Infof("interface %q: %s", hd.offer.Interface, why)
+		if hd.taking {
+			h.Log.Infof("interface %q: %s", hd.offer.Interface, whyTaking)
+		} else {
+			h.Log.Infof("interface %q: %s", hd.offer.Interface, why)
+		}
 		h.drop(k, hd)
 	}
 }
@@ -164,18 +174,28 @@ func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
 	}
 	h.mu.Lock()
 	_, ok := h.held[hd.offer.Key]
+	if ok {
+		// Sent below, while still held: the descriptors are not closed
+		// meanwhile, since releasing needs h.mu.
+		hd.taking = true
+		hdr := hd.offer.Header
+		err = send(c, message{Offer: &hdr}, hd.offer.FDs)
+		hd.taking = err == nil
+	}
 	h.mu.Unlock()
 	if !ok {
 		return true
 	}
-	hdr := hd.offer.Header
-	if err := send(c, message{Offer: &hdr}, hd.offer.FDs); err != nil {
+	if err != nil {
 		return false
 	}
 	// The successor checks what it got and may load a program first.
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	ans, fds, err := receive(c, 0)
 	closeAll(fds)
+	h.mu.Lock()
+	hd.taking = false
+	h.mu.Unlock()
 	if err != nil || !ans.Accept {
 		if ans.Refuse != "" {
 			h.Log.Warnf("interface %q: the successor refused the handover: %s; still held", hd.offer.Interface, ans.Refuse)
