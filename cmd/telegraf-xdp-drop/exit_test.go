@@ -27,9 +27,9 @@ func lastLine(s string) string {
 // apart from stdout, so a line may arrive after the points that follow it.
 func waitLog(t *testing.T, p *proc, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), want); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testns.Hang); !strings.Contains(p.stderr.String(), want); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("stderr lacks %q after 10s: %s", want, p.stderr)
+			t.Fatalf("stderr lacks %q after %v: %s", want, testns.Hang, p.stderr)
 		}
 	}
 }
@@ -57,10 +57,9 @@ func TestOverlongStdinLine(t *testing.T) {
 	waitLog(t, p, "W! stdin: discarded a line of 204801 bytes (over 65536); inputs.execd sends empty lines to ask for a gather")
 
 	require.NoError(t, p.stdin.Close())
-	require.NoError(t, p.wait(t, 10*time.Second), "exit status; stderr: %s", p.stderr)
+	require.NoError(t, p.wait(t), "exit status; stderr: %s", p.stderr)
 	require.Equal(t, "I! stopped: stdin closed (inputs.execd closes it to stop the plugin)", lastLine(p.stderr.String()))
-	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
-	require.NoError(t, err)
+	requireDetached(t, ns, "stdin closed")
 }
 
 // TestExitReasonLogged: every way the binary stops ends with a log line
@@ -73,7 +72,7 @@ func TestExitReasonLogged(t *testing.T) {
 			waitAttached(t, ns, testns.Dev)
 			p.gather(t, testns.Dev)
 			require.NoError(t, p.cmd.Process.Signal(sig))
-			require.NoError(t, p.wait(t, 10*time.Second), "exit status; stderr: %s", p.stderr)
+			require.NoError(t, p.wait(t), "exit status; stderr: %s", p.stderr)
 			name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT"}[sig]
 			require.Equal(t, "I! stopped: received "+name, lastLine(p.stderr.String()))
 		})
@@ -100,8 +99,8 @@ func TestExitReasonLogged(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		select {
 		case err = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("still running 10s after its stdout was closed; stderr: %s", stderr)
+		case <-time.After(testns.Hang):
+			t.Fatalf("still running %v after its stdout was closed; stderr: %s", testns.Hang, stderr)
 		}
 		var exit *exec.ExitError
 		require.True(t, errors.As(err, &exit), "exit status %v; stderr: %s", err, stderr)

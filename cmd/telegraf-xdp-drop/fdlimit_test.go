@@ -85,8 +85,8 @@ func testOutOfFileDescriptors(t *testing.T, limit int) {
 			if m.Name() == "xdp_drop_link" {
 				links++
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no link points after 30s; stderr: %s", stderr)
+		case <-time.After(testns.Hang):
+			t.Fatalf("no link points after %v; stderr: %s", testns.Hang, stderr)
 		}
 	}
 	stdin.Close()

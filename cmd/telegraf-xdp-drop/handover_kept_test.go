@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +23,7 @@ func TestHandoverKeepAttachedWithoutPins(t *testing.T) {
 	id := waitAttached(t, ns, testns.Dev)
 	a.gather(t, testns.Dev)
 	require.NoError(t, a.stdin.Close())
-	require.NoError(t, a.wait(t, 5*time.Second), "exit status; stderr: %s", a.stderr)
+	require.NoError(t, a.wait(t), "exit status; stderr: %s", a.stderr)
 	require.Contains(t, a.stderr.String(), "attaching without pins")
 	require.NotContains(t, a.stderr.String(), "left attached (keep_attached)", "nothing pinned keeps it attached")
 	pid := holderOf(t, a)
@@ -32,5 +31,5 @@ func TestHandoverKeepAttachedWithoutPins(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, now, "held after the exit")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
-	waitGone(t, pid, 5*time.Second)
+	waitGone(t, pid, testns.Hang)
 }

@@ -233,7 +233,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n", testns.Dev, c.dropB))
 			var attached bool
 			var idB int64
-			for deadline := time.Now().Add(10 * time.Second); !attached && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(testns.Hang); !attached && time.Now().Before(deadline); {
 				attached, idB, _ = gatherState(t, b, "udp", "drop")
 				if !attached {
 					time.Sleep(20 * time.Millisecond)
@@ -249,18 +249,23 @@ func TestHandoverUnderLoad(t *testing.T) {
 			// overflows): its own count says how many did.
 			delivered := int64(settledRx(t, ns)-rx0) - 10
 			rate := float64(delivered) / took.Seconds()
-			require.NoError(t, a.wait(t, 5*time.Second), "A's exit status; stderr: %s", a.stderr)
+			require.NoError(t, a.wait(t), "A's exit status; stderr: %s", a.stderr)
 			// B's policy from the swap: TCP passes, or is dropped when B drops it.
 			send(tcpFrame, 100)
 
 			var udp, tcp int64
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			for deadline := time.Now().Add(testns.Hang); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if _, _, udp = gatherState(t, b, "udp", "drop"); udp >= delivered || c.changed {
 					break
 				}
 			}
 			_, _, tcp = gatherState(t, b, "tcp", "drop")
-			got, err := sink.Drain(200 * time.Millisecond)
+			// The TCP that passes: 10 under A, and 100 under B unless B drops it.
+			passedTCP := 110
+			if c.changed {
+				passedTCP = 10
+			}
+			got, err := sink.Receive(passedTCP, testns.Hang)
 			require.NoError(t, err)
 			leaked := countIPv4(got, frames.ProtoUDP)
 			t.Logf("%d UDP frames sent, %d reached the interface (%.0f frames/s); %d reached the sink; %d of %d polls found no XDP program; A id %d, B id %d",
@@ -269,7 +274,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			require.Zero(t, leaked, "UDP frames that reached the sink's stack")
 			require.Zero(t, empty, "polls that found the interface without XDP")
 			require.Contains(t, a.stderr.String(), fmt.Sprintf("I! interface %q: held for handover, program id %d", testns.Dev, idA))
-			waitGone(t, holderOf(t, a), 5*time.Second)
+			waitGone(t, holderOf(t, a), testns.Hang)
 			if !c.changed {
 				require.Equal(t, int64(idA), idB, "same program kept")
 				require.Equal(t, delivered, udp, "B continues A's counters exactly")
@@ -298,17 +303,17 @@ func TestHandoverWithoutSuccessor(t *testing.T) {
 		p.gather(t, testns.Dev)
 		stopped := time.Now()
 		require.NoError(t, p.stdin.Close())
-		require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+		require.NoError(t, p.wait(t), "exit status; stderr: %s", p.stderr)
 		pid := holderOf(t, p)
 		require.Contains(t, p.stderr.String(), fmt.Sprintf("held for handover, program id %d (process %d; released after 2s if no successor takes it over)", id, pid))
 		now, err := ns.XDPProgramID(testns.Dev)
 		require.NoError(t, err)
 		require.Equal(t, id, now, "held after the exit")
-		// Released by the timeout, within its second of grace.
-		_, err = ns.WaitNoXDP(testns.Dev, 3*time.Second)
+		// Released by the timeout.
+		_, err = ns.WaitNoXDP(testns.Dev, testns.Hang)
 		require.NoError(t, err)
 		t.Logf("released %v after the stop", time.Since(stopped))
-		waitGone(t, pid, time.Second)
+		waitGone(t, pid, testns.Hang)
 	})
 	t.Run("SIGTERM to the handover process", func(t *testing.T) {
 		ns := testns.New(t)
@@ -316,12 +321,12 @@ func TestHandoverWithoutSuccessor(t *testing.T) {
 		waitAttached(t, ns, testns.Dev)
 		p.gather(t, testns.Dev)
 		require.NoError(t, p.stdin.Close())
-		require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+		require.NoError(t, p.wait(t), "exit status; stderr: %s", p.stderr)
 		pid := holderOf(t, p)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
-		_, err := ns.WaitNoXDP(testns.Dev, time.Second)
+		_, err := ns.WaitNoXDP(testns.Dev, testns.Hang)
 		require.NoError(t, err, "released at once")
-		waitGone(t, pid, time.Second)
+		waitGone(t, pid, testns.Hang)
 	})
 }
 
@@ -335,7 +340,7 @@ func TestHandoverSIGTERM(t *testing.T) {
 			id := waitAttached(t, ns, testns.Dev)
 			p.gather(t, testns.Dev)
 			require.NoError(t, p.cmd.Process.Signal(sig))
-			require.NoError(t, p.wait(t, 5*time.Second), "exit status; stderr: %s", p.stderr)
+			require.NoError(t, p.wait(t), "exit status; stderr: %s", p.stderr)
 			pid := holderOf(t, p)
 			now, err := ns.XDPProgramID(testns.Dev)
 			require.NoError(t, err)
@@ -344,12 +349,12 @@ func TestHandoverSIGTERM(t *testing.T) {
 			attached, got, _ := gatherState(t, q, "udp", "drop")
 			require.True(t, attached, "stderr: %s", q.stderr)
 			require.Equal(t, int64(id), got, "taken over in place")
-			waitGone(t, pid, 5*time.Second)
+			waitGone(t, pid, testns.Hang)
 			// The successor's own stop, with handover_timeout = "0s", detaches.
 			require.NoError(t, q.stdin.Close())
-			_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+			_, err = ns.WaitNoXDP(testns.Dev, testns.Hang)
 			require.NoError(t, err)
-			require.NoError(t, q.wait(t, 5*time.Second))
+			require.NoError(t, q.wait(t))
 			require.NotContains(t, q.stderr.String(), "held for handover")
 		})
 	}
@@ -366,15 +371,15 @@ func TestHandoverUnmanagedReleased(t *testing.T) {
 	waitAttached(t, ns, "xdpt2")
 	a.gather(t, "xdpt2")
 	require.NoError(t, a.stdin.Close())
-	require.NoError(t, a.wait(t, 5*time.Second), "stderr: %s", a.stderr)
+	require.NoError(t, a.wait(t), "stderr: %s", a.stderr)
 	pid := holderOf(t, a)
 	b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
 	attached, _, _ := gatherState(t, b, "udp", "drop")
 	require.True(t, attached)
-	_, err = ns.WaitNoXDP("xdpt2", time.Second)
+	_, err = ns.WaitNoXDP("xdpt2", testns.Hang)
 	require.NoError(t, err, "the interface B does not manage is released at once")
 	waitLog(t, b, `I! interface "xdpt2": released at once by the stopped instance's handover: this instance does not manage it`)
-	waitGone(t, pid, time.Second)
+	waitGone(t, pid, testns.Hang)
 }
 
 // TestHandoverWithPins: a successor with pin_path pins the counters it
@@ -398,7 +403,7 @@ func TestHandoverWithPins(t *testing.T) {
 	udpAfter := func(p *proc, want int64) {
 		t.Helper()
 		var got int64
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(testns.Hang); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if _, _, got = gatherState(t, p, "udp", "drop"); got == want {
 				return
 			}
@@ -411,7 +416,7 @@ func TestHandoverWithPins(t *testing.T) {
 	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, 100) }))
 	udpAfter(a, 100)
 	require.NoError(t, a.stdin.Close())
-	require.NoError(t, a.wait(t, 5*time.Second))
+	require.NoError(t, a.wait(t))
 
 	b := startHere(t, ns, base+fmt.Sprintf("  pin_path = %q\n  keep_attached = true\n", pins))
 	udpAfter(b, 100)
@@ -421,7 +426,7 @@ func TestHandoverWithPins(t *testing.T) {
 	require.Len(t, counters, 1, "the continued counters are pinned; stderr: %s", b.stderr)
 	require.FileExists(t, filepath.Join(pins, testns.Dev, "link"), "keep_attached pinned the link taken over")
 	require.NoError(t, b.stdin.Close())
-	require.NoError(t, b.wait(t, 5*time.Second))
+	require.NoError(t, b.wait(t))
 	require.NotContains(t, b.stderr.String(), "held for handover", "keep_attached needs no handover process")
 	require.Contains(t, b.stderr.String(), "left attached (keep_attached)")
 	now, err := ns.XDPProgramID(testns.Dev)
@@ -432,9 +437,9 @@ func TestHandoverWithPins(t *testing.T) {
 	udpAfter(c, 100)
 	waitLog(t, c, "continuing pinned counters")
 	require.NoError(t, c.stdin.Close())
-	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+	_, err = ns.WaitNoXDP(testns.Dev, testns.Hang)
 	require.NoError(t, err)
-	require.NoError(t, c.wait(t, 5*time.Second))
+	require.NoError(t, c.wait(t))
 }
 
 // TestHandoverJumbo: at MTU 9000 the attachment runs the multi-buffer
@@ -454,7 +459,7 @@ func TestHandoverJumbo(t *testing.T) {
 	waitLog(t, a, "multi-buffer: the device's MTU needs more than one buffer per frame")
 	gaps := watchGaps(ns)
 	require.NoError(t, a.stdin.Close())
-	require.NoError(t, a.wait(t, 5*time.Second))
+	require.NoError(t, a.wait(t))
 
 	b := start(t, ns, conf(`["udp"]`, "10s"))
 	attached, idB, _ := gatherState(t, b, "udp", "drop")
@@ -462,7 +467,7 @@ func TestHandoverJumbo(t *testing.T) {
 	require.Equal(t, int64(idA), idB, "the multi-buffer program is kept")
 	waitLog(t, b, "counters continue")
 	require.NoError(t, b.stdin.Close())
-	require.NoError(t, b.wait(t, 5*time.Second))
+	require.NoError(t, b.wait(t))
 
 	c := start(t, ns, conf(`["udp", "tcp"]`, "0s"))
 	attached, idC, _ := gatherState(t, c, "udp", "drop")
@@ -472,7 +477,7 @@ func TestHandoverJumbo(t *testing.T) {
 	polls, empty := gaps.finish(t)
 	require.Zero(t, empty, "polls of %d that found no XDP program", polls)
 	require.NoError(t, c.stdin.Close())
-	_, err := ns.WaitNoXDP(testns.Dev, time.Second)
+	_, err := ns.WaitNoXDP(testns.Dev, testns.Hang)
 	require.NoError(t, err)
-	require.NoError(t, c.wait(t, 5*time.Second))
+	require.NoError(t, c.wait(t))
 }

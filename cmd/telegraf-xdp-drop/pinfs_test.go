@@ -36,7 +36,7 @@ func TestPrivateBPFFSRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, id)
 	require.NoError(t, p.stdin.Close())
-	require.NoError(t, p.wait(t, 10*time.Second))
+	require.NoError(t, p.wait(t))
 	require.NotContains(t, p.stderr.String(), "left attached")
 }
 
@@ -105,9 +105,9 @@ func TestSharedPinPathNeverFights(t *testing.T) {
 	require.NotContains(t, first.stderr.String(), "E! ")
 
 	require.NoError(t, first.stdin.Close())
-	require.NoError(t, first.wait(t, 10*time.Second))
+	require.NoError(t, first.wait(t))
 	require.Contains(t, first.stderr.String(), "left attached (keep_attached)")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(second.stderr.String(), "took over the attachment kept by an earlier run"); {
+	for deadline := time.Now().Add(testns.Hang); !strings.Contains(second.stderr.String(), "took over the attachment kept by an earlier run"); {
 		require.True(t, time.Now().Before(deadline), "stderr: %s", second.stderr)
 		second.gather(t, testns.Dev)
 	}
@@ -115,5 +115,5 @@ func TestSharedPinPathNeverFights(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, id)
 	require.NoError(t, second.stdin.Close())
-	require.NoError(t, second.wait(t, 10*time.Second))
+	require.NoError(t, second.wait(t))
 }

@@ -62,7 +62,7 @@ func TestLeastPrivilege(t *testing.T) {
 		require.NoError(t, cmd.Start())
 		_, err = io.WriteString(stdin, "\n")
 		require.NoError(t, err)
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(testns.Hang)
 		for !strings.Contains(stdout.String(), "xdp_drop_link") && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -98,7 +98,7 @@ func TestLeastPrivilege(t *testing.T) {
 	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
 	require.Contains(t, errOut, "taken over in place", "stderr: %s", errOut)
 	require.Contains(t, errOut, "counters continue")
-	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
+	_, err = ns.WaitNoXDP(testns.Dev, testns.Hang)
 	require.NoError(t, err)
 
 	// With the capabilities, a config others may write is refused before
@@ -176,7 +176,7 @@ func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
 	require.NoError(t, cmd.Start())
 	_, err = io.WriteString(stdin, "\n")
 	require.NoError(t, err)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testns.Hang)
 	for !strings.Contains(stdout.String(), "xdp_drop_link") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -53,9 +53,9 @@ func TestTwoReplaceInstancesNeverFight(t *testing.T) {
 	require.NotContains(t, first.stderr.String(), "W! ")
 
 	require.NoError(t, first.stdin.Close())
-	require.NoError(t, first.wait(t, 10*time.Second))
+	require.NoError(t, first.wait(t))
 	var secondID uint32
-	for deadline := time.Now().Add(10 * time.Second); secondID == 0 || secondID == firstID; {
+	for deadline := time.Now().Add(testns.Hang); secondID == 0 || secondID == firstID; {
 		require.True(t, time.Now().Before(deadline), "the second instance never attached; stderr: %s", second.stderr)
 		second.gather(t, testns.Dev)
 		id, err := ns.XDPProgramID(testns.Dev)

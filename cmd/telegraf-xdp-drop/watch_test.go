@@ -42,7 +42,7 @@ func TestWatchView(t *testing.T) {
 
 	// 50 plain and 12 tagged IPv4/UDP frames: 62 in all.
 	udp := regexp.MustCompile(`(?m)^xdpt0/c\d\s+ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62$`)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testns.Hang)
 	for !udp.MatchString(out.String()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -59,13 +59,12 @@ func TestWatchView(t *testing.T) {
 	t.Logf("watch view:\n%s", lastScreen(screen))
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	_, err = ns.WaitNoXDP(testns.Dev, time.Second)
-	require.NoError(t, err)
+	requireDetached(t, ns, "SIGINT to the watch view")
 	select {
 	case err := <-done:
 		require.NoError(t, err, "stderr: %s", errOut.String())
-	case <-time.After(5 * time.Second):
-		t.Fatal("watch view still running 5s after SIGINT")
+	case <-time.After(testns.Hang):
+		t.Fatalf("watch view still running %v after SIGINT", testns.Hang)
 	}
 }
 

@@ -40,28 +40,47 @@ func (n *NS) OpenPacketSocket(ifname string) (*PacketSocket, error) {
 	return s, err
 }
 
-// Drain reads every frame that arrives until none has arrived for quiet, and
-// returns them (incoming frames only).
-func (s *PacketSocket) Drain(quiet time.Duration) ([][]byte, error) {
+// Receive reads incoming frames until it has want of them, then returns
+// them with any further frames already queued. It fails when fewer than want
+// arrive within d.
+func (s *PacketSocket) Receive(want int, d time.Duration) ([][]byte, error) {
 	var got [][]byte
-	buf := make([]byte, 65536)
-	last := time.Now()
-	for time.Since(last) < quiet {
-		n, from, err := unix.Recvfrom(s.fd, buf, 0)
-		if errors.Is(err, unix.EAGAIN) {
-			time.Sleep(time.Millisecond)
-			continue
-		}
+	deadline := time.Now().Add(d)
+	for {
+		frame, ok, err := s.next()
 		if err != nil {
 			return got, err
 		}
-		last = time.Now()
+		if ok {
+			got = append(got, frame)
+			continue
+		}
+		if len(got) >= want {
+			return got, nil // and nothing more queued
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("%d of %d frames arrived within %v", len(got), want, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// next returns the next queued incoming frame, if any.
+func (s *PacketSocket) next() ([]byte, bool, error) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		got = append(got, append([]byte(nil), buf[:n]...))
+		return buf[:n], true, nil
 	}
-	return got, nil
 }
 
 // Close closes the socket.

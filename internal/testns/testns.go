@@ -26,6 +26,12 @@ import (
 // RequireEnv turns skipped privileged tests into failures when set to 1 (CI sets it).
 const RequireEnv = "XDP_DROP_REQUIRE_PRIVILEGED"
 
+// Hang is how long a test waits for an outcome (a detach, an exit, frames
+// counted) before it calls the code under test hung. It is far beyond any
+// latency, so a loaded machine never reaches it: tests assert outcomes, and
+// make bench measures latencies.
+const Hang = time.Minute
+
 // Veth names inside every test namespace: traffic is sent from Peer and
 // received (and filtered) on Dev.
 const (
@@ -336,6 +342,19 @@ func (n *NS) WaitNoXDP(ifname string, d time.Duration) (time.Duration, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Stats returns the interface counters of ifname in the namespace, as ip -s
+// link shows them.
+func (n *NS) Stats(ifname string) (*netlink.LinkStatistics, error) {
+	l, err := n.nl.LinkByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	if s := l.Attrs().Statistics; s != nil {
+		return s, nil
+	}
+	return nil, fmt.Errorf("no statistics for %s", ifname)
 }
 
 // RxPackets returns the rx_packets counter of ifname in the namespace.

@@ -22,6 +22,7 @@ const Batch = 64
 // Generator transmits frames out of an interface with XDP_TX.
 type Generator struct {
 	prog *ebpf.Program
+	runs *ebpf.Map // per-CPU count of frames transmitted; nil unless counting
 }
 
 // NewGenerator loads the XDP_TX program.
@@ -41,8 +42,62 @@ func NewGenerator() (*Generator, error) {
 	return &Generator{prog: prog}, nil
 }
 
+// NewCountingGenerator loads an XDP_TX program that also counts every frame
+// it transmits, so that Sent reports what really left: BPF_PROG_TEST_RUN
+// restarts a run a signal interrupted, sending more than asked.
+func NewCountingGenerator() (*Generator, error) {
+	runs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("create the generator's frame counter: %w", err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "xdp_drop_txcnt",
+		Type:    ebpf.XDP,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word), // key 0
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.LoadMapPtr(asm.R1, runs.FD()),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "tx"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),         // per-CPU: no atomic needed
+			asm.LoadImm(asm.R0, 3, asm.DWord).WithSymbol("tx"), // XDP_TX
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		runs.Close()
+		return nil, fmt.Errorf("load counting XDP_TX generator: %w", err)
+	}
+	return &Generator{prog: prog, runs: runs}, nil
+}
+
+// Sent returns how many frames a counting generator has transmitted.
+func (g *Generator) Sent() (uint64, error) {
+	if g.runs == nil {
+		return 0, errors.New("not a counting generator (NewCountingGenerator)")
+	}
+	var perCPU []uint64
+	if err := g.runs.Lookup(uint32(0), &perCPU); err != nil {
+		return 0, fmt.Errorf("read the generator's frame counter: %w", err)
+	}
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n, nil
+}
+
 // Close releases the generator.
-func (g *Generator) Close() error { return g.prog.Close() }
+func (g *Generator) Close() error {
+	if g.runs != nil {
+		g.runs.Close()
+	}
+	return g.prog.Close()
+}
 
 // XdpMd is struct xdp_md, the context BPF_PROG_TEST_RUN takes for XDP.
 type XdpMd struct {

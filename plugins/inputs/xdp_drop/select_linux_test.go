@@ -156,7 +156,7 @@ func TestNamespaceDestroyed(t *testing.T) {
 	require.NoError(t, ns.Delete())
 	deleted = true
 	// The kernel tears the namespace down asynchronously.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testns.Hang)
 	for {
 		acc = &testutil.Accumulator{}
 		require.NoError(t, p.Gather(acc))

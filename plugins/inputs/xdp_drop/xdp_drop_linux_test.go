@@ -82,7 +82,7 @@ func linkMetric(iface, mode string, id uint32) telegraf.Metric {
 // gatherUntil gathers until the xdp_drop points count want packets in all.
 func gatherUntil(t *testing.T, ns *testns.NS, p *XDPDrop, want uint64) *testutil.Accumulator {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testns.Hang)
 	for {
 		acc := &testutil.Accumulator{}
 		inNS(t, ns, p, func() error { return p.Gather(acc) })
