@@ -86,6 +86,7 @@ func run() int {
 		log.Errorf("%v", err)
 		return 1
 	}
+	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
 
 	if *watchView {
 		plugin.Log = log

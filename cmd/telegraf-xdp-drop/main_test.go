@@ -92,6 +92,12 @@ func requireDetached(t *testing.T, ns *testns.NS, after string) {
 
 func start(t *testing.T, ns *testns.NS, config string) *proc {
 	t.Helper()
+	return startWith(t, ns, config, "-poll_interval_disabled")
+}
+
+// startWith starts the binary with the config and flags.
+func startWith(t *testing.T, ns *testns.NS, config string, flags ...string) *proc {
+	t.Helper()
 	// The binary attaches to whatever the config names in its namespace:
 	// only this test's devices are allowed there.
 	require.NoError(t, ns.Do(func() error {
@@ -102,7 +108,7 @@ func start(t *testing.T, ns *testns.NS, config string) *proc {
 		}
 		return nil
 	}))
-	return runProc(t, ns.Exec(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"))
+	return runProc(t, ns.Exec(binary, append([]string{"-config", writeConfig(t, config)}, flags...)...))
 }
 
 // startHere runs the binary in this process's namespaces, for a config
@@ -154,6 +160,13 @@ func (p *proc) gather(t *testing.T, lastIface string) []telegraf.Metric {
 	t.Helper()
 	_, err := io.WriteString(p.stdin, "\n")
 	require.NoError(t, err)
+	return p.read(t, lastIface)
+}
+
+// read parses the points of the next gather the binary prints, up to and
+// including the xdp_drop_link point of the last interface.
+func (p *proc) read(t *testing.T, lastIface string) []telegraf.Metric {
+	t.Helper()
 	parser := &influx.Parser{}
 	require.NoError(t, parser.Init())
 	var out []telegraf.Metric

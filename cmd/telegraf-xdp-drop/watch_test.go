@@ -72,3 +72,35 @@ func lastScreen(s string) string {
 	screens := strings.Split(strings.TrimSpace(s), "\n\n")
 	return screens[len(screens)-1]
 }
+
+// TestWatchStopsOnSIGTERM: the watch view stopped the way a service manager
+// stops it, with SIGTERM, detaches and exits 0 like Ctrl-C does.
+func TestWatchStopsOnSIGTERM(t *testing.T) {
+	ns := testns.New(t)
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+	cmd := ns.Exec(binary, "-config", conf, "-watch")
+	var out, errOut syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	waitAttached(t, ns, testns.Dev)
+	// The first screen shows the view is running, its signal handler set.
+	deadline := time.Now().Add(testns.Hang)
+	for !strings.Contains(out.String(), "link xdpt0: attached") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Contains(t, out.String(), "link xdpt0: attached")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	requireDetached(t, ns, "SIGTERM to the watch view")
+	select {
+	case err := <-done:
+		require.NoError(t, err, "exit status after SIGTERM; stderr: %s", errOut.String())
+	case <-time.After(testns.Hang):
+		t.Fatalf("watch view still running %v after SIGTERM", testns.Hang)
+	}
+	require.NotContains(t, errOut.String(), "E! ")
+}
