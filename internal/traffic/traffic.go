@@ -154,6 +154,23 @@ func (g *Generator) SendFlows(ifindex int, flows []Flow) error {
 	return nil
 }
 
+// AllowedCPUs lists, in order, the CPUs the calling thread may run on: the
+// ones OnCPU can bind to. A restricted affinity mask (taskset, a cgroup
+// cpuset) need not start at CPU 0 nor be contiguous.
+func AllowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("read CPU affinity: %w", err)
+	}
+	var cpus []int
+	for c := 0; len(cpus) < set.Count(); c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
 // OnCPU runs f with the calling thread bound to cpu, then restores the
 // thread's affinity. A veth receives what is sent from CPU c on its RX queue
 // c (modulo its queues), so this spreads traffic over CPUs and queues. The

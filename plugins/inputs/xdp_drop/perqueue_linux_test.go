@@ -3,7 +3,6 @@
 package xdp_drop
 
 import (
-	"runtime"
 	"testing"
 
 	"github.com/influxdata/telegraf/testutil"
@@ -14,37 +13,34 @@ import (
 )
 
 // TestPerQueue uses a 4-queue veth: frames sent from CPU c arrive on RX
-// queue c, so each queue's rx_queue points must count exactly what was sent
-// from that CPU (the mix cpu+1 times).
+// queue c % 4, so each queue's rx_queue points must count exactly what was
+// sent from its CPU (the i-th CPU sends the mix i+1 times).
 func TestPerQueue(t *testing.T) {
+	const queues = 4
 	ns := testns.New(t)
-	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", 4)
+	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", queues)
 	require.NoError(t, err)
 	p := &XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"udp"}, PerQueue: true, Log: testutil.Logger{}}
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 
-	gen, err := traffic.NewGenerator()
-	require.NoError(t, err)
-	defer gen.Close()
-	mix := traffic.Mix()
-	cpus := min(runtime.NumCPU(), 4)
-	require.NoError(t, ns.Do(func() error {
-		for cpu := 0; cpu < cpus; cpu++ {
-			for i := 0; i <= cpu; i++ {
-				if err := traffic.OnCPU(cpu, func() error { return gen.SendFlows(peerIdx, mix) }); err != nil {
-					return err
-				}
-			}
+	// One CPU per queue, so that no queue's NAPI serves two CPUs.
+	var cpus, rounds []int
+	used := map[int]bool{}
+	for _, cpu := range allowedCPUs(t) {
+		if !used[cpu%queues] {
+			used[cpu%queues] = true
+			cpus, rounds = append(cpus, cpu), append(rounds, len(cpus)+1)
 		}
-		return nil
-	}))
+	}
+	mix := traffic.Mix()
+	sendFromCPUs(t, ns, peerIdx, cpus, rounds, mix)
 	n := uint64(traffic.Total(mix))
 	want := map[string]uint64{}
 	var total uint64
-	for cpu := 0; cpu < cpus; cpu++ {
-		want[queueTag(cpu)] = uint64(cpu+1) * n
-		total += uint64(cpu+1) * n
+	for i, cpu := range cpus {
+		want[queueTag(cpu%queues)] += uint64(rounds[i]) * n
+		total += uint64(rounds[i]) * n
 	}
 	acc = gatherUntil(t, ns, p, total)
 	got := map[string]uint64{}
