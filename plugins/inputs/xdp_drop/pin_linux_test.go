@@ -5,6 +5,7 @@ package xdp_drop
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,14 +49,19 @@ func runOnce(t *testing.T, ns *testns.NS, p *XDPDrop, flows []traffic.Flow, want
 
 // TestPinnedCountersSurviveRestart: with pin_path a restarted plugin
 // continues the same counters exactly; a changed policy starts anew rather
-// than mixing counts whose actions differ.
+// than mixing counts whose actions differ, and the log says which happened.
 func TestPinnedCountersSurviveRestart(t *testing.T) {
 	ns := testns.New(t)
 	dir := pinDir(t)
 	mix := traffic.Mix()
 	n := uint64(traffic.Total(mix))
+	log := &captureLog{}
 	conf := func(drop ...any) *XDPDrop {
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, PinPath: dir, Log: testutil.Logger{}}
+		log.infos = nil
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, PinPath: dir, Log: log}
+	}
+	pinLog := func(note string) string {
+		return fmt.Sprintf("interface %q: %s (%s)", testns.Dev, note, filepath.Join(dir, testns.Dev))
 	}
 
 	acc := runOnce(t, ns, conf("udp"), mix, n)
@@ -66,6 +72,7 @@ func TestPinnedCountersSurviveRestart(t *testing.T) {
 
 	acc = runOnce(t, ns, conf("udp"), mix, 2*n)
 	require.Equal(t, 2*n, packetsOf(acc, testns.Dev), "the restart continues the pinned counters")
+	require.Contains(t, log.infos, pinLog("continuing pinned counters"))
 	want := expectedMetrics(testns.Dev, append(append([]traffic.Flow{}, mix...), mix...), func(c bpf.Class) string {
 		if p, ok := c.Protocol(); ok && p == 17 {
 			return "drop"
@@ -82,6 +89,8 @@ func TestPinnedCountersSurviveRestart(t *testing.T) {
 
 	acc = runOnce(t, ns, conf("tcp"), mix, n)
 	require.Equal(t, n, packetsOf(acc, testns.Dev), "a changed policy starts from zero")
+	require.Contains(t, log.infos, pinLog("counters pinned under another policy or program version were dropped; counting starts from zero"),
+		"the log says the pinned counters were replaced")
 	pins, err := filepath.Glob(filepath.Join(dir, testns.Dev, "counters_*"))
 	require.NoError(t, err)
 	require.Len(t, pins, 1, "the old policy's counters are unpinned")

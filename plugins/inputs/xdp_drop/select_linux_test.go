@@ -92,6 +92,11 @@ func TestGlobNeverLoopback(t *testing.T) {
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, []string{testns.Dev, testns.Peer}, attachedSet(t, ns, "lo", testns.Dev, testns.Peer))
+	// Not even tried: lo, which has no native XDP, would show as not attached.
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Equal(t, map[string]bool{testns.Dev: true, testns.Peer: true}, linkStates(acc))
+	require.Empty(t, acc.Errors)
 }
 
 // TestNamespaceOption: the plugin runs in the test process's own namespace
