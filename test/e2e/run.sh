@@ -361,7 +361,7 @@ send_mix() {
 # check_counts SINCE_MS REPORT WHAT: InfluxDB's latest counters since
 # SINCE_MS must equal, series for series, what sendmix reported sending.
 check_counts() {
-	if ! wait_until 20 counts_match "$1" "$2"; then
+	if ! wait_until "$HANG" counts_match "$1" "$2"; then
 		echo "expected (sent):" >&2
 		expected_counts "$2" | sed 's/^/  /' >&2
 		echo "got (InfluxDB, latest):" >&2
@@ -435,9 +435,9 @@ check_reloads() {
 		pid=$(plugin_pid)
 		kill -HUP "$TELEGRAF_PID"
 		new_plugin() { newpid=$(plugin_pid); [ -n "$newpid" ] && [ "$newpid" != "$pid" ]; }
-		wait_until 20 new_plugin || fail "reload $i: no new telegraf-xdp-drop under Telegraf"
+		wait_until "$HANG" new_plugin || fail "reload $i: no new telegraf-xdp-drop under Telegraf"
 		taken() { [ "$(grep -c 'taken over in place' "$LOGS/telegraf-1.log")" -ge "$i" ]; }
-		wait_until 10 taken || fail "reload $i: the new plugin did not take the attachment over"
+		wait_until "$HANG" taken || fail "reload $i: the new plugin did not take the attachment over"
 		[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
 		sleep 2
 	done
@@ -452,12 +452,12 @@ check_reloads() {
 
 	local want=$((base + $(jq .delivered "$report")))
 	total_is() { [ "$(udp_drop_latest "$t_start")" = "$want" ]; }
-	wait_until 20 total_is || fail "reloads: InfluxDB's udp drop total is $(udp_drop_latest "$t_start"), want $base + $(jq .delivered "$report") = $want"
+	wait_until "$HANG" total_is || fail "reloads: InfluxDB's udp drop total is $(udp_drop_latest "$t_start"), want $base + $(jq .delivered "$report") = $want"
 	udp_drop_points "$t_start" | awk 'NR > 1 && $1 < prev {bad = 1} {prev = $1} END {exit bad}' ||
 		fail "reloads: the udp drop counter went down in InfluxDB: $(udp_drop_points "$t_start" | paste -sd' ')"
 	note "reloads: InfluxDB udp drop total $want = $base before + $(jq .delivered "$report") sent; monotonic over $(udp_drop_points "$t_start" | wc -l) points"
 	note "reloads: plugin log: $(grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1 | sed 's/.*\] //')"
-	wait_until 5 one_plugin || fail "reloads: handover processes left: $(ip netns pids "$NS" | xargs -r ps -o pid=,args= -p | grep telegraf-xdp-drop)"
+	wait_until "$HANG" one_plugin || fail "reloads: handover processes left: $(ip netns pids "$NS" | xargs -r ps -o pid=,args= -p | grep telegraf-xdp-drop)"
 	# execd's own race on a process's exit (Telegraf closes the pipes while
 	# its readers still read them) logs these at random; anything else fails.
 	local race='E! \[inputs\.execd\] Error in plugin: (error reading stderr: )?read \|0: file already closed$'
@@ -472,13 +472,13 @@ one_plugin() { [ "$(ip netns pids "$NS" | xargs -r ps -o comm= -p | grep -c '^te
 log "phase 1: Telegraf starts the plugin; one round of the mix; exact counts in InfluxDB"
 t_run1=$(now_ms)
 start_telegraf telegraf-1.log
-wait_until 20 xdp_attached || fail "$DEV has no XDP program 20s after Telegraf started"
+wait_until "$HANG" xdp_attached || fail "$DEV has no XDP program ${HANG}s after Telegraf started"
 note "run 1: attached $(since_ms "$t_run1") ms after Telegraf started (program id $(xdp_prog_id))"
 prog1=$(xdp_prog_id)
 # Telegraf has gathered once the link point is in InfluxDB; counters are
 # still empty then (only classes with traffic are reported).
 link_up() { [ "$(link_state "$t_run1")" = "$DEV native true $prog1" ]; }
-wait_until 20 link_up || fail "xdp_drop_link in InfluxDB: want '$DEV native true $prog1', got '$(link_state "$t_run1")'"
+wait_until "$HANG" link_up || fail "xdp_drop_link in InfluxDB: want '$DEV native true $prog1', got '$(link_state "$t_run1")'"
 [ -z "$(latest_counts "$t_run1")" ] || fail "xdp_drop points before any traffic: $(latest_counts "$t_run1")"
 send_mix sent1
 check_counts "$t_run1" "$WORK/sent1.json" "phase 1"
@@ -618,7 +618,7 @@ note "Telegraf exited 0 after $(since_ms "$t0") ms; the plugin process is gone"
 
 t_run2=$(now_ms)
 start_telegraf telegraf-2.log
-wait_until 20 xdp_attached || fail "$DEV has no XDP program 20s after Telegraf restarted"
+wait_until "$HANG" xdp_attached || fail "$DEV has no XDP program ${HANG}s after Telegraf restarted"
 note "run 2: attached $(since_ms "$t_run2") ms after Telegraf started (program id $(xdp_prog_id))"
 have_plugin() { [ -n "$(plugin_pid)" ]; }
 wait_until 5 have_plugin || fail "no telegraf-xdp-drop under Telegraf"
@@ -647,7 +647,7 @@ fi
 note "Telegraf restarted the plugin (pid $pid3): attached again $back_ms ms after the kill (restart_delay ${RESTART_DELAY}s, program id $prog3)"
 
 link_back() { [ "$(link_state "$t_reattach")" = "$DEV native true $prog3" ]; }
-wait_until 20 link_back || fail "xdp_drop_link after restart: '$(link_state "$t_reattach")', want '$DEV native true $prog3'"
+wait_until "$HANG" link_back || fail "xdp_drop_link after restart: '$(link_state "$t_reattach")', want '$DEV native true $prog3'"
 send_mix sent2
 check_counts "$t_reattach" "$WORK/sent2.json" "after the restart"
 note "after the restart: points flow again; counters restarted from zero (latest = one round, exactly)"
