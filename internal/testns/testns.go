@@ -26,6 +26,19 @@ import (
 // RequireEnv turns skipped privileged tests into failures when set to 1 (CI sets it).
 const RequireEnv = "XDP_DROP_REQUIRE_PRIVILEGED"
 
+// PrefixEnv sets the name prefix of the namespaces tests create (default
+// "xdpdrop-test-"). CI sets one of its own, so that it can tell the
+// namespaces its run left behind from those of other runs on the machine.
+const PrefixEnv = "XDP_DROP_TEST_NETNS_PREFIX"
+
+// Prefix is the name prefix for test namespaces.
+func Prefix() string {
+	if p := os.Getenv(PrefixEnv); p != "" {
+		return p
+	}
+	return "xdpdrop-test-"
+}
+
 // Hang is how long a test waits for an outcome (a detach, an exit, frames
 // counted) before it calls the code under test hung. It is far beyond any
 // latency, so a loaded machine never reaches it: tests assert outcomes, and
@@ -69,7 +82,7 @@ type NS struct {
 func New(t testing.TB) *NS {
 	t.Helper()
 	RequirePrivileged(t)
-	n, err := Create("xdpdrop-test-")
+	n, err := Create(Prefix())
 	if err != nil {
 		t.Fatalf("create test namespace: %v", err)
 	}

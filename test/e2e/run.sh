@@ -176,7 +176,7 @@ go build -o "$WORK/bin/udpstream" ./test/e2e/udpstream
 
 # ---------------------------------------------------------------- namespace
 log "network namespace"
-NS=xdpdrop-e2e-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+NS=${XDP_DROP_E2E_NETNS_PREFIX:-xdpdrop-e2e-}$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
 ip netns add "$NS"
 # IPv6 off before the veth exists, so the kernel sends nothing of its own
 # (no router solicitations, no DAD) and every counted frame is ours.

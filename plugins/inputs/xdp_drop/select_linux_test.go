@@ -141,7 +141,7 @@ func TestNamespaceOption(t *testing.T) {
 // program was detached and reports the interface as not attached.
 func TestNamespaceDestroyed(t *testing.T) {
 	testns.RequirePrivileged(t)
-	ns, err := testns.Create("xdpdrop-test-")
+	ns, err := testns.Create(testns.Prefix())
 	require.NoError(t, err)
 	deleted := false
 	t.Cleanup(func() {
