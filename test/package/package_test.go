@@ -223,7 +223,9 @@ func TestInstalledPackage(t *testing.T) {
 
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n  pin_path = %q\n", testns.Dev, pinDir))
+	// handover_timeout = "0s": a handover process would hold the service
+	// user for 10 s after each run, and userdel refuses a user in use.
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n  pin_path = %q\n  handover_timeout = \"0s\"\n", testns.Dev, pinDir))
 	// nsenter enters only the network namespace (ip netns exec would mount
 	// a new /sys, hiding the BPF filesystem), and runuser switches user the
 	// way a service manager does. (setpriv keeps root's capabilities until
