@@ -94,18 +94,11 @@ func RemoveExisting(ifindex int) error {
 	return nil
 }
 
-// netlinkFlags maps IFLA_XDP_ATTACHED values to XDP_FLAGS_*.
-func netlinkFlags(attachMode uint32) int {
-	switch attachMode {
-	case 1: // XDP_ATTACHED_DRV
-		return 1 << 2
-	case 2: // XDP_ATTACHED_SKB
-		return 1 << 1
-	case 3: // XDP_ATTACHED_HW
-		return 1 << 3
-	default:
-		return 0
-	}
+// netlinkFlags returns the XDP_FLAGS_* mode flag of a program netlink
+// reports attached with the IFLA_XDP_ATTACHED value attached, 0 if unknown.
+func netlinkFlags(attached uint32) int {
+	m, _ := attachedMode(attached)
+	return int(m.flags)
 }
 
 // findXDPLink finds the XDP link that attaches program id to ifindex.

@@ -287,17 +287,11 @@ func (p *Program) adoptable(l link.Link, ifindex int, mode Mode) (Mode, bool) {
 	if err != nil {
 		return "", false
 	}
-	var cur Mode
-	switch attachMode {
-	case 1:
-		cur = ModeNative
-	case 2:
-		cur = ModeGeneric
-	case 3:
-		cur = ModeOffload
-	default:
+	m, ok := attachedMode(attachMode)
+	if !ok {
 		return "", false
 	}
+	cur := m.mode
 	if mode == cur || mode == ModeAuto && cur != ModeOffload {
 		return cur, true
 	}
