@@ -44,7 +44,7 @@ func TestPerQueueSlots(t *testing.T) {
 
 	got := map[int]uint64{}
 	var c bpf.Counters
-	require.NoError(t, p.Read(true, false, &c, func(queue, cpu int, c *bpf.Counters) {
+	require.NoError(t, p.ReadPerQueue(&c, func(queue, cpu int, c *bpf.Counters) {
 		require.Equal(t, -1, cpu)
 		got[queue] = c[bpf.IPv4Class(17)].Packets
 	}))

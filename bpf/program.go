@@ -350,7 +350,8 @@ func (p *Program) attachNative(ifindex int) error {
 	if mbErr != nil {
 		return nativeError(ifindex, err, mbErr)
 	}
-	l, altErr := link.AttachXDP(link.XDPOptions{Program: alt, Interface: ifindex, Flags: link.XDPDriverMode})
+	flags, _ := modeFlags(ModeNative)
+	l, altErr := link.AttachXDP(link.XDPOptions{Program: alt, Interface: ifindex, Flags: flags})
 	if altErr != nil {
 		alt.Close()
 		return nativeError(ifindex, err, fmt.Errorf("the multi-buffer program was refused too: %w", altErr))
@@ -361,15 +362,8 @@ func (p *Program) attachNative(ifindex int) error {
 }
 
 func (p *Program) attach(ifindex int, mode Mode) error {
-	var flags link.XDPAttachFlags
-	switch mode {
-	case ModeNative:
-		flags = link.XDPDriverMode
-	case ModeGeneric:
-		flags = link.XDPGenericMode
-	case ModeOffload:
-		flags = link.XDPOffloadMode
-	default:
+	flags, ok := modeFlags(mode)
+	if !ok {
 		return fmt.Errorf("unknown XDP mode %q", mode)
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.Prog, Interface: ifindex, Flags: flags})
@@ -431,60 +425,93 @@ func (p *Program) Close() error {
 	return errors.Join(err, p.objs.Close())
 }
 
-// Read reads the counters and calls f for every counter block with traffic:
-// one per RX queue when the program counts per queue and perQueue is set
-// (queue -1 otherwise: summed over queues), one per CPU when perCPU is set
-// (cpu -1 otherwise: summed over CPUs). dst is reused between calls.
-func (p *Program) Read(perQueue, perCPU bool, dst *Counters, f func(queue, cpu int, c *Counters)) error {
-	perQueue = perQueue && p.slots > 1
-	if !perQueue {
+// BlockFunc receives one block of counters that has seen traffic: queue is
+// its RX queue (QueueSlots-1 holds every queue past the others) or -1 when
+// summed over queues, cpu its CPU or -1 when summed over CPUs. c is reused
+// by the next call.
+type BlockFunc func(queue, cpu int, c *Counters)
+
+// ReadSum sums the counters over CPUs and queues into dst and calls f with
+// them unless they are all empty.
+func (p *Program) ReadSum(dst *Counters, f BlockFunc) error {
+	*dst = Counters{}
+	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
+		for cpu := range blocks {
+			dst.add(&blocks[cpu])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	emit(dst, -1, -1, f)
+	return nil
+}
+
+// ReadPerQueue calls f for every RX queue with traffic, summed over CPUs.
+// A program loaded without PerQueue has one block: it is read as ReadSum.
+func (p *Program) ReadPerQueue(dst *Counters, f BlockFunc) error {
+	if p.slots == 1 {
+		return p.ReadSum(dst, f)
+	}
+	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
 		*dst = Counters{}
+		for cpu := range blocks {
+			dst.add(&blocks[cpu])
+		}
+		emit(dst, q, -1, f)
+	})
+}
+
+// ReadPerCPU calls f for every CPU with traffic, summed over queues.
+func (p *Program) ReadPerCPU(f BlockFunc) error {
+	sums := make([]Counters, len(p.perCPU))
+	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
+		for cpu := range blocks {
+			sums[cpu].add(&blocks[cpu])
+		}
+	})
+	if err != nil {
+		return err
 	}
-	cpus := len(p.perCPU)
-	var sums []Counters // per-CPU sums over queues
-	if perCPU && !perQueue {
-		sums = make([]Counters, cpus)
+	for cpu := range sums {
+		emit(&sums[cpu], -1, cpu, f)
 	}
+	return nil
+}
+
+// ReadPerQueueCPU calls f for every RX queue and CPU with traffic. A
+// program loaded without PerQueue has one block: it is read as ReadPerCPU.
+func (p *Program) ReadPerQueueCPU(dst *Counters, f BlockFunc) error {
+	if p.slots == 1 {
+		return p.ReadPerCPU(f)
+	}
+	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
+		for cpu := range blocks {
+			*dst = Counters{}
+			dst.add(&blocks[cpu])
+			emit(dst, q, cpu, f)
+		}
+	})
+}
+
+// eachSlot reads the counter blocks of every queue slot, one per CPU, and
+// passes them to f; they are overwritten by the next slot's.
+func (p *Program) eachSlot(f func(slot int, blocks []xdpDropCounterBlock)) error {
 	for q := uint32(0); q < p.slots; q++ {
 		if err := p.lookup(q); err != nil {
 			return fmt.Errorf("read counters: %w", err)
 		}
-		if perQueue {
-			*dst = Counters{}
-		}
-		for cpu := range p.perCPU {
-			block := &p.perCPU[cpu].Class
-			switch {
-			case perCPU && perQueue:
-				for c := range block {
-					dst[c] = Counter{Packets: block[c].Packets, Bytes: block[c].Bytes}
-				}
-				emit(dst, int(q), cpu, f)
-			case perCPU:
-				for c := range block {
-					sums[cpu][c].Packets += block[c].Packets
-					sums[cpu][c].Bytes += block[c].Bytes
-				}
-			default:
-				for c := range block {
-					dst[c].Packets += block[c].Packets
-					dst[c].Bytes += block[c].Bytes
-				}
-			}
-		}
-		if perQueue && !perCPU {
-			emit(dst, int(q), -1, f)
-		}
-	}
-	switch {
-	case perCPU && !perQueue:
-		for cpu := range sums {
-			emit(&sums[cpu], -1, cpu, f)
-		}
-	case !perCPU && !perQueue:
-		f(-1, -1, dst)
+		f(int(q), p.perCPU)
 	}
 	return nil
+}
+
+// add adds one CPU's counter block to c.
+func (c *Counters) add(block *xdpDropCounterBlock) {
+	for i := range block.Class {
+		c[i].Packets += block.Class[i].Packets
+		c[i].Bytes += block.Class[i].Bytes
+	}
 }
 
 // mapLookupAttr is the BPF_MAP_LOOKUP_ELEM part of union bpf_attr.
@@ -516,7 +543,7 @@ func (p *Program) lookup(q uint32) error {
 }
 
 // emit calls f for a block that has seen traffic.
-func emit(c *Counters, queue, cpu int, f func(queue, cpu int, c *Counters)) {
+func emit(c *Counters, queue, cpu int, f BlockFunc) {
 	for i := range c {
 		if c[i].Packets != 0 {
 			f(queue, cpu, c)
@@ -527,5 +554,5 @@ func emit(c *Counters, queue, cpu int, f func(queue, cpu int, c *Counters)) {
 
 // ReadCounters sums the counters over CPUs and queues into dst.
 func (p *Program) ReadCounters(dst *Counters) error {
-	return p.Read(false, false, dst, func(int, int, *Counters) {})
+	return p.ReadSum(dst, func(int, int, *Counters) {})
 }

@@ -575,12 +575,26 @@ func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Ti
 	if ifc.prog == nil {
 		return
 	}
-	err := ifc.prog.Read(x.PerQueue, x.PerCPU, &ifc.counters, func(queue, cpu int, c *bpf.Counters) {
+	err := x.readCounters(ifc, func(queue, cpu int, c *bpf.Counters) {
 		x.emitClasses(acc, tagName(ifc.name), c, queueTag(queue), cpuTag(cpu), now)
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 	}
+}
+
+// readCounters reads the counters of an attached interface split as the
+// optional views (per_queue, per_cpu) ask.
+func (x *XDPDrop) readCounters(ifc *iface, f bpf.BlockFunc) error {
+	switch {
+	case x.PerQueue && x.PerCPU:
+		return ifc.prog.ReadPerQueueCPU(&ifc.counters, f)
+	case x.PerQueue:
+		return ifc.prog.ReadPerQueue(&ifc.counters, f)
+	case x.PerCPU:
+		return ifc.prog.ReadPerCPU(f)
+	}
+	return ifc.prog.ReadSum(&ifc.counters, f)
 }
 
 func cpuTag(cpu int) string {
