@@ -90,7 +90,7 @@ func (x *XDPDrop) Init() error {
 	default:
 		return fmt.Errorf(`mode = %q is not a mode; use "native" (default), "generic", "offload" or "auto"`, x.Mode)
 	}
-	policy, err := parseDrop(x.Drop)
+	policy, err := ParseDrop(x.Drop)
 	if err != nil {
 		return err
 	}
@@ -268,8 +268,10 @@ func (x *XDPDrop) checkInterfaces() error {
 	return nil
 }
 
-// parseDrop turns the drop option into a policy.
-func parseDrop(drop []any) (bpf.Policy, error) {
+// ParseDrop turns the drop option into a policy: ["all"], or IP protocol
+// names (keywords and aliases, any case) and numbers, as TOML decodes them
+// (string, int64).
+func ParseDrop(drop []any) (bpf.Policy, error) {
 	const accepted = `use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47]`
 	if len(drop) == 0 {
 		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping)", accepted)

@@ -62,13 +62,30 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 // Gather emits the counters of every attached interface and the link state
 // of every configured one, attaching those that are not attached yet.
 func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
+	now := time.Now()
+	snap := x.Snapshot(acc)
+	for i := range snap.Series {
+		s := &snap.Series[i]
+		acc.AddFields(MeasurementCounters, s.Fields(), s.Tags(), now)
+	}
+	for i := range snap.Links {
+		l := &snap.Links[i]
+		acc.AddFields(MeasurementLink, l.Fields(), l.Tags(), now)
+	}
+	return nil
+}
+
+// Snapshot reads the counters of every attached interface and the link
+// state of every configured one, attaching those that are not attached yet,
+// as Gather does; errors go to acc, as Gather's do.
+func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	now := time.Now()
+	var snap Snapshot
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, now, true)
+			x.check(acc, ifc, &snap, true)
 			if ifc.prog == nil {
 				if err := x.attach(ifc); err != nil {
 					x.report(acc, ifc, err)
@@ -80,23 +97,23 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	if err != nil {
 		// Link state needs no namespace: still notice detached programs.
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, now, false)
+			x.check(acc, ifc, &snap, false)
 		}
 	}
 	x.namespaceFailed(acc, err)
 	for _, ifc := range x.ifaces {
-		x.emitCounters(acc, ifc, now)
-		x.emitLink(acc, ifc, now)
+		x.readSeries(acc, ifc, &snap)
+		snap.Links = append(snap.Links, x.link(ifc))
 	}
 	x.forgetVanished()
-	return nil
+	return snap
 }
 
 // check releases the program of an interface the kernel detached it from,
-// after emitting what it counted since the last gather. inNS says whether
+// after adding what it counted since the last gather to snap. inNS says whether
 // the calling thread is in the interfaces' namespace, where the interface
 // can be looked up to tell why.
-func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time, inNS bool) {
+func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, inNS bool) {
 	if ifc.prog == nil {
 		return
 	}
@@ -104,7 +121,7 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, now time.Time, inN
 	if err == nil {
 		return
 	}
-	x.emitCounters(acc, ifc, now)
+	x.readSeries(acc, ifc, snap)
 	removed := errors.Is(err, bpf.ErrInterfaceGone)
 	dev, lookupErr := net.InterfaceByName(ifc.name)
 	switch {
@@ -571,12 +588,14 @@ func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
 	acc.AddError(err)
 }
 
-func (x *XDPDrop) emitCounters(acc telegraf.Accumulator, ifc *iface, now time.Time) {
+// readSeries adds the series of an attached interface to snap.
+func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) {
 	if ifc.prog == nil {
 		return
 	}
+	name := tagName(ifc.name)
 	err := x.readCounters(ifc, func(queue, cpu int, c *bpf.Counters) {
-		x.emitClasses(acc, tagName(ifc.name), c, queueTag(queue), cpuTag(cpu), now)
+		snap.Series = x.appendClasses(snap.Series, name, c, queueTag(queue), cpuTag(cpu))
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
@@ -615,59 +634,43 @@ func queueTag(queue int) string {
 	return strconv.Itoa(queue)
 }
 
-// emitClasses emits one xdp_drop point per class with traffic; queue and
-// cpu, when not empty, add the rx_queue and cpu tags.
-func (x *XDPDrop) emitClasses(acc telegraf.Accumulator, name string, counters *bpf.Counters, queue, cpu string, now time.Time) {
+// appendClasses appends one series per class with traffic; queue and cpu
+// are the optional views' tags ("" when off).
+func (x *XDPDrop) appendClasses(series []Series, name string, counters *bpf.Counters, queue, cpu string) []Series {
 	for i, c := range counters {
 		if c.Packets == 0 {
 			continue
 		}
 		class := bpf.Class(i)
-		tags := map[string]string{
-			"interface": name,
-			"family":    class.Family().String(),
-			"protocol":  classProtocol(class),
-			"action":    x.action(class),
-		}
-		if cpu != "" {
-			tags["cpu"] = cpu
-		}
-		if queue != "" {
-			tags["rx_queue"] = queue
-		}
-		acc.AddFields("xdp_drop", map[string]any{"packets": c.Packets, "bytes": c.Bytes}, tags, now)
+		series = append(series, Series{
+			SeriesKey: SeriesKey{
+				Interface: name,
+				Family:    class.Family().String(),
+				Protocol:  ClassProtocol(class),
+				Action:    Action(x.policy, class),
+				RxQueue:   queue,
+				CPU:       cpu,
+			},
+			Packets: c.Packets,
+			Bytes:   c.Bytes,
+		})
 	}
+	return series
 }
 
-func (x *XDPDrop) emitLink(acc telegraf.Accumulator, ifc *iface, now time.Time) {
-	tags := map[string]string{"interface": tagName(ifc.name), "mode": string(x.mode)}
-	fields := map[string]any{"attached": ifc.prog != nil}
-	if ifc.prog != nil {
-		tags["mode"] = string(ifc.prog.Mode())
-		fields["program_id"] = int64(ifc.prog.ID())
-		fields["fallback"] = fellBack(x.mode, ifc.prog)
-	} else if ifc.err != nil {
-		fields["error"] = firstLine(ifc.err)
-	}
-	acc.AddFields("xdp_drop_link", fields, tags, now)
-}
-
-func classProtocol(c bpf.Class) string {
-	if proto, ok := c.Protocol(); ok {
-		return protocolTag(proto)
-	}
-	return c.Name()
-}
-
-func (x *XDPDrop) action(c bpf.Class) string {
+// link is the attachment state of an interface.
+func (x *XDPDrop) link(ifc *iface) Link {
+	l := Link{Interface: tagName(ifc.name), Mode: string(x.mode)}
 	switch {
-	case !x.policy.Drops(c):
-		return "pass"
-	case x.policy.DryRun:
-		return "would_drop"
-	default:
-		return "drop"
+	case ifc.prog != nil:
+		l.Attached = true
+		l.Mode = string(ifc.prog.Mode())
+		l.ProgramID = int64(ifc.prog.ID())
+		l.Fallback = fellBack(x.mode, ifc.prog)
+	case ifc.err != nil:
+		l.Error = firstLine(ifc.err)
 	}
+	return l
 }
 
 // firstLine shortens a multi-line error (a verifier log) for the error

@@ -16,4 +16,6 @@ func (*XDPDrop) Start(telegraf.Accumulator) error  { return errNotLinux }
 func (*XDPDrop) Gather(telegraf.Accumulator) error { return errNotLinux }
 func (*XDPDrop) Stop()                             {}
 
+func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
+
 func handoverDir() string { return "" }

@@ -1,0 +1,134 @@
+package xdp_drop
+
+import "github.com/xdp-drop/xdp_drop/bpf"
+
+// The metric schema: measurement, tag and field names. They are a contract
+// with every query, dashboard and alert built on them.
+const (
+	// MeasurementCounters holds one point per class with traffic.
+	MeasurementCounters = "xdp_drop"
+	// MeasurementLink holds one point per interface: its attachment.
+	MeasurementLink = "xdp_drop_link"
+
+	TagInterface = "interface"
+	TagFamily    = "family"
+	TagProtocol  = "protocol"
+	TagAction    = "action"
+	TagRxQueue   = "rx_queue" // per_queue only
+	TagCPU       = "cpu"      // per_cpu only
+	TagMode      = "mode"
+
+	FieldPackets   = "packets"
+	FieldBytes     = "bytes"
+	FieldAttached  = "attached"
+	FieldProgramID = "program_id"
+	FieldFallback  = "fallback"
+	FieldError     = "error"
+)
+
+// Values of the action tag.
+const (
+	ActionDrop      = "drop"
+	ActionPass      = "pass"
+	ActionWouldDrop = "would_drop" // dry_run: what the policy would have dropped, passed
+)
+
+// Actions lists the action tag's values in the order views show them.
+var Actions = []string{ActionDrop, ActionWouldDrop, ActionPass}
+
+// Snapshot is what one gather sees: the counters of every attached
+// interface and the link state of every configured one. Gather turns it
+// into points; other consumers (the -watch view) read it directly.
+type Snapshot struct {
+	Series []Series // MeasurementCounters
+	Links  []Link   // MeasurementLink
+}
+
+// SeriesKey names one counter series by its tag values; it is comparable,
+// so that a view can key rates by it.
+type SeriesKey struct {
+	Interface string // as line protocol carries it (see tagName)
+	Family    string // ipv4, ipv6 or l2
+	Protocol  string // ClassProtocol
+	Action    string // Action
+	RxQueue   string // "" unless per_queue
+	CPU       string // "" unless per_cpu
+}
+
+// Series is one counter series: cumulative counts since attach.
+type Series struct {
+	SeriesKey
+	Packets uint64
+	Bytes   uint64
+}
+
+// Tags returns the series' tags.
+func (k SeriesKey) Tags() map[string]string {
+	tags := map[string]string{
+		TagInterface: k.Interface,
+		TagFamily:    k.Family,
+		TagProtocol:  k.Protocol,
+		TagAction:    k.Action,
+	}
+	if k.CPU != "" {
+		tags[TagCPU] = k.CPU
+	}
+	if k.RxQueue != "" {
+		tags[TagRxQueue] = k.RxQueue
+	}
+	return tags
+}
+
+// Fields returns the series' fields.
+func (s *Series) Fields() map[string]any {
+	return map[string]any{FieldPackets: s.Packets, FieldBytes: s.Bytes}
+}
+
+// Link is the attachment state of one interface.
+type Link struct {
+	Interface string
+	Mode      string // as attached; the configured mode when not attached
+	Attached  bool
+	ProgramID int64  // when attached
+	Fallback  bool   // when attached: mode = "auto" fell back to generic
+	Error     string // when not attached: why, in one line ("" if unknown)
+}
+
+// Tags returns the link point's tags.
+func (l *Link) Tags() map[string]string {
+	return map[string]string{TagInterface: l.Interface, TagMode: l.Mode}
+}
+
+// Fields returns the link point's fields.
+func (l *Link) Fields() map[string]any {
+	fields := map[string]any{FieldAttached: l.Attached}
+	switch {
+	case l.Attached:
+		fields[FieldProgramID] = l.ProgramID
+		fields[FieldFallback] = l.Fallback
+	case l.Error != "":
+		fields[FieldError] = l.Error
+	}
+	return fields
+}
+
+// ClassProtocol is the protocol tag of a class: the IANA keyword of its IP
+// protocol or the decimal number, or the name of a class without one.
+func ClassProtocol(c bpf.Class) string {
+	if proto, ok := c.Protocol(); ok {
+		return protocolTag(proto)
+	}
+	return c.Name()
+}
+
+// Action is the action tag of frames of class c under policy.
+func Action(policy bpf.Policy, c bpf.Class) string {
+	switch {
+	case !policy.Drops(c):
+		return ActionPass
+	case policy.DryRun:
+		return ActionWouldDrop
+	default:
+		return ActionDrop
+	}
+}
