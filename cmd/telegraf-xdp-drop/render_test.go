@@ -6,18 +6,25 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
-func counterPoint(tags map[string]string, packets, bytes uint64) point {
-	return point{"xdp_drop", tags, map[string]any{"packets": packets, "bytes": bytes}}
+func counterPoint(key xdp_drop.SeriesKey, packets, bytes uint64) xdp_drop.Series {
+	return xdp_drop.Series{SeriesKey: key, Packets: packets, Bytes: bytes}
 }
 
-func tagsOf(iface, family, protocol, action string, extra ...string) map[string]string {
-	t := map[string]string{"interface": iface, "family": family, "protocol": protocol, "action": action}
+func tagsOf(iface, family, protocol, action string, extra ...string) xdp_drop.SeriesKey {
+	k := xdp_drop.SeriesKey{Interface: iface, Family: family, Protocol: protocol, Action: action}
 	for i := 0; i+1 < len(extra); i += 2 {
-		t[extra[i]] = extra[i+1]
+		switch extra[i] {
+		case xdp_drop.TagRxQueue:
+			k.RxQueue = extra[i+1]
+		case xdp_drop.TagCPU:
+			k.CPU = extra[i+1]
+		}
 	}
-	return t
+	return k
 }
 
 // TestRenderScreen checks one screen of the watch view against a snapshot
@@ -27,25 +34,25 @@ func tagsOf(iface, family, protocol, action string, extra ...string) map[string]
 // link lines, a long error cut to 80 columns.
 func TestRenderScreen(t *testing.T) {
 	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
-	prev := map[seriesKey]uint64{}
-	setPrev := func(k seriesKey, packets, bytes uint64) {
-		prev[k] = packets
-		prev[seriesKey{k.iface, k.family, k.protocol, k.action + "/bytes"}] = bytes
+	prev := map[xdp_drop.SeriesKey]sample{}
+	setPrev := func(k xdp_drop.SeriesKey, packets, bytes uint64) {
+		prev[k] = sample{packets, bytes}
 	}
-	setPrev(seriesKey{"eth1", "ipv4", "udp", "drop"}, 1000, 60000)
-	setPrev(seriesKey{"eth1", "ipv4", "tcp", "pass"}, 40, 2400)
-	setPrev(seriesKey{"eth1", "ipv6", "ipv6-icmp", "drop"}, 500, 59000) // more than now: a reset
+	setPrev(tagsOf("eth1", "ipv4", "udp", "drop"), 1000, 60000)
+	setPrev(tagsOf("eth1", "ipv4", "tcp", "pass"), 40, 2400)
+	setPrev(tagsOf("eth1", "ipv6", "ipv6-icmp", "drop"), 500, 59000) // more than now: a reset
 
-	points := []point{
+	points := xdp_drop.Snapshot{Series: []xdp_drop.Series{
 		counterPoint(tagsOf("eth1", "ipv4", "tcp", "pass"), 40, 2400),
 		counterPoint(tagsOf("eth1", "ipv4", "udp", "drop"), 3000, 180000),
 		counterPoint(tagsOf("eth1", "ipv6", "ipv6-icmp", "drop"), 10, 1180),
 		counterPoint(tagsOf("eth2", "l2", "arp", "pass", "rx_queue", "3", "cpu", "0"), 6, 252),
 		counterPoint(tagsOf("eth2", "ipv4", "udp", "drop", "rx_queue", "3", "cpu", "1"), 20_000_000, 1_200_000_000),
-		{"xdp_drop_link", map[string]string{"interface": "eth1", "mode": "native"}, map[string]any{"attached": true, "program_id": int64(42)}},
-		{"xdp_drop_link", map[string]string{"interface": "eth3", "mode": "generic"}, map[string]any{"attached": false,
-			"error": `interface "eth3" not found (interfaces here: eth0, eth1, eth2, lo); it is attached once it appears`}},
-	}
+	}, Links: []xdp_drop.Link{
+		{Interface: "eth1", Mode: "native", Attached: true, ProgramID: 42},
+		{Interface: "eth3", Mode: "generic", Attached: false,
+			Error: `interface "eth3" not found (interfaces here: eth0, eth1, eth2, lo); it is attached once it appears`},
+	}}
 	want := strings.Join([]string{
 		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
 		"INTERFACE    FAMILY PROTOCOL    ACTION           PKTS/S    BYTES/S  TOTAL PKTS",
@@ -73,10 +80,10 @@ func TestRenderScreen(t *testing.T) {
 // TestRenderWouldDrop: a dry run's would_drop rows get their own total,
 // between drop and pass.
 func TestRenderWouldDrop(t *testing.T) {
-	points := []point{
+	points := xdp_drop.Snapshot{Series: []xdp_drop.Series{
 		counterPoint(tagsOf("eth1", "ipv4", "udp", "would_drop"), 10, 1000),
 		counterPoint(tagsOf("eth1", "ipv4", "tcp", "pass"), 4, 400),
-	}
-	got := render(points, map[seriesKey]uint64{}, time.Second, time.Time{}, time.Second)
+	}}
+	got := render(points, map[xdp_drop.SeriesKey]sample{}, time.Second, time.Time{}, time.Second)
 	require.Contains(t, got, "\ntotal                           would_drop           10   1.0 kB/s\ntotal                           pass                  4  400.0 B/s\n")
 }

@@ -25,14 +25,14 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	acc := &collector{log: log}
-	if err := plugin.Start(acc); err != nil {
+	errs := errorLog{log: log}
+	if err := plugin.Start(errs); err != nil {
 		return err
 	}
 	defer plugin.Stop()
 
 	clear := isTerminal(out)
-	prev := map[seriesKey]uint64{}
+	prev := map[xdp_drop.SeriesKey]sample{}
 	last := time.Now()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -43,12 +43,9 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 			return nil
 		case <-ticker.C:
 		}
-		acc.points = acc.points[:0]
-		if err := plugin.Gather(acc); err != nil {
-			return err
-		}
+		snap := plugin.Snapshot(errs)
 		now := time.Now()
-		screen := render(acc.points, prev, now.Sub(last), now, interval)
+		screen := render(snap, prev, now.Sub(last), now, interval)
 		last = now
 		if clear {
 			screen = "\x1b[H\x1b[2J" + screen
@@ -61,108 +58,86 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 	}
 }
 
-// seriesKey names one counter series: with per_cpu or per_queue, iface
-// carries the CPU and queue too ("eth1/q3/c0"), so each has its own rate.
-type seriesKey struct{ iface, family, protocol, action string }
+// sample is a series' counters at the last screen.
+type sample struct{ packets, bytes uint64 }
 
-type point struct {
-	name   string
-	tags   map[string]string
-	fields map[string]any
-}
+// rates are packets and bytes per second.
+type rates struct{ pps, bps float64 }
 
 // render draws one screen, at most 80 columns wide, and updates prev to the
 // current totals.
-func render(points []point, prev map[seriesKey]uint64, elapsed time.Duration, now time.Time, interval time.Duration) string {
+func render(snap xdp_drop.Snapshot, prev map[xdp_drop.SeriesKey]sample, elapsed time.Duration, now time.Time, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (Ctrl-C detaches and quits)\n", now.Format("2006-01-02 15:04:05"), interval)
 	const row = "%-12.12s %-6s %-11.11s %-10s %12s %10s %11s\n"
 	fmt.Fprintf(&b, row, "INTERFACE", "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS")
 
 	type line struct {
-		key             seriesKey
-		pps, bps, total float64
+		key   xdp_drop.SeriesKey
+		label string
+		rates
+		total float64
 	}
-	var lines []line
-	totals := map[string][2]float64{}
-	var links []string
+	lines := make([]line, 0, len(snap.Series))
+	totals := map[string]rates{}
 	seconds := elapsed.Seconds()
-	for _, p := range points {
-		if p.name == "xdp_drop_link" {
-			links = append(links, linkText(p))
-			continue
+	for _, s := range snap.Series {
+		was, seen := prev[s.SeriesKey]
+		if !seen || s.Packets < was.packets { // new series, or counters restarted
+			was = sample{}
 		}
-		k := seriesKey{seriesIface(p.tags), p.tags["family"], p.tags["protocol"], p.tags["action"]}
-		packets := toUint(p.fields["packets"])
-		bytes := toUint(p.fields["bytes"])
-		prevPackets, seen := prev[k]
-		prevBytes := prev[seriesKey{k.iface, k.family, k.protocol, k.action + "/bytes"}]
-		if !seen || packets < prevPackets { // new series, or counters restarted
-			prevPackets, prevBytes = 0, 0
-		}
-		pps := float64(packets-prevPackets) / seconds
-		bps := float64(bytes-prevBytes) / seconds
-		prev[k] = packets
-		prev[seriesKey{k.iface, k.family, k.protocol, k.action + "/bytes"}] = bytes
-		lines = append(lines, line{k, pps, bps, float64(packets)})
-		t := totals[k.action]
-		totals[k.action] = [2]float64{t[0] + pps, t[1] + bps}
+		r := rates{float64(s.Packets-was.packets) / seconds, float64(s.Bytes-was.bytes) / seconds}
+		prev[s.SeriesKey] = sample{s.Packets, s.Bytes}
+		lines = append(lines, line{s.SeriesKey, seriesLabel(s.SeriesKey), r, float64(s.Packets)})
+		t := totals[s.Action]
+		totals[s.Action] = rates{t.pps + r.pps, t.bps + r.bps}
 	}
 	sort.Slice(lines, func(i, j int) bool {
-		if lines[i].key.iface != lines[j].key.iface {
-			return lines[i].key.iface < lines[j].key.iface
+		if lines[i].label != lines[j].label {
+			return lines[i].label < lines[j].label
 		}
-		return lines[i].pps > lines[j].pps || lines[i].pps == lines[j].pps && lines[i].key.protocol < lines[j].key.protocol
+		return lines[i].pps > lines[j].pps || lines[i].pps == lines[j].pps && lines[i].key.Protocol < lines[j].key.Protocol
 	})
 	for _, l := range lines {
-		fmt.Fprintf(&b, row, l.key.iface, l.key.family, l.key.protocol, l.key.action, count(l.pps), rate(l.bps), count(l.total))
+		fmt.Fprintf(&b, row, l.label, l.key.Family, l.key.Protocol, l.key.Action, count(l.pps), rate(l.bps), count(l.total))
 	}
-	for _, action := range []string{"drop", "would_drop", "pass"} {
+	for _, action := range xdp_drop.Actions {
 		if t, ok := totals[action]; ok {
-			b.WriteString(strings.TrimRight(fmt.Sprintf(row, "total", "", "", action, count(t[0]), rate(t[1]), ""), " \n") + "\n")
+			b.WriteString(strings.TrimRight(fmt.Sprintf(row, "total", "", "", action, count(t.pps), rate(t.bps), ""), " \n") + "\n")
 		}
 	}
-	for _, l := range links {
-		b.WriteString(l + "\n")
+	for _, l := range snap.Links {
+		b.WriteString(linkText(l) + "\n")
 	}
 	return b.String()
 }
 
-func seriesIface(tags map[string]string) string {
-	name := tags["interface"]
-	if q, ok := tags["rx_queue"]; ok {
-		name += "/q" + q
+// seriesLabel names a series' interface, with its queue and CPU when the
+// optional views are on ("eth1/q3/c0"), so each has its own row.
+func seriesLabel(k xdp_drop.SeriesKey) string {
+	name := k.Interface
+	if k.RxQueue != "" {
+		name += "/q" + k.RxQueue
 	}
-	if c, ok := tags["cpu"]; ok {
-		name += "/c" + c
+	if k.CPU != "" {
+		name += "/c" + k.CPU
 	}
 	return name
 }
 
-func linkText(p point) string {
-	iface, mode := p.tags["interface"], p.tags["mode"]
-	if p.fields["attached"] == true {
-		mode += " mode"
-		if p.fields["fallback"] == true {
+func linkText(l xdp_drop.Link) string {
+	if l.Attached {
+		mode := l.Mode + " mode"
+		if l.Fallback {
 			mode += " (auto fell back)"
 		}
-		return fmt.Sprintf("link %s: attached, %s, program id %v", iface, mode, p.fields["program_id"])
+		return fmt.Sprintf("link %s: attached, %s, program id %d", l.Interface, mode, l.ProgramID)
 	}
-	msg := fmt.Sprintf("link %s: NOT attached: %v", iface, p.fields["error"])
+	msg := fmt.Sprintf("link %s: NOT attached: %s", l.Interface, l.Error)
 	if len(msg) > 79 {
 		msg = msg[:76] + "..."
 	}
 	return msg
-}
-
-func toUint(v any) uint64 {
-	switch n := v.(type) {
-	case uint64:
-		return n
-	case int64:
-		return uint64(n)
-	}
-	return 0
 }
 
 // count formats a number with thousands separators.
@@ -194,38 +169,12 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// collector is the accumulator of the watch view: it keeps one gather's
-// points and logs errors.
-type collector struct {
-	points []point
-	log    *levelWriter
+// errorLog is the accumulator the watch view hands the plugin: Start and
+// Snapshot report only errors through it, which it logs. It emits no
+// points, so the other methods are left to the nil interface.
+type errorLog struct {
+	telegraf.Accumulator
+	log *levelWriter
 }
 
-func (c *collector) AddFields(name string, fields map[string]any, tags map[string]string, _ ...time.Time) {
-	c.points = append(c.points, point{name, tags, fields})
-}
-
-func (c *collector) AddGauge(name string, f map[string]any, t map[string]string, ts ...time.Time) {
-	c.AddFields(name, f, t, ts...)
-}
-
-func (c *collector) AddCounter(name string, f map[string]any, t map[string]string, ts ...time.Time) {
-	c.AddFields(name, f, t, ts...)
-}
-
-func (c *collector) AddSummary(name string, f map[string]any, t map[string]string, ts ...time.Time) {
-	c.AddFields(name, f, t, ts...)
-}
-
-func (c *collector) AddHistogram(name string, f map[string]any, t map[string]string, ts ...time.Time) {
-	c.AddFields(name, f, t, ts...)
-}
-
-func (c *collector) AddMetric(m telegraf.Metric) { c.AddFields(m.Name(), m.Fields(), m.Tags()) }
-
-func (*collector) SetPrecision(time.Duration) {}
-
-func (c *collector) AddError(err error) { c.log.Errorf("%v", err) }
-
-// WithTracking is not used by this plugin.
-func (*collector) WithTracking(int) telegraf.TrackingAccumulator { return nil }
+func (e errorLog) AddError(err error) { e.log.Errorf("%v", err) }

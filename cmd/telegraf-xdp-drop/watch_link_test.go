@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 // TestLinkTextFallback: the watch view tells a generic attachment that
 // mode = "auto" fell back to from one configured as generic.
 func TestLinkTextFallback(t *testing.T) {
-	link := func(mode string, fallback bool) point {
-		return point{name: "xdp_drop_link", tags: map[string]string{"interface": "eth1", "mode": mode},
-			fields: map[string]any{"attached": true, "program_id": int64(7), "fallback": fallback}}
+	link := func(mode string, fallback bool) xdp_drop.Link {
+		return xdp_drop.Link{Interface: "eth1", Mode: mode, Attached: true, ProgramID: 7, Fallback: fallback}
 	}
 	require.Equal(t, "link eth1: attached, generic mode (auto fell back), program id 7", linkText(link("generic", true)))
 	require.Equal(t, "link eth1: attached, generic mode, program id 7", linkText(link("generic", false)))
