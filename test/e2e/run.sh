@@ -678,6 +678,63 @@ restarts_under_traffic
 check_totals
 interface_error_then_clear
 
+# ================================================================ dry run
+# lp_counts FILE: "interface family protocol action packets bytes" per
+# xdp_drop series, from its last point in the line protocol in FILE.
+lp_counts() {
+	awk '$1 ~ /^xdp_drop,/ {
+		n = split($1, t, ","); delete tag
+		for (i = 2; i <= n; i++) { split(t[i], kv, "="); tag[kv[1]] = kv[2] }
+		m = split($2, f, ","); delete fld
+		for (i = 1; i <= m; i++) { split(f[i], kv, "="); sub(/i$/, "", kv[2]); fld[kv[1]] = kv[2] }
+		last[tag["interface"] " " tag["family"] " " tag["protocol"] " " tag["action"]] = fld["packets"] " " fld["bytes"]
+	} END { for (k in last) print k, last[k] }' "$1" | sort
+}
+
+# check_dry_run: a second instance, with dry_run = true, on a veth of its
+# own, run as execd runs it (line protocol on stdout, stopped by stdin EOF):
+# for one round of the mix it reports what the drop list selects as
+# would_drop, exactly as sendmix predicts, and drops nothing.
+check_dry_run() {
+	local dev=xdpe2 peer=xdpe3 pid in
+	log "dry run: a dry_run = true instance on $dev"
+	ip -n "$NS" link add "$dev" type veth peer name "$peer"
+	ip -n "$NS" link set "$dev" up
+	ip -n "$NS" link set "$peer" up
+	cat >"$WORK/dry_run.conf" <<-EOF
+		[[inputs.xdp_drop]]
+		  interfaces = ["$dev"]
+		  drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
+		  dry_run = true
+	EOF
+	mkfifo "$WORK/dry_run.stdin"
+	ip netns exec "$NS" "$WORK/bin/telegraf-xdp-drop" -config "$WORK/dry_run.conf" -poll_interval 1s \
+		<"$WORK/dry_run.stdin" >"$WORK/dry_run.lp" 2>"$LOGS/dry_run.log" &
+	pid=$!
+	exec {in}>"$WORK/dry_run.stdin"
+	dry_attached() { [ -n "$(ip -n "$NS" -j link show dev "$dev" | jq -r '.[0].xdp.prog.id // empty')" ]; }
+	wait_until 20 dry_attached || fail "$dev has no XDP program 20s after the dry_run instance started"
+	nsx "$WORK/bin/sendmix" -netns "$NS" -iface "$peer" -drop "$DROP" -dry_run -rounds 1 >"$WORK/dry_run.json" ||
+		fail "sendmix -dry_run failed"
+	dry_match() { [ "$(lp_counts "$WORK/dry_run.lp")" = "$(DEV=$dev expected_counts "$WORK/dry_run.json")" ]; }
+	if ! wait_until 20 dry_match; then
+		echo "expected (sent):" >&2
+		DEV=$dev expected_counts "$WORK/dry_run.json" | sed 's/^/  /' >&2
+		echo "got (line protocol, latest):" >&2
+		lp_counts "$WORK/dry_run.lp" | sed 's/^/  /' >&2
+		fail "dry run: the plugin's output does not hold exactly what was sent"
+	fi
+	local would
+	would=$(jq -r '[.series[] | select(.action == "would_drop") | .protocol] | unique | join(" ")' "$WORK/dry_run.json")
+	[ -n "$would" ] || fail "dry run: sendmix predicts no would_drop series for -drop $DROP"
+	! lp_counts "$WORK/dry_run.lp" | grep -q ' drop ' || fail "dry run: the plugin reported action=drop"
+	exec {in}>&-
+	wait_until 15 eval '! dry_attached' || fail "$dev still has XDP 15s after the dry_run instance's stdin closed"
+	wait "$pid" || fail "the dry_run instance exited with status $?: $(tail -n 5 "$LOGS/dry_run.log")"
+	note "dry run: $dev counted $(jq '[.series[] | select(.action == "would_drop") | .packets] | add' "$WORK/dry_run.json") frames would_drop ($would) and dropped none; every series = sent, exactly"
+}
+check_dry_run
+
 OK=1
 printf '\nxdp_drop e2e: PASS in %d s\n' $(((${EPOCHREALTIME/[.,]/} - START_US) / 1000000))
 printf '  %s\n' "${SUMMARY[@]}"

@@ -6,7 +6,8 @@
 // tag. The end-to-end run (test/e2e/run.sh) compares that with what reaches
 // InfluxDB. It must run inside the run's own network namespace
 // (ip netns exec NS sendmix -netns NS -iface PEER -drop udp,gre); it refuses
-// any other.
+// any other. The drop list, protocol tags and actions are the plugin's own
+// (its exported ParseDrop, ClassProtocol and Action).
 package main
 
 import (
@@ -26,13 +27,8 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
-
-// protocolTags are the plugin's protocol tag values (IANA keywords) for the
-// IP protocols the mix carries. The plugin exports no lookup, so the few the
-// mix needs are written out here; a mix protocol missing from this table is
-// an error, never a silent number.
-var protocolTags = map[uint8]string{1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 58: "ipv6-icmp"}
 
 // Series is one xdp_drop series the plugin must report, with its counters.
 type Series struct {
@@ -62,6 +58,7 @@ func run() error {
 	netns := flag.String("netns", "", "name of the network namespace this runs in (required, as ip netns names it)")
 	iface := flag.String("iface", "", "veth end to send from (required); its peer receives")
 	drop := flag.String("drop", "", `the plugin's drop list, comma separated: "all", or protocol names or numbers (udp,ipv6-icmp,47)`)
+	dryRun := flag.Bool("dry_run", false, "the plugin runs with dry_run = true: what the list selects is counted as would_drop")
 	rounds := flag.Int("rounds", 1, "how many times to send the whole mix")
 	duration := flag.Duration("duration", 0, "keep sending rounds until this much time has passed (overrides -rounds)")
 	every := flag.Duration("every", 0, "start a round at most this often (0: back to back)")
@@ -74,6 +71,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	policy.DryRun = *dryRun
 	ifindex, err := checkSafe(*netns, *iface)
 	if err != nil {
 		return err
@@ -96,10 +94,7 @@ func run() error {
 		return err
 	}
 
-	report, err := expected(mix, n, policy)
-	if err != nil {
-		return err
-	}
+	report := expected(mix, n, policy)
 	report.Seconds = time.Since(start).Seconds()
 	return json.NewEncoder(os.Stdout).Encode(report)
 }
@@ -125,28 +120,19 @@ func send(gen *traffic.Generator, ifindex int, mix []traffic.Flow, rounds int, d
 }
 
 // expected sums what was sent into the series the plugin reports, tagged
-// with the classifier's own family and protocol and the policy's verdict.
-func expected(mix []traffic.Flow, rounds int, policy bpf.Policy) (Report, error) {
+// as the plugin tags them: the classifier's family, the plugin's protocol
+// tag and the policy's action.
+func expected(mix []traffic.Flow, rounds int, policy bpf.Policy) Report {
 	r := Report{Rounds: rounds}
 	for i, c := range traffic.Expected(mix) {
 		if c.Packets == 0 {
 			continue
 		}
 		class := bpf.Class(i)
-		protocol := class.Name()
-		if proto, ok := class.Protocol(); ok {
-			if protocol, ok = protocolTags[proto]; !ok {
-				return r, fmt.Errorf("the mix carries IP protocol %d, which has no tag in sendmix's table", proto)
-			}
-		}
-		action := "pass"
-		if policy.Drops(class) {
-			action = "drop"
-		}
 		s := Series{
 			Family:   class.Family().String(),
-			Protocol: protocol,
-			Action:   action,
+			Protocol: xdp_drop.ClassProtocol(class),
+			Action:   xdp_drop.Action(policy, class),
 			Packets:  c.Packets * uint64(rounds),
 			Bytes:    c.Bytes * uint64(rounds),
 		}
@@ -157,33 +143,22 @@ func expected(mix []traffic.Flow, rounds int, policy bpf.Policy) (Report, error)
 		a, b := r.Series[i], r.Series[j]
 		return a.Family+"/"+a.Protocol+"/"+a.Action < b.Family+"/"+b.Protocol+"/"+b.Action
 	})
-	return r, nil
+	return r
 }
 
-// parsePolicy reads a drop list the way the plugin's drop option reads it,
-// limited to the protocols in protocolTags and numbers.
+// parsePolicy reads a comma-separated drop list with the plugin's own
+// parser, items as TOML would give them: numbers as integers.
 func parsePolicy(list string) (bpf.Policy, error) {
-	if strings.EqualFold(list, "all") {
-		return bpf.Policy{DropAll: true}, nil
-	}
-	var p bpf.Policy
+	var items []any
 	for _, item := range strings.Split(list, ",") {
 		item = strings.TrimSpace(item)
-		if n, err := strconv.ParseUint(item, 10, 8); err == nil {
-			p.Protocols = append(p.Protocols, uint8(n))
+		if n, err := strconv.ParseInt(item, 10, 64); err == nil {
+			items = append(items, n)
 			continue
 		}
-		found := false
-		for n, tag := range protocolTags {
-			if strings.EqualFold(item, tag) {
-				p.Protocols, found = append(p.Protocols, n), true
-			}
-		}
-		if !found {
-			return p, fmt.Errorf("-drop: %q is not one of the mix's protocols (%v) nor a number", item, protocolTags)
-		}
+		items = append(items, item)
 	}
-	return p, nil
+	return xdp_drop.ParseDrop(items)
 }
 
 // checkSafe refuses to send unless this process is in the named network
