@@ -292,7 +292,7 @@ func (a *countingAccumulator) err() error {
 
 func (a *countingAccumulator) AddFields(measurement string, fields map[string]any, _ map[string]string, _ ...time.Time) {
 	a.points++
-	if p, ok := fields["packets"].(uint64); ok && measurement == "xdp_drop" {
+	if p, ok := fields[xdp_drop.FieldPackets].(uint64); ok && measurement == xdp_drop.MeasurementCounters {
 		a.packets += p
 	}
 }

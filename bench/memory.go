@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 type memoryConfig struct {
@@ -225,13 +227,14 @@ func readGather(lines <-chan string, last string, ifaces int) error {
 			if !ok {
 				return errors.New("stdout closed")
 			}
-			if !strings.HasPrefix(line, "xdp_drop_link,") {
+			if !strings.HasPrefix(line, xdp_drop.MeasurementLink+",") {
 				continue
 			}
-			if strings.Contains(line, "attached=true") {
+			if strings.Contains(line, xdp_drop.FieldAttached+"=true") {
 				attached++
 			}
-			if strings.Contains(line, "interface="+last+",") || strings.Contains(line, "interface="+last+" ") {
+			iface := xdp_drop.TagInterface + "=" + last
+			if strings.Contains(line, iface+",") || strings.Contains(line, iface+" ") {
 				if attached != ifaces {
 					return fmt.Errorf("%d of %d interfaces reported attached", attached, ifaces)
 				}

@@ -8,11 +8,13 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 // benchFrame is a frame the per-packet benchmark runs, with the class the
@@ -45,11 +47,23 @@ func perPacketFrames() []benchFrame {
 	}
 }
 
-// listPolicy is the protocol-list policy measured beside drop-all: drop =
-// ["udp", "icmp", "gre", "ipv6-icmp"]. IPv6/TCP passes under it.
-var listPolicy = bpf.Policy{Protocols: []uint8{frames.ProtoUDP, frames.ProtoICMP, frames.ProtoGRE, frames.ProtoICMPv6}}
+// listDrop is the drop list measured beside drop-all, read by the plugin's
+// own parser into listPolicy. IPv6/TCP passes under it.
+var listDrop = []string{"udp", "icmp", "gre", "ipv6-icmp"}
 
-const listPolicyName = "drop udp,icmp,gre,ipv6-icmp"
+var listPolicy = func() bpf.Policy {
+	items := make([]any, len(listDrop))
+	for i, name := range listDrop {
+		items[i] = name
+	}
+	p, err := xdp_drop.ParseDrop(items)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+var listPolicyName = "drop " + strings.Join(listDrop, ",")
 
 // multiBufferName is drop all with the multi-buffer program, which the
 // plugin loads only where a device's MTU needs it.
