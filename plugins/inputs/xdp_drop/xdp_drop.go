@@ -58,6 +58,7 @@ type XDPDrop struct {
 	ifaces      []*iface
 	nsReported  string          // the namespace error last reported, when no interface carries it
 	literalHint map[string]bool // patterns already warned about an interface named like them
+	lastSeries  int             // series in the last snapshot
 
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
