@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"reflect"
 	"strings"
 	"syscall"
 
@@ -14,8 +15,19 @@ import (
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
-// options lists the keys of [[inputs.xdp_drop]], for error messages.
-const options = "interfaces, interface_exclude, namespace, mode, drop, dry_run, replace, per_cpu, per_queue, pin_path, keep_attached, handover_timeout"
+// options lists the keys of [[inputs.xdp_drop]], for error messages: the
+// toml tags of the plugin's fields, in their order, so it cannot drift.
+var options = func() string {
+	t := reflect.TypeFor[xdp_drop.XDPDrop]()
+	var keys []string
+	for i := range t.NumField() {
+		key, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+		if key != "" && key != "-" {
+			keys = append(keys, key)
+		}
+	}
+	return strings.Join(keys, ", ")
+}()
 
 // loadConfig reads the plugin's config file strictly: unlike the shim's own
 // loader it refuses unknown keys, other plugins and repeated sections, so a
