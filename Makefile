@@ -59,7 +59,7 @@ fuzz: ## Fuzz the classifier against the reference, single- and multi-buffer, $(
 
 .PHONY: demo
 demo: ## Run the demo: own namespace, veth and traffic; prints the plugin's line protocol (root)
-	$(GO) run ./internal/demo
+	$(GO) run ./cmd/xdp-drop-demo
 
 .PHONY: e2e
 e2e: ## End to end with real Telegraf, InfluxDB, Prometheus and Alertmanager in a namespace (root)
