@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/nsthread"
 )
 
 // RequireEnv turns skipped privileged tests into failures when set to 1 (CI sets it).
@@ -105,21 +106,12 @@ func Create(prefix string) (*NS, error) {
 	n := &NS{Name: prefix + hex.EncodeToString(suffix[:])}
 	n.Path = "/var/run/netns/" + n.Name
 
-	// netns.NewNamed moves the calling thread; run it on a thread that is
-	// put back, or thrown away if it cannot be.
-	err := onThread(func() error {
-		orig, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer orig.Close()
+	// netns.NewNamed moves the calling thread: the thread is put back.
+	err := nsthread.Do(func() error {
 		h, err := netns.NewNamed(n.Name)
-		if err != nil {
-			return err
-		}
 		n.handle = h
-		return netns.Set(orig)
-	})
+		return err
+	}, func() error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("new namespace: %w", err)
 	}
@@ -226,38 +218,12 @@ func (n *NS) Delete() error {
 // syscall f makes from the calling goroutine (netlink, bpf link_create,
 // BPF_PROG_TEST_RUN with an ingress ifindex) acts on the namespace.
 func (n *NS) Do(f func() error) error {
-	return onThread(func() error {
-		orig, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer orig.Close()
+	return nsthread.Do(func() error {
 		if err := netns.Set(n.handle); err != nil {
 			return fmt.Errorf("enter namespace %s: %w", n.Name, err)
 		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			return errors.Join(ferr, errThreadLost)
-		}
-		return ferr
-	})
-}
-
-var errThreadLost = errors.New("could not return thread to its namespace")
-
-// onThread runs f locked to an OS thread; when f leaves the thread in a
-// namespace it could not undo, the thread stays locked and dies with the goroutine.
-func onThread(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err := f()
-		if !errors.Is(err, errThreadLost) {
-			runtime.UnlockOSThread()
-		}
-		done <- err
-	}()
-	return <-done
+		return nil
+	}, f)
 }
 
 // Netlink returns a netlink handle that acts inside the namespace.

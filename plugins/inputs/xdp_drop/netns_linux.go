@@ -3,12 +3,12 @@
 package xdp_drop
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/xdp-drop/xdp_drop/internal/nsthread"
 )
 
 // inNamespace runs f on an OS thread inside the configured network
@@ -29,27 +29,10 @@ func (x *XDPDrop) inNamespace(f func() error) error {
 	}
 	defer target.Close()
 
-	done := make(chan error, 1)
-	go func() {
-		// A thread that cannot be put back stays locked and dies with this goroutine.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer orig.Close()
+	return nsthread.Do(func() error {
 		if err := netns.Set(target); err != nil {
-			done <- fmt.Errorf("enter namespace %q: %w", x.Namespace, err)
-			return
+			return fmt.Errorf("enter namespace %q: %w", x.Namespace, err)
 		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			done <- errors.Join(ferr, fmt.Errorf("leave namespace %q: %w", x.Namespace, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- ferr
-	}()
-	return <-done
+		return nil
+	}, f)
 }
