@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,9 +139,8 @@ func expected(mix []traffic.Flow, rounds int, policy bpf.Policy) Report {
 		r.Frames += s.Packets
 		r.Series = append(r.Series, s)
 	}
-	sort.Slice(r.Series, func(i, j int) bool {
-		a, b := r.Series[i], r.Series[j]
-		return a.Family+"/"+a.Protocol+"/"+a.Action < b.Family+"/"+b.Protocol+"/"+b.Action
+	slices.SortFunc(r.Series, func(a, b Series) int {
+		return strings.Compare(a.Family+"/"+a.Protocol+"/"+a.Action, b.Family+"/"+b.Protocol+"/"+b.Action)
 	})
 	return r
 }
