@@ -14,6 +14,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // TestAttachRealTraffic attaches to a veth in a fresh namespace, sends a mix
@@ -26,7 +27,7 @@ func TestAttachRealTraffic(t *testing.T) {
 			if mode == bpf.ModeGeneric {
 				require.NoError(t, ns.EnableGRO(testns.Dev))
 			}
-			gen, err := traffic.NewGenerator()
+			gen, err := txgen.New()
 			require.NoError(t, err)
 			defer gen.Close()
 

@@ -18,6 +18,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // loadFramesEnv overrides how many frames TestCountingUnderLoad sends.
@@ -35,7 +36,7 @@ const (
 	loadRounds = 4
 	// Tagged frames go 64 per BPF_PROG_TEST_RUN call, each call waiting for
 	// an RCU grace period, so a tagged flow sends at most this many per round.
-	loadTaggedPerRound = 4 * traffic.Batch
+	loadTaggedPerRound = 4 * txgen.Batch
 )
 
 func loadFrames(t *testing.T) int {
@@ -113,12 +114,12 @@ func isTagged(frame []byte) bool {
 func TestCountingUnderLoad(t *testing.T) {
 	ns := testns.New(t)
 	total := loadFrames(t)
-	cpus, err := traffic.AllowedCPUs()
+	cpus, err := txgen.AllowedCPUs()
 	require.NoError(t, err)
 	cpus = cpus[:min(len(cpus), 4)]
 	devIdx, peerIdx, err := ns.AddVethQueues(loadDev, loadPeer, cpus[len(cpus)-1]+1)
 	require.NoError(t, err)
-	gen, err := traffic.NewCountingGenerator()
+	gen, err := txgen.NewCounting()
 	require.NoError(t, err)
 	defer gen.Close()
 
@@ -176,7 +177,7 @@ func TestCountingUnderLoad(t *testing.T) {
 // tx_dropped of the sending peer. Frames the stack drops after a pass (LLDP,
 // which no protocol takes) count in the receiver's rx_dropped instead, so
 // they do not blur this count.
-func sentAndRefused(ns *testns.NS, gen *traffic.Generator) (sent, refused uint64, err error) {
+func sentAndRefused(ns *testns.NS, gen *txgen.Generator) (sent, refused uint64, err error) {
 	sent, err = gen.Sent()
 	if err != nil {
 		return 0, 0, err
@@ -212,7 +213,7 @@ func waitClass(p *bpf.Program, c *bpf.Counters, class bpf.Class, want uint64) er
 
 // sendParallel sends count copies of frame out of the peer peerIdx, split
 // over one thread per CPU, each bound to its CPU inside the namespace.
-func sendParallel(ns *testns.NS, gen *traffic.Generator, peerIdx int, frame []byte, count int, cpus []int) error {
+func sendParallel(ns *testns.NS, gen *txgen.Generator, peerIdx int, frame []byte, count int, cpus []int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(cpus))
 	for i, cpu := range cpus {
@@ -225,7 +226,7 @@ func sendParallel(ns *testns.NS, gen *traffic.Generator, peerIdx int, frame []by
 		}
 		wg.Go(func() {
 			errs[i] = ns.Do(func() error {
-				return traffic.OnCPU(cpu, func() error { return gen.Send(peerIdx, frame, n) })
+				return txgen.OnCPU(cpu, func() error { return gen.Send(peerIdx, frame, n) })
 			})
 		})
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // TestPerQueueSlots runs frames as if received on RX queues 3, 63, 64 and
@@ -32,7 +32,7 @@ func TestPerQueueSlots(t *testing.T) {
 			for i := 0; i < n; i++ {
 				_, err := p.XDP().Run(&ebpf.RunOptions{
 					Data:    frame,
-					Context: &traffic.XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(idx), RxQueueIndex: queue},
+					Context: &txgen.XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(idx), RxQueueIndex: queue},
 				})
 				if err != nil {
 					return err

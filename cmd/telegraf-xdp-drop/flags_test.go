@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // TestTimerMode runs the binary as it runs without -poll_interval_disabled:
@@ -28,7 +29,7 @@ func TestTimerMode(t *testing.T) {
 	}
 
 	mix := traffic.Mix()
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
 	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))

@@ -20,7 +20,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 var (
@@ -38,7 +38,7 @@ type stream struct {
 	end   time.Time
 }
 
-func startStream(t *testing.T, ns *testns.NS, gen *traffic.Generator) *stream {
+func startStream(t *testing.T, ns *testns.NS, gen *txgen.Generator) *stream {
 	s := &stream{stop: make(chan struct{}), done: make(chan error, senders), begin: time.Now()}
 	for range senders {
 		go func() {
@@ -208,7 +208,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			// With GRO the veth takes frames in while it has no XDP
 			// program: an unfiltered moment would show at the sink.
 			require.NoError(t, ns.EnableGRO(testns.Dev))
-			gen, err := traffic.NewGenerator()
+			gen, err := txgen.New()
 			require.NoError(t, err)
 			defer gen.Close()
 			sink, err := ns.OpenPacketSocket(testns.Dev)
@@ -396,7 +396,7 @@ func TestHandoverWithPins(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(pins) })
 	base := fmt.Sprintf("[[inputs.xdp_drop]]\n  namespace = %q\n  interfaces = [%q]\n  drop = [\"udp\"]\n", ns.Name, testns.Dev)
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
 	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, 100) }))

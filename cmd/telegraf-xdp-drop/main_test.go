@@ -23,6 +23,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 var binary string
@@ -252,7 +253,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	id := waitAttached(t, ns, testns.Dev)
 
 	mix := traffic.Mix()
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
 	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // TestWatchView runs the console view, with per_cpu, on known traffic sent
@@ -33,14 +34,14 @@ func TestWatchView(t *testing.T) {
 	waitAttached(t, ns, testns.Dev)
 
 	mix := traffic.Mix()
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
-	cpus, err := traffic.AllowedCPUs()
+	cpus, err := txgen.AllowedCPUs()
 	require.NoError(t, err)
 	cpu := cpus[len(cpus)-1]
 	require.NoError(t, ns.Do(func() error {
-		return traffic.OnCPU(cpu, func() error { return gen.SendFlows(ns.PeerIdx, mix) })
+		return txgen.OnCPU(cpu, func() error { return gen.SendFlows(ns.PeerIdx, mix) })
 	}))
 
 	// 50 plain and 12 tagged IPv4/UDP frames: 62 in all. Rates are

@@ -22,6 +22,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and count the rest.
@@ -117,7 +118,7 @@ func run() error {
 	if err := waitAttached(ctx, ns); err != nil {
 		return err
 	}
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	if err != nil {
 		return err
 	}

@@ -1,3 +1,6 @@
+// Package traffic is the standard traffic mix of the tests, the demo, the
+// benchmarks and the end-to-end run: one flow per common class, and what
+// the XDP program must count for it. Package txgen sends it.
 package traffic
 
 import (

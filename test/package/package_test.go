@@ -26,7 +26,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 const (
@@ -246,7 +246,7 @@ func TestInstalledPackage(t *testing.T) {
 	})
 
 	t.Run("service user attaches and pins", func(t *testing.T) {
-		gen, err := traffic.NewGenerator()
+		gen, err := txgen.New()
 		require.NoError(t, err)
 		defer gen.Close()
 		udp := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))

@@ -12,13 +12,14 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // allowedCPUs returns the CPUs this test may send from, as the affinity
 // mask allows them (not 0..NumCPU-1).
 func allowedCPUs(t *testing.T) []int {
 	t.Helper()
-	cpus, err := traffic.AllowedCPUs()
+	cpus, err := txgen.AllowedCPUs()
 	require.NoError(t, err)
 	require.NotEmpty(t, cpus)
 	return cpus
@@ -28,13 +29,13 @@ func allowedCPUs(t *testing.T) []int {
 // the other, out of the peer peerIdx.
 func sendFromCPUs(t *testing.T, ns *testns.NS, peerIdx int, cpus, rounds []int, mix []traffic.Flow) {
 	t.Helper()
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
 	require.NoError(t, ns.Do(func() error {
 		for i, cpu := range cpus {
 			for r := 0; r < rounds[i]; r++ {
-				if err := traffic.OnCPU(cpu, func() error { return gen.SendFlows(peerIdx, mix) }); err != nil {
+				if err := txgen.OnCPU(cpu, func() error { return gen.SendFlows(peerIdx, mix) }); err != nil {
 					return err
 				}
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // inNS runs f inside the test namespace, after checking that every
@@ -51,7 +52,7 @@ func startPlugin(t *testing.T, ns *testns.NS, p *XDPDrop) *testutil.Accumulator 
 
 func send(t *testing.T, ns *testns.NS, flows []traffic.Flow) {
 	t.Helper()
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
 	require.NoError(t, ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, flows) }))

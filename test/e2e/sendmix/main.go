@@ -27,6 +27,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -76,7 +77,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func run() error {
 
 // send sends whole rounds of the mix: rounds of them, or as many as fit in
 // duration when it is set, until stop fires. It returns how many it sent.
-func send(gen *traffic.Generator, ifindex int, mix []traffic.Flow, rounds int, duration, every time.Duration, stop <-chan os.Signal) (int, error) {
+func send(gen *txgen.Generator, ifindex int, mix []traffic.Flow, rounds int, duration, every time.Duration, stop <-chan os.Signal) (int, error) {
 	start := time.Now()
 	for n := 0; ; n++ {
 		if duration > 0 && time.Since(start) >= duration || duration == 0 && n >= rounds {

@@ -27,7 +27,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 // Report is what udpstream prints.
@@ -75,7 +75,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	gen, err := traffic.NewGenerator()
+	gen, err := txgen.New()
 	if err != nil {
 		return err
 	}

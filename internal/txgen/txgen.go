@@ -1,9 +1,10 @@
 //go:build linux
 
-// Package traffic sends real frames through a veth pair with BPF_PROG_TEST_RUN
+// Package txgen sends real frames through a veth pair with BPF_PROG_TEST_RUN
 // in live-frames mode: a program that returns XDP_TX on one end hands each
-// frame to the other end's receive path.
-package traffic
+// frame to the other end's receive path. What to send (the standard mix and
+// what it must count) is package traffic.
+package txgen
 
 import (
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
 
 // Batch is the most frames sent per BPF_PROG_TEST_RUN call. Live-frames mode
@@ -25,8 +28,8 @@ type Generator struct {
 	runs *ebpf.Map // per-CPU count of frames transmitted; nil unless counting
 }
 
-// NewGenerator loads the XDP_TX program.
-func NewGenerator() (*Generator, error) {
+// New loads the XDP_TX program.
+func New() (*Generator, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:    "xdp_drop_txgen",
 		Type:    ebpf.XDP,
@@ -42,10 +45,10 @@ func NewGenerator() (*Generator, error) {
 	return &Generator{prog: prog}, nil
 }
 
-// NewCountingGenerator loads an XDP_TX program that also counts every frame
+// NewCounting loads an XDP_TX program that also counts every frame
 // it transmits, so that Sent reports what really left: BPF_PROG_TEST_RUN
 // restarts a run a signal interrupted, sending more than asked.
-func NewCountingGenerator() (*Generator, error) {
+func NewCounting() (*Generator, error) {
 	runs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
 		return nil, fmt.Errorf("create the generator's frame counter: %w", err)
@@ -145,7 +148,7 @@ func tagged(frame []byte) bool {
 }
 
 // SendFlows sends every flow of a mix out of ifindex, in order.
-func (g *Generator) SendFlows(ifindex int, flows []Flow) error {
+func (g *Generator) SendFlows(ifindex int, flows []traffic.Flow) error {
 	for _, f := range flows {
 		if err := g.Send(ifindex, f.Frame, f.Count); err != nil {
 			return fmt.Errorf("flow %s: %w", f.Name, err)
