@@ -39,6 +39,10 @@ var Actions = []string{ActionDrop, ActionWouldDrop, ActionPass}
 // Snapshot is what one gather sees: the counters of every attached
 // interface and the link state of every configured one. Gather turns it
 // into points; other consumers (the -watch view) read it directly.
+//
+// A new dimension of the counters is a field of SeriesKey and a tag in its
+// Tags; a new measurement is a slice here, of a type with Tags and Fields,
+// and a loop in Gather.
 type Snapshot struct {
 	Series []Series // MeasurementCounters
 	Links  []Link   // MeasurementLink
