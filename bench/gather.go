@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
 
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
@@ -88,7 +89,7 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 	if err := x.Init(); err != nil {
 		return r, err
 	}
-	acc := &countingAccumulator{}
+	acc := &discardAccumulator{}
 	err := e.ns.Do(func() error {
 		// The plugin attaches to what its config names: only this run's veths.
 		for _, name := range names {
@@ -103,9 +104,14 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 		if err := acc.err(); err != nil {
 			return err
 		}
-		gatherOnce := func() {
-			acc.reset()
-			_ = x.Gather(acc)
+		gatherOnce := func() { _ = x.Gather(acc) }
+		// What a gather emits: a point per series and per link.
+		count := func() (points int, packets uint64) {
+			snap := x.Snapshot(acc)
+			for _, s := range snap.Series {
+				packets += s.Packets
+			}
+			return len(snap.Series) + len(snap.Links), packets
 		}
 		r.allocsIdle = testing.AllocsPerRun(20, gatherOnce)
 
@@ -134,12 +140,12 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 				r.classes++
 			}
 		}
-		if err := waitGathered(acc, gatherOnce, uint64(traffic.Total(mix)*times*len(names))); err != nil {
+		if err := waitGathered(count, uint64(traffic.Total(mix)*times*len(names))); err != nil {
 			return err
 		}
-		r.points = acc.points
-		if want := len(names) * (r.classes + 1); acc.points != want {
-			return fmt.Errorf("a gather emitted %d points, want %d (%d classes and a link point per interface)", acc.points, want, r.classes)
+		r.points, _ = count()
+		if want := len(names) * (r.classes + 1); r.points != want {
+			return fmt.Errorf("a gather emitted %d points, want %d (%d classes and a link point per interface)", r.points, want, r.classes)
 		}
 		if err := acc.err(); err != nil {
 			return err
@@ -157,7 +163,7 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 		if err := send(times); err != nil {
 			return err
 		}
-		if err := waitGathered(acc, gatherOnce, uint64(traffic.Total(mix)*2*times*len(names))); err != nil {
+		if err := waitGathered(count, uint64(traffic.Total(mix)*2*times*len(names))); err != nil {
 			return err
 		}
 		r.allocsMore = testing.AllocsPerRun(20, gatherOnce)
@@ -193,15 +199,15 @@ func (e *env) sendAll(gen *ebpf.Program, frame []byte, count int, dev string, pe
 
 // waitGathered gathers until the counters add up to want packets: the
 // receiving NAPI may still be at work when the sender returns.
-func waitGathered(acc *countingAccumulator, gatherOnce func(), want uint64) error {
+func waitGathered(count func() (int, uint64), want uint64) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		gatherOnce()
-		if acc.packets == want {
+		_, packets := count()
+		if packets == want {
 			return nil
 		}
-		if acc.packets > want || time.Now().After(deadline) {
-			return fmt.Errorf("gathered %d packets, sent %d", acc.packets, want)
+		if packets > want || time.Now().After(deadline) {
+			return fmt.Errorf("gathered %d packets, sent %d", packets, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -272,51 +278,22 @@ func (k *keyByKey) measure(samples int) (float64, float64, error) {
 	return median(times), allocs, err
 }
 
-// countingAccumulator counts what a gather emits and keeps nothing, so that
-// the allocations measured are the plugin's own. Telegraf's accumulator
-// builds a metric from every point as well.
-type countingAccumulator struct {
-	points  int
-	packets uint64
-	errs    []error
+// discardAccumulator drops every point, so that the allocations measured
+// are the plugin's own (Telegraf's accumulator builds a metric from every
+// point as well), and keeps the errors.
+type discardAccumulator struct {
+	testutil.NopAccumulator
+	errs []error
 }
 
-func (a *countingAccumulator) reset() { a.points, a.packets = 0, 0 }
+func (a *discardAccumulator) AddError(err error) { a.errs = append(a.errs, err) }
 
-func (a *countingAccumulator) err() error {
+func (a *discardAccumulator) err() error {
 	if len(a.errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("plugin reported: %w", a.errs[0])
 }
-
-func (a *countingAccumulator) AddFields(measurement string, fields map[string]any, _ map[string]string, _ ...time.Time) {
-	a.points++
-	if p, ok := fields[xdp_drop.FieldPackets].(uint64); ok && measurement == xdp_drop.MeasurementCounters {
-		a.packets += p
-	}
-}
-
-func (a *countingAccumulator) AddGauge(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.AddFields(m, f, t, ts...)
-}
-
-func (a *countingAccumulator) AddCounter(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.AddFields(m, f, t, ts...)
-}
-
-func (a *countingAccumulator) AddSummary(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.AddFields(m, f, t, ts...)
-}
-
-func (a *countingAccumulator) AddHistogram(m string, f map[string]any, t map[string]string, ts ...time.Time) {
-	a.AddFields(m, f, t, ts...)
-}
-
-func (a *countingAccumulator) AddMetric(telegraf.Metric)                     { a.points++ }
-func (a *countingAccumulator) SetPrecision(time.Duration)                    {}
-func (a *countingAccumulator) AddError(err error)                            { a.errs = append(a.errs, err) }
-func (a *countingAccumulator) WithTracking(int) telegraf.TrackingAccumulator { return nil }
 
 // quietLogger discards the plugin's logs.
 type quietLogger struct{}

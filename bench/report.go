@@ -141,7 +141,7 @@ func (r *report) print(w io.Writer) {
 	}
 	if len(r.gather) > 0 {
 		fmt.Fprintf(w, "Gather: the plugin's Gather (drop = [\"all\"], native mode) on a thread inside the namespace, after 100× the traffic mix on every interface; "+
-			"median of %d timed gathers; allocations with testing.AllocsPerRun; the accumulator only counts points. "+
+			"median of %d timed gathers; allocations with testing.AllocsPerRun; the accumulator discards points. "+
 			"Baseline: a 256-entry per-CPU array of u64 read with one Lookup per key, summed over CPUs, as samples/bpf's xdp1 reads its counters; xdp1 has one map per program, so N interfaces cost N reads.\n",
 			r.cfg.gather.samples)
 	}
