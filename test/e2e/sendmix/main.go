@@ -23,12 +23,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
+	"github.com/xdp-drop/xdp_drop/test/e2e/internal/e2ens"
 )
 
 // Series is one xdp_drop series the plugin must report, with its counters.
@@ -73,7 +72,7 @@ func run() error {
 		return err
 	}
 	policy.DryRun = *dryRun
-	ifindex, err := checkSafe(*netns, *iface)
+	ifindex, err := e2ens.CheckVeth(*netns, *iface)
 	if err != nil {
 		return err
 	}
@@ -159,42 +158,4 @@ func parsePolicy(list string) (bpf.Policy, error) {
 		items = append(items, item)
 	}
 	return xdp_drop.ParseDrop(items)
-}
-
-// checkSafe refuses to send unless this process is in the named network
-// namespace (never the initial one, which carries the machine's own network)
-// and the interface is a veth.
-func checkSafe(netns, name string) (int, error) {
-	self, err := nsID("/proc/self/ns/net")
-	if err != nil {
-		return 0, err
-	}
-	named, err := nsID("/run/netns/" + netns)
-	if err != nil {
-		return 0, fmt.Errorf("network namespace %q: %w", netns, err)
-	}
-	if self != named {
-		return 0, fmt.Errorf("refusing to send: this process is not in network namespace %q; run under ip netns exec %s", netns, netns)
-	}
-	// PID 1's namespace is the initial one; some containers hide it.
-	if initial, err := nsID("/proc/1/ns/net"); err == nil && initial == self {
-		return 0, errors.New("refusing to send from the initial network namespace")
-	}
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return 0, fmt.Errorf("interface %q: %w", name, err)
-	}
-	if l.Type() != "veth" {
-		return 0, fmt.Errorf("refusing to send from %q: it is a %s, not a veth", name, l.Type())
-	}
-	return l.Attrs().Index, nil
-}
-
-// nsID identifies a namespace file by device and inode.
-func nsID(path string) ([2]uint64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return [2]uint64{}, err
-	}
-	return [2]uint64{st.Dev, st.Ino}, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/test/e2e/internal/e2ens"
 )
 
 // Report is what udpstream prints.
@@ -60,11 +61,11 @@ func run() error {
 		flag.Usage()
 		return errors.New("-netns, -iface and -sink are required")
 	}
-	fromIdx, err := checkSafe(*netns, *from)
+	fromIdx, err := e2ens.CheckVeth(*netns, *from)
 	if err != nil {
 		return err
 	}
-	toIdx, err := checkSafe(*netns, *to)
+	toIdx, err := e2ens.CheckVeth(*netns, *to)
 	if err != nil {
 		return err
 	}
@@ -207,39 +208,4 @@ func txDropped(ifname string) (uint64, error) {
 		return s.TxDropped, nil
 	}
 	return 0, errors.New("no link statistics")
-}
-
-// checkSafe returns the index of veth name, after checking that this
-// process runs in the named namespace and not in the initial one.
-func checkSafe(netns, name string) (int, error) {
-	self, err := nsID("/proc/self/ns/net")
-	if err != nil {
-		return 0, err
-	}
-	named, err := nsID("/run/netns/" + netns)
-	if err != nil {
-		return 0, fmt.Errorf("network namespace %q: %w", netns, err)
-	}
-	if self != named {
-		return 0, fmt.Errorf("refusing to run: this process is not in network namespace %q; run under ip netns exec %s", netns, netns)
-	}
-	if initial, err := nsID("/proc/1/ns/net"); err == nil && initial == self {
-		return 0, errors.New("refusing to run in the initial network namespace")
-	}
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return 0, fmt.Errorf("interface %q: %w", name, err)
-	}
-	if l.Type() != "veth" {
-		return 0, fmt.Errorf("refusing to use %q: it is a %s, not a veth", name, l.Type())
-	}
-	return l.Attrs().Index, nil
-}
-
-func nsID(path string) ([2]uint64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return [2]uint64{}, err
-	}
-	return [2]uint64{st.Dev, st.Ino}, nil
 }
