@@ -692,9 +692,10 @@ lp_counts() {
 }
 
 # check_dry_run: a second instance, with dry_run = true, on a veth of its
-# own, run as execd runs it (line protocol on stdout, stopped by stdin EOF):
-# for one round of the mix it reports what the drop list selects as
-# would_drop, exactly as sendmix predicts, and drops nothing.
+# own, run as execd runs it (line protocol on stdout, stopped by stdin EOF,
+# releasing at once: no successor comes): for one round of the mix it
+# reports what the drop list selects as would_drop, exactly as sendmix
+# predicts, and drops nothing.
 check_dry_run() {
 	local dev=xdpe2 peer=xdpe3 pid in
 	log "dry run: a dry_run = true instance on $dev"
@@ -706,6 +707,7 @@ check_dry_run() {
 		  interfaces = ["$dev"]
 		  drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
 		  dry_run = true
+		  handover_timeout = "0s"
 	EOF
 	mkfifo "$WORK/dry_run.stdin"
 	ip netns exec "$NS" "$WORK/bin/telegraf-xdp-drop" -config "$WORK/dry_run.conf" -poll_interval 1s \
@@ -729,7 +731,7 @@ check_dry_run() {
 	[ -n "$would" ] || fail "dry run: sendmix predicts no would_drop series for -drop $DROP"
 	! lp_counts "$WORK/dry_run.lp" | grep -q ' drop ' || fail "dry run: the plugin reported action=drop"
 	exec {in}>&-
-	wait_until 15 eval '! dry_attached' || fail "$dev still has XDP 15s after the dry_run instance's stdin closed"
+	wait_until 5 eval '! dry_attached' || fail "$dev still has XDP 5s after the stdin of the dry_run instance (handover_timeout 0s) closed"
 	wait "$pid" || fail "the dry_run instance exited with status $?: $(tail -n 5 "$LOGS/dry_run.log")"
 	note "dry run: $dev counted $(jq '[.series[] | select(.action == "would_drop") | .packets] | add' "$WORK/dry_run.json") frames would_drop ($would) and dropped none; every series = sent, exactly"
 }
