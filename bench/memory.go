@@ -60,7 +60,9 @@ func memory(e *env, cfg memoryConfig, bin string, names []string) (memoryResult,
 	for i, n := range names {
 		quoted[i] = strconv.Quote(n)
 	}
-	text := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%s]\n  drop = [\"all\"]\n", strings.Join(quoted, ", "))
+	// Released at once on stop: the detach measured is the plugin's own,
+	// not a handover waiting for a successor that never comes.
+	text := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%s]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", strings.Join(quoted, ", "))
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		return r, err
 	}
