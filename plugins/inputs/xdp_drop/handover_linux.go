@@ -70,6 +70,11 @@ func (x *XDPDrop) handOver() {
 // attaches afresh.
 func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
+	if !handover.Offered(x.handoverDir, key) {
+		// managedKeys looks up every interface (each lookup lists them
+		// all): only worth it when there is something to take.
+		return false, nil
+	}
 	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns))
 	if err != nil {
 		x.Log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
