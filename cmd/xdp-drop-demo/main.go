@@ -29,6 +29,8 @@ const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and cou
 [[inputs.xdp_drop]]
   interfaces = [%q]
   drop = ["udp", "icmp", "ipv6-icmp"]
+  ## No successor comes: release the interface at once on stop.
+  handover_timeout = "0s"
 `
 
 const gathers = 3
