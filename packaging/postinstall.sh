@@ -27,6 +27,9 @@ chown root:"$GROUP" "$BIN"
 chmod 0750 "$BIN"
 setcap "$CAPS" "$BIN"
 
+# The handover sockets' directory (also in the tmpfiles entry, for boots).
+install -d -m 0770 -o root -g "$GROUP" /run/telegraf-xdp-drop
+
 # The pin directory (pin_path) on the BPF filesystem, writable by the group.
 # Remember the filesystem root's mode before tmpfiles opens it for
 # traversal, so that removing the package restores it.

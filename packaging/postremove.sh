@@ -26,6 +26,9 @@ if [ -e "$STATE/bpffs-mode" ] && [ ! -d "$PINS" ]; then
 	rm -f "$STATE/bpffs-mode"
 fi
 rmdir "$STATE" 2>/dev/null || true
+# A handover process still running keeps its sockets open and releases at
+# its timeout; only the names go.
+rm -rf /run/telegraf-xdp-drop
 # The group $GROUP is kept: Telegraf's user may belong to it, and removing a
 # group could leave files owned by a number reused later.
 : "$GROUP"

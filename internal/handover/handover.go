@@ -62,16 +62,36 @@ func CurrentNetNS() (uint64, error) {
 	return st.Ino, nil
 }
 
+// RunDir is the directory the package creates for the handover sockets
+// (root:<service group> 0770, from its tmpfiles entry): unlike the shared
+// temporary directory, no other user can create the per-user directory
+// there first and so refuse every handover.
+var RunDir = "/run/telegraf-xdp-drop"
+
 // Dir is the directory of the handover sockets of this user:
-// $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=) or the temporary
-// directory, then xdp_drop-handover-UID, mode 0700, so that no other user
+// $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=), else RunDir when it is a
+// root-owned directory others cannot write to, else the temporary
+// directory; then xdp_drop-handover-UID, mode 0700, so that no other user
 // can reach the sockets.
 func Dir() string {
 	base, _, _ := strings.Cut(os.Getenv("RUNTIME_DIRECTORY"), ":")
+	if base == "" && trustedBase(RunDir) {
+		base = RunDir
+	}
 	if base == "" {
 		base = os.TempDir()
 	}
 	return filepath.Join(base, "xdp_drop-handover-"+strconv.Itoa(os.Geteuid()))
+}
+
+// trustedBase reports whether dir is a real directory owned by root that
+// only root and its group may write to.
+func trustedBase(dir string) bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == 0 && st.Mode&0o002 == 0
 }
 
 func socketPath(dir string, k Key) string {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -264,4 +265,37 @@ func readableCopy(t *testing.T) string {
 	bin := filepath.Join(dir, "handover.test")
 	require.NoError(t, os.WriteFile(bin, b, 0o755))
 	return bin
+}
+
+// TestDirPrefersRunDir: the package's run directory is used when it is
+// root's and closed to others; a world-writable one, a symbolic link or a
+// missing one falls back to the temporary directory, and RUNTIME_DIRECTORY
+// wins over both.
+func TestDirPrefersRunDir(t *testing.T) {
+	testns.RequirePrivileged(t) // the run directory must be root's
+	saved := RunDir
+	t.Cleanup(func() { RunDir = saved })
+	t.Setenv("RUNTIME_DIRECTORY", "")
+	t.Setenv("TMPDIR", t.TempDir())
+	user := "xdp_drop-handover-" + strconv.Itoa(os.Geteuid())
+	inTmp := filepath.Join(os.TempDir(), user)
+
+	base := t.TempDir()
+	RunDir = filepath.Join(base, "run")
+	require.Equal(t, inTmp, Dir(), "missing run directory")
+
+	require.NoError(t, os.Mkdir(RunDir, 0o770))
+	require.Equal(t, filepath.Join(RunDir, user), Dir())
+
+	require.NoError(t, os.Chmod(RunDir, 0o777))
+	require.Equal(t, inTmp, Dir(), "world-writable run directory")
+
+	require.NoError(t, os.Chmod(RunDir, 0o770))
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(RunDir, link))
+	RunDir = link
+	require.Equal(t, inTmp, Dir(), "run directory behind a symbolic link")
+
+	t.Setenv("RUNTIME_DIRECTORY", "/run/elsewhere:/run/more")
+	require.Equal(t, filepath.Join("/run/elsewhere", user), Dir())
 }

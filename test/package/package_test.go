@@ -41,6 +41,7 @@ const (
 	pluginConf = "/etc/telegraf-xdp-drop/xdp_drop.conf"
 	execdConf  = "/etc/telegraf/telegraf.d/xdp_drop.conf"
 	tmpfiles   = "/usr/lib/tmpfiles.d/telegraf-xdp-drop.conf"
+	runDir     = "/run/telegraf-xdp-drop"
 	dropinDoc  = "/usr/share/doc/telegraf-xdp-drop/telegraf.service.d-xdp-drop.conf"
 )
 
@@ -109,6 +110,7 @@ func TestDebContents(t *testing.T) {
 	require.Contains(t, execd, `command = ["/usr/bin/telegraf-xdp-drop", "-config", "/etc/telegraf-xdp-drop/xdp_drop.conf", "-poll_interval_disabled"]`)
 	tmp := run(t, "sh", "-c", fmt.Sprintf("dpkg-deb --fsys-tarfile %s | tar -xOf - .%s", deb, tmpfiles))
 	require.Contains(t, tmp, "d /sys/fs/bpf/xdp_drop 0770 root "+group()+" -")
+	require.Contains(t, tmp, "d /run/telegraf-xdp-drop 0770 root "+group()+" -")
 }
 
 // TestDebLintian: lintian finds nothing but what is known and documented:
@@ -214,6 +216,11 @@ func TestInstalledPackage(t *testing.T) {
 	require.Equal(t, os.FileMode(0o770), fi.Mode().Perm())
 	require.Equal(t, gid(t, group()), fi.Sys().(*syscall.Stat_t).Gid)
 
+	fi, err = os.Stat(runDir)
+	require.NoError(t, err, "the package creates the handover directory")
+	require.Equal(t, os.FileMode(0o770), fi.Mode().Perm())
+	require.Equal(t, gid(t, group()), fi.Sys().(*syscall.Stat_t).Gid)
+
 	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--no-user-group", "--gid", group(), svcUser)
 	t.Cleanup(func() {
 		if out, err := exec.Command("userdel", svcUser).CombinedOutput(); err != nil {
@@ -282,7 +289,7 @@ func TestInstalledPackage(t *testing.T) {
 	require.NoError(t, err, "the pins stay")
 	require.NoError(t, os.RemoveAll(filepath.Join(pinDir, testns.Dev)))
 	dpkg(t, "--purge", pkgName)
-	for _, p := range []string{installed, pluginConf, execdConf, tmpfiles, dropinDoc, pinDir, "/var/lib/telegraf-xdp-drop"} {
+	for _, p := range []string{installed, pluginConf, execdConf, tmpfiles, dropinDoc, pinDir, runDir, "/var/lib/telegraf-xdp-drop"} {
 		_, err := os.Stat(p)
 		require.ErrorIs(t, err, os.ErrNotExist, "%s after purge", p)
 	}
