@@ -9,6 +9,7 @@ package txgen
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -127,12 +128,15 @@ func (g *Generator) Send(ifindex int, frame []byte, count int) error {
 	}
 	for sent := 0; sent < count; {
 		n := min(count-sent, per)
-		_, err := g.prog.Run(&ebpf.RunOptions{
-			Data:      frame,
-			Repeat:    uint32(n),
-			Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
-			BatchSize: Batch,
-			Context:   &XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)},
+		err := withoutSignals(func() error {
+			_, err := g.prog.Run(&ebpf.RunOptions{
+				Data:      frame,
+				Repeat:    uint32(n),
+				Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+				BatchSize: Batch,
+				Context:   &XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)},
+			})
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("send %d frames out of ifindex %d: %w", n, ifindex, err)
@@ -140,6 +144,25 @@ func (g *Generator) Send(ifindex int, frame []byte, count int) error {
 		sent += n
 	}
 	return nil
+}
+
+// withoutSignals runs f with every signal blocked on the calling thread. A
+// signal that arrives during a live-frames run (a child's SIGCHLD, the Go
+// runtime's preemption) makes the kernel stop with EINTR after the batches
+// it has already sent, and the BPF library then runs the whole count again:
+// frames would be sent twice. Blocked, the signal waits for the run's end.
+func withoutSignals(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, &old); err != nil {
+		return fmt.Errorf("block signals for the send: %w", err)
+	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	return f()
 }
 
 func tagged(frame []byte) bool {
