@@ -80,7 +80,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if err != nil {
 		return nil, false, err
 	}
-	spec, err := configuredSpec(policy)
+	spec, _, err := configuredSpec(policy)
 	if err != nil {
 		return nil, false, err
 	}

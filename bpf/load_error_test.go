@@ -16,13 +16,13 @@ import (
 // carries the verifier's log, not just "permission denied".
 func TestLoadErrorCarriesVerifierLog(t *testing.T) {
 	testns.RequirePrivileged(t)
-	spec, err := configuredSpec(Policy{DropAll: true})
+	spec, rules, err := configuredSpec(Policy{DropAll: true})
 	require.NoError(t, err)
 	spec.Programs[xdpDropProgXdpDrop].Instructions = asm.Instructions{
 		asm.LoadMem(asm.R0, asm.R1, 4000, asm.Word),
 		asm.Return(),
 	}
-	_, err = load(spec, Policy{DropAll: true}, nil)
+	_, err = load(spec, Policy{DropAll: true}, rules, nil)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "load XDP program")
 	require.Contains(t, err.Error(), "invalid bpf_context access", "the verifier's reason")

@@ -43,13 +43,14 @@ func TestPerQueueSlots(t *testing.T) {
 	}))
 
 	got := map[int]uint64{}
-	var c bpf.Counters
-	require.NoError(t, p.ReadPerQueue(&c, func(queue, cpu int, c *bpf.Counters) {
+	var b bpf.Block
+	require.NoError(t, p.ReadPerQueue(&b, func(queue, cpu int, b *bpf.Block) {
 		require.Equal(t, -1, cpu)
-		got[queue] = c[bpf.IPv4Class(17)].Packets
+		got[queue] = b.Class[bpf.ActionDrop][bpf.IPv4Class(17)].Packets
 	}))
 	require.Equal(t, map[int]uint64{3: 2, 63: 3, 64: 12}, got)
 
+	var c bpf.Counters
 	require.NoError(t, p.ReadCounters(&c))
 	require.Equal(t, uint64(17), c[bpf.IPv4Class(17)].Packets)
 	require.Equal(t, uint64(17*len(frame)), c[bpf.IPv4Class(17)].Bytes)

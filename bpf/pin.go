@@ -38,6 +38,10 @@ func (p Policy) fingerprint() string {
 	if p.DryRun {
 		h.Write([]byte("dry_run"))
 	}
+	// Rule counters are by position, and the rules decide the actions.
+	for _, r := range p.Rules {
+		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
+	}
 	if p.PerQueue {
 		h.Write([]byte("per_queue"))
 	}
@@ -156,7 +160,7 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 		return nil, "", fmt.Errorf("create pin directory: %w", err)
 	}
 	name := "counters_" + policy.fingerprint()
-	spec, err := configuredSpec(policy)
+	spec, rules, err := configuredSpec(policy)
 	if err != nil {
 		return nil, "", err
 	}
@@ -178,7 +182,7 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 	if pinned != nil {
 		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{xdpDropMapCounters: pinned}}
 	}
-	p, err = load(spec, policy, opts)
+	p, err = load(spec, policy, rules, opts)
 	if err != nil {
 		return nil, "", err
 	}

@@ -21,7 +21,11 @@ type Policy struct {
 	// Protocols lists the IP protocols dropped, in IPv4 and IPv6 alike.
 	// Every other frame passes.
 	Protocols []uint8
-	// DryRun passes every frame; Drops still reports what would be dropped.
+	// Rules decide the IP frames they match, checked in order, before the
+	// above; frames that match none are decided by DropAll and Protocols.
+	Rules []Rule
+	// DryRun passes every frame; the counters still tell what would have
+	// been dropped.
 	DryRun bool
 	// PerQueue counts each RX queue apart (QueueSlots blocks, the last
 	// shared by higher queues) instead of one block for all.
@@ -57,15 +61,25 @@ func (p Policy) Drops(c Class) bool {
 	return false
 }
 
-// verdicts is the per-class verdict table the program is loaded with.
+// Action is what the program does with a frame: in a dry run, what it
+// would have done (it passes every frame).
+type Action uint8
+
+const (
+	ActionPass = Action(xdpDropActionACTION_PASS)
+	ActionDrop = Action(xdpDropActionACTION_DROP)
+)
+
+// ActionCount is the number of actions.
+const ActionCount = int(xdpDropActionACTION_COUNT)
+
+// verdicts is the per-class action table the program is loaded with: the
+// action of frames no rule decides.
 func (p Policy) verdicts() [ClassCount]uint8 {
 	var v [ClassCount]uint8
-	if p.DryRun {
-		return v
-	}
 	for c := range v {
 		if p.Drops(Class(c)) {
-			v[c] = uint8(xdpDropVerdictVERDICT_DROP)
+			v[c] = uint8(ActionDrop)
 		}
 	}
 	return v

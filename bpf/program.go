@@ -5,6 +5,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -24,8 +25,52 @@ type Counter struct {
 	Bytes   uint64
 }
 
-// Counters holds one counter per class, summed over CPUs.
+// Counters holds one counter per class.
 type Counters [ClassCount]Counter
+
+// Block is what a counter block holds: every frame under its class and the
+// action it got, and every frame a rule decided under that rule.
+type Block struct {
+	Class [ActionCount]Counters
+	Rule  [MaxRules]Counter
+}
+
+// Totals sums the class counters over actions into dst.
+func (b *Block) Totals(dst *Counters) {
+	for c := range dst {
+		dst[c] = Counter{}
+		for a := range b.Class {
+			dst[c].Packets += b.Class[a][c].Packets
+			dst[c].Bytes += b.Class[a][c].Bytes
+		}
+	}
+}
+
+// empty reports whether no frame was counted in b.
+func (b *Block) empty() bool {
+	for a := range b.Class {
+		for c := range b.Class[a] {
+			if b.Class[a][c].Packets != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// add adds a kernel counter block to b.
+func (b *Block) add(k *xdpDropCounterBlock) {
+	for a := range k.Class {
+		for c := range k.Class[a] {
+			b.Class[a][c].Packets += k.Class[a][c].Packets
+			b.Class[a][c].Bytes += k.Class[a][c].Bytes
+		}
+	}
+	for r := range k.Rule {
+		b.Rule[r].Packets += k.Rule[r].Packets
+		b.Rule[r].Bytes += k.Rule[r].Bytes
+	}
+}
 
 // ErrPermission is returned when the process may not load or attach BPF programs.
 // CAP_PERFMON is among them because the verifier allows the program's
@@ -75,20 +120,41 @@ type Program struct {
 	mode        Mode
 	id          ebpf.ProgramID
 	perCPU      []xdpDropCounterBlock
-	slots       uint32 // counter blocks: 1, or QueueSlots with per-queue counting
+	slots       uint32  // counter blocks: 1, or QueueSlots with per-queue counting
+	sums        []Block // per-CPU sums over queues, reused between reads
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
 }
 
-// objects is what one load of the program gives: one variant of the program
-// and the counters it updates.
+// objects is what one load of the program gives: one variant of the program,
+// the counters it updates and the maps of its rules.
 type objects struct {
 	Prog     *ebpf.Program
 	Counters *ebpf.Map
+	SrcV4    *ebpf.Map
+	DstV4    *ebpf.Map
+	SrcV6    *ebpf.Map
+	DstV6    *ebpf.Map
+	SrcPort  *ebpf.Map
+	DstPort  *ebpf.Map
 }
 
 func (o *objects) Close() error {
-	return errors.Join(o.Prog.Close(), o.Counters.Close())
+	err := o.Prog.Close()
+	for _, m := range o.maps() {
+		err = errors.Join(err, m.Close())
+	}
+	return err
+}
+
+// maps are the maps of the program by their names in the ELF.
+func (o *objects) maps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		xdpDropMapCounters: o.Counters,
+		xdpDropMapSrcV4:    o.SrcV4, xdpDropMapDstV4: o.DstV4,
+		xdpDropMapSrcV6: o.SrcV6, xdpDropMapDstV6: o.DstV6,
+		xdpDropMapSrcPort: o.SrcPort, xdpDropMapDstPort: o.DstPort,
+	}
 }
 
 // singleBufferObjects and multiBufferObjects select the variant a load assigns;
@@ -96,59 +162,177 @@ func (o *objects) Close() error {
 type singleBufferObjects struct {
 	Prog     *ebpf.Program `ebpf:"xdp_drop"`
 	Counters *ebpf.Map     `ebpf:"counters"`
+	SrcV4    *ebpf.Map     `ebpf:"src_v4"`
+	DstV4    *ebpf.Map     `ebpf:"dst_v4"`
+	SrcV6    *ebpf.Map     `ebpf:"src_v6"`
+	DstV6    *ebpf.Map     `ebpf:"dst_v6"`
+	SrcPort  *ebpf.Map     `ebpf:"src_port"`
+	DstPort  *ebpf.Map     `ebpf:"dst_port"`
 }
 
 type multiBufferObjects struct {
 	Prog     *ebpf.Program `ebpf:"xdp_drop_frags"`
 	Counters *ebpf.Map     `ebpf:"counters"`
+	SrcV4    *ebpf.Map     `ebpf:"src_v4"`
+	DstV4    *ebpf.Map     `ebpf:"dst_v4"`
+	SrcV6    *ebpf.Map     `ebpf:"src_v6"`
+	DstV6    *ebpf.Map     `ebpf:"dst_v6"`
+	SrcPort  *ebpf.Map     `ebpf:"src_port"`
+	DstPort  *ebpf.Map     `ebpf:"dst_port"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
 func Load(policy Policy) (*Program, error) {
-	spec, err := configuredSpec(policy)
+	spec, rules, err := configuredSpec(policy)
 	if err != nil {
 		return nil, err
 	}
-	return load(spec, policy, nil)
+	return load(spec, policy, rules, nil)
 }
 
 // embeddedSpec parses the embedded ELF once; every load works on a copy.
 var embeddedSpec = sync.OnceValues(loadXdpDrop)
 
 // configuredSpec returns a copy of the program's spec set up for policy:
-// the verdict table, the queue slots and the counter map's size.
-func configuredSpec(policy Policy) (*ebpf.CollectionSpec, error) {
+// the verdict table, the queue slots and the counter map's size, the rules'
+// constants and map sizes; the rule maps' contents are filled after load.
+func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	parsed, err := embeddedSpec()
 	if err != nil {
-		return nil, fmt.Errorf("read embedded XDP program: %w", err)
+		return nil, nil, fmt.Errorf("read embedded XDP program: %w", err)
+	}
+	rules, err := compileRules(policy.Rules)
+	if err != nil {
+		return nil, nil, err
 	}
 	spec := parsed.Copy()
 	var count uint32
 	if err := spec.Variables[xdpDropVarClassCount].Get(&count); err != nil {
-		return nil, fmt.Errorf("read class_count: %w", err)
+		return nil, nil, fmt.Errorf("read class_count: %w", err)
 	}
 	if int(count) != ClassCount {
-		return nil, fmt.Errorf("embedded XDP program has %d classes, loader expects %d: run make generate", count, ClassCount)
-	}
-	if err := spec.Variables[xdpDropVarVerdicts].Set(policy.verdicts()); err != nil {
-		return nil, fmt.Errorf("set policy: %w", err)
+		return nil, nil, fmt.Errorf("embedded XDP program has %d classes, loader expects %d: run make generate", count, ClassCount)
 	}
 	slots := uint32(0)
 	if policy.PerQueue {
 		slots = QueueSlots
 	}
-	if err := spec.Variables[xdpDropVarQueueSlots].Set(slots); err != nil {
-		return nil, fmt.Errorf("set queue_slots: %w", err)
+	vars := []struct {
+		name  string
+		value any
+	}{
+		{xdpDropVarVerdicts, policy.verdicts()},
+		{xdpDropVarDryRun, boolByte(policy.DryRun)},
+		{xdpDropVarQueueSlots, slots},
+		{xdpDropVarRuleCount, rules.count},
+		{xdpDropVarRuleDims, rules.dims},
+		{xdpDropVarRuleProto, rules.proto},
+		{xdpDropVarRuleDrop, rules.drop},
+		{xdpDropVarRuleNoSrc, rules.noSrc},
+		{xdpDropVarRuleNoDst, rules.noDst},
+		{xdpDropVarRulePorts, rules.ports},
+	}
+	for _, v := range vars {
+		if err := spec.Variables[v.name].Set(v.value); err != nil {
+			return nil, nil, fmt.Errorf("set %s: %w", v.name, err)
+		}
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
-	return spec, nil
+	sizes := map[string]int{
+		xdpDropMapSrcV4: len(rules.srcV4), xdpDropMapDstV4: len(rules.dstV4),
+		xdpDropMapSrcV6: len(rules.srcV6), xdpDropMapDstV6: len(rules.dstV6),
+		xdpDropMapSrcPort: len(rules.srcPort), xdpDropMapDstPort: len(rules.dstPort),
+	}
+	for name, n := range sizes {
+		spec.Maps[name].MaxEntries = uint32(max(n, 1))
+	}
+	return spec, rules, nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fillRules writes the rules' prefixes and port masks into the maps.
+func (o *objects) fillRules(t *ruleTables) error {
+	tries := []struct {
+		m       *ebpf.Map
+		entries map[netip.Prefix]uint64
+	}{{o.SrcV4, t.srcV4}, {o.DstV4, t.dstV4}, {o.SrcV6, t.srcV6}, {o.DstV6, t.dstV6}}
+	for _, tr := range tries {
+		if err := fillTrie(tr.m, tr.entries); err != nil {
+			return err
+		}
+	}
+	for _, a := range []struct {
+		m     *ebpf.Map
+		masks []uint64
+	}{{o.SrcPort, t.srcPort}, {o.DstPort, t.dstPort}} {
+		if len(a.masks) == 0 {
+			continue
+		}
+		keys := make([]uint32, len(a.masks))
+		for i := range keys {
+			keys[i] = uint32(i)
+		}
+		if _, err := a.m.BatchUpdate(keys, a.masks, nil); err != nil {
+			return fmt.Errorf("write port rules: %w", err)
+		}
+	}
+	return nil
+}
+
+// fillTrie writes prefixes into an LPM trie of either family.
+func fillTrie(m *ebpf.Map, entries map[netip.Prefix]uint64) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	values := make([]uint64, 0, len(entries))
+	var err error
+	if m.KeySize() == uint32(unsafe.Sizeof(xdpDropLpmV4Key{})) {
+		keys := make([]xdpDropLpmV4Key, 0, len(entries))
+		for p, mask := range entries {
+			keys = append(keys, xdpDropLpmV4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()})
+			values = append(values, mask)
+		}
+		err = batchUpdate(m, keys, values)
+	} else {
+		keys := make([]xdpDropLpmV6Key, 0, len(entries))
+		for p, mask := range entries {
+			keys = append(keys, xdpDropLpmV6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()})
+			values = append(values, mask)
+		}
+		err = batchUpdate(m, keys, values)
+	}
+	if err != nil {
+		return fmt.Errorf("write prefix rules: %w", err)
+	}
+	return nil
+}
+
+// batchUpdate writes keys and values in one call where the kernel can,
+// one by one otherwise.
+func batchUpdate[K any](m *ebpf.Map, keys []K, values []uint64) error {
+	_, err := m.BatchUpdate(keys, values, nil)
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i := range keys {
+		if err := m.Update(&keys[i], values[i], ebpf.UpdateAny); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
 // memory to it (before 5.11); later kernels charge the memory cgroup.
 var memlock = sync.OnceValue(rlimit.RemoveMemlock)
 
-func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions) (*Program, error) {
+func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebpf.CollectionOptions) (*Program, error) {
 	if err := memlock(); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			// Without CAP_BPF the probe for memcg accounting fails too.
@@ -162,6 +346,10 @@ func load(spec *ebpf.CollectionSpec, policy Policy, opts *ebpf.CollectionOptions
 		return nil, err
 	}
 	p.objs = objs
+	if err := objs.fillRules(rules); err != nil {
+		p.objs.Close()
+		return nil, err
+	}
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err
@@ -267,13 +455,15 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err := haveMultiBuffer(); err != nil {
 		return nil, err
 	}
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}}
+	opts := &ebpf.CollectionOptions{MapReplacements: p.objs.maps()}
 	objs, err := loadVariant(p.spec, true, opts)
 	if err != nil {
 		return nil, err
 	}
-	// A clone of p's counters: the program holds its own reference.
-	objs.Counters.Close()
+	// Clones of p's maps: the program holds its own references.
+	for _, m := range objs.maps() {
+		m.Close()
+	}
 	return objs.Prog, nil
 }
 
@@ -429,12 +619,12 @@ func (p *Program) Close() error {
 // its RX queue (QueueSlots-1 holds every queue past the others) or -1 when
 // summed over queues, cpu its CPU or -1 when summed over CPUs. c is reused
 // by the next call.
-type BlockFunc func(queue, cpu int, c *Counters)
+type BlockFunc func(queue, cpu int, b *Block)
 
 // ReadSum sums the counters over CPUs and queues into dst and calls f with
 // them unless they are all empty.
-func (p *Program) ReadSum(dst *Counters, f BlockFunc) error {
-	*dst = Counters{}
+func (p *Program) ReadSum(dst *Block, f BlockFunc) error {
+	*dst = Block{}
 	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
 		for cpu := range blocks {
 			dst.add(&blocks[cpu])
@@ -449,12 +639,12 @@ func (p *Program) ReadSum(dst *Counters, f BlockFunc) error {
 
 // ReadPerQueue calls f for every RX queue with traffic, summed over CPUs.
 // A program loaded without PerQueue has one block: it is read as ReadSum.
-func (p *Program) ReadPerQueue(dst *Counters, f BlockFunc) error {
+func (p *Program) ReadPerQueue(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadSum(dst, f)
 	}
 	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
-		*dst = Counters{}
+		*dst = Block{}
 		for cpu := range blocks {
 			dst.add(&blocks[cpu])
 		}
@@ -464,7 +654,11 @@ func (p *Program) ReadPerQueue(dst *Counters, f BlockFunc) error {
 
 // ReadPerCPU calls f for every CPU with traffic, summed over queues.
 func (p *Program) ReadPerCPU(f BlockFunc) error {
-	sums := make([]Counters, len(p.perCPU))
+	if len(p.sums) != len(p.perCPU) {
+		p.sums = make([]Block, len(p.perCPU))
+	}
+	clear(p.sums)
+	sums := p.sums
 	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
 		for cpu := range blocks {
 			sums[cpu].add(&blocks[cpu])
@@ -481,13 +675,13 @@ func (p *Program) ReadPerCPU(f BlockFunc) error {
 
 // ReadPerQueueCPU calls f for every RX queue and CPU with traffic. A
 // program loaded without PerQueue has one block: it is read as ReadPerCPU.
-func (p *Program) ReadPerQueueCPU(dst *Counters, f BlockFunc) error {
+func (p *Program) ReadPerQueueCPU(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadPerCPU(f)
 	}
 	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
 		for cpu := range blocks {
-			*dst = Counters{}
+			*dst = Block{}
 			dst.add(&blocks[cpu])
 			emit(dst, q, cpu, f)
 		}
@@ -507,13 +701,6 @@ func (p *Program) eachSlot(f func(slot int, blocks []xdpDropCounterBlock)) error
 }
 
 // add adds one CPU's counter block to c.
-func (c *Counters) add(block *xdpDropCounterBlock) {
-	for i := range block.Class {
-		c[i].Packets += block.Class[i].Packets
-		c[i].Bytes += block.Class[i].Bytes
-	}
-}
-
 // mapLookupAttr is the BPF_MAP_LOOKUP_ELEM part of union bpf_attr.
 type mapLookupAttr struct {
 	mapFd uint32
@@ -543,16 +730,23 @@ func (p *Program) lookup(q uint32) error {
 }
 
 // emit calls f for a block that has seen traffic.
-func emit(c *Counters, queue, cpu int, f BlockFunc) {
-	for i := range c {
-		if c[i].Packets != 0 {
-			f(queue, cpu, c)
-			return
-		}
+func emit(b *Block, queue, cpu int, f BlockFunc) {
+	if !b.empty() {
+		f(queue, cpu, b)
 	}
 }
 
-// ReadCounters sums the counters over CPUs and queues into dst.
+// ReadBlock sums the counters over CPUs and queues into dst.
+func (p *Program) ReadBlock(dst *Block) error {
+	return p.ReadSum(dst, func(int, int, *Block) {})
+}
+
+// ReadCounters sums the class counters over CPUs, queues and actions into dst.
 func (p *Program) ReadCounters(dst *Counters) error {
-	return p.ReadSum(dst, func(int, int, *Counters) {})
+	var b Block
+	if err := p.ReadBlock(&b); err != nil {
+		return err
+	}
+	b.Totals(dst)
+	return nil
 }

@@ -28,7 +28,7 @@ func TestReadSkipsEmptyBlocks(t *testing.T) {
 		queue, cpu int
 		packets    uint64
 	}
-	var scratch bpf.Counters
+	var scratch bpf.Block
 	reads := map[string]func(bpf.BlockFunc) error{
 		"sum":           func(f bpf.BlockFunc) error { return p.ReadSum(&scratch, f) },
 		"per queue":     func(f bpf.BlockFunc) error { return p.ReadPerQueue(&scratch, f) },
@@ -38,8 +38,8 @@ func TestReadSkipsEmptyBlocks(t *testing.T) {
 	class := bpf.IPv4Class(frames.ProtoUDP)
 	blocks := func(read func(bpf.BlockFunc) error) []block {
 		var got []block
-		require.NoError(t, read(func(queue, cpu int, c *bpf.Counters) {
-			got = append(got, block{queue, cpu, c[class].Packets})
+		require.NoError(t, read(func(queue, cpu int, b *bpf.Block) {
+			got = append(got, block{queue, cpu, b.Class[bpf.ActionDrop][class].Packets})
 		}))
 		return got
 	}

@@ -4,7 +4,8 @@
 /*
  * xdp_drop: classify every frame (Ethernet, up to two VLAN tags, IPv4 or IPv6
  * past its extension headers, then the IP protocol), count packets and bytes
- * per class in a per-CPU block, and drop or pass it by a load-time policy.
+ * per class and action in a per-CPU block, and drop or pass it by a load-time
+ * policy: the first rule that matches it, else the verdict of its class.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -30,6 +31,8 @@
 
 struct hdr_cursor {
 	void *pos;
+	void *l3;       /* the IP header, for rules */
+	int later_frag; /* an IPv6 fragment past the first: no L4 header */
 };
 
 struct vlan_hdr {
@@ -51,10 +54,29 @@ struct ipv6_frag_hdr {
 };
 
 /*
- * Per-class verdict, written by the loader before load. The map is frozen
- * read-only, so the policy costs one byte load and no helper call.
+ * Per-class action (enum action), written by the loader before load. The map
+ * is frozen read-only, so the policy costs one byte load and no helper call.
  */
 volatile const __u8 verdicts[CLASS_COUNT];
+
+/* A dry run counts drops as such but passes every frame. */
+volatile const __u8 dry_run;
+
+/*
+ * Rules, compiled by the loader into one 64-bit mask per dimension value:
+ * bit i is set when rule i is satisfied by that value (a rule that does not
+ * use a dimension is satisfied by every value of it). The masks of a frame's
+ * values are ANDed; the lowest bit left is the first rule that matches.
+ * rule_count 0 (the default) lets the verifier prune all of it; rule_dims
+ * prunes the lookups of dimensions no rule uses.
+ */
+volatile const __u32 rule_count;
+volatile const __u8 rule_dims;
+volatile const __u64 rule_proto[256]; /* by IP protocol */
+volatile const __u64 rule_drop;       /* rules whose action is drop */
+volatile const __u64 rule_no_src;     /* rules without a source prefix: a trie miss */
+volatile const __u64 rule_no_dst;     /* rules without a destination prefix */
+volatile const __u64 rule_ports;      /* rules with a port condition */
 
 /*
  * Per-RX-queue counting: the number of counter blocks, one per queue, the
@@ -65,7 +87,9 @@ volatile const __u32 queue_slots;
 
 /* Not read by the program: they carry the shared enums into BTF for bpf2go -type. */
 volatile const enum class_idx class_count = CLASS_COUNT;
-volatile const enum verdict verdict_drop = VERDICT_DROP;
+volatile const enum action action_drop = ACTION_DROP;
+volatile const enum rule_limits rule_max = RULE_MAX;
+volatile const enum rule_dims rule_dim_ports = RULE_DIM_PORTS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -73,6 +97,36 @@ struct {
 	__type(value, struct counter_block);
 	__uint(max_entries, 1);
 } counters SEC(".maps");
+
+/*
+ * Prefix tries by family and direction: the value of a prefix is the mask of
+ * the rules that prefix satisfies, including every rule with a shorter
+ * prefix containing it (a trie returns only the longest match). Sized by the
+ * loader; one entry when unused.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lpm_v4_key);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} src_v4 SEC(".maps"), dst_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lpm_v6_key);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} src_v6 SEC(".maps"), dst_v6 SEC(".maps");
+
+/* Masks by port: 65536 entries when some rule has ports, one otherwise. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} src_port SEC(".maps"), dst_port SEC(".maps");
 
 /*
  * How to step over an IPv6 extension header, by its next header value; the
@@ -109,6 +163,7 @@ static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end
 {
 	struct iphdr *iph = nh->pos;
 
+	nh->l3 = iph;
 	if ((void *)(iph + 1) > data_end)
 		return CLASS_IPV4_TRUNCATED;
 	/* Version 4 without options, nearly every packet, needs no length check. */
@@ -123,6 +178,7 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 	__u8 next;
 	int i;
 
+	nh->l3 = ip6h;
 	if ((void *)(ip6h + 1) > data_end)
 		return CLASS_IPV6_TRUNCATED;
 	next = ip6h->nexthdr;
@@ -147,8 +203,10 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 			len = ((__u32)eh->hdrlen + 2) << 2;
 		} else {
 			/* A later fragment carries payload, not headers: class it by the name. */
-			if (fh->frag_off & bpf_htons(0xFFF8))
+			if (fh->frag_off & bpf_htons(0xFFF8)) {
+				nh->later_frag = 1;
 				return CLASS_IPV6 + next;
+			}
 			len = 8;
 		}
 		if (nh->pos + len > data_end)
@@ -171,34 +229,136 @@ static __always_inline int skip_vlan(struct hdr_cursor *nh, void *data_end, __be
 	return 0;
 }
 
-static __always_inline __u32 classify(void *data, void *data_end)
+static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cursor *nh)
 {
-	struct hdr_cursor nh = { .pos = data + sizeof(struct ethhdr) };
 	__be16 proto;
 
-	if (nh.pos > data_end)
+	nh->pos = data + sizeof(struct ethhdr);
+	if (nh->pos > data_end)
 		return CLASS_L2_TRUNCATED;
 	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
 	/* Untagged IPv4, the common case, first. */
 	if (proto == bpf_htons(ETH_P_IP))
-		return classify_ipv4(&nh, data_end);
+		return classify_ipv4(nh, data_end);
 
 	/* Up to two VLAN tags, 802.1Q or QinQ; a third is vlan_overflow. */
 	if (is_vlan(proto)) {
-		if (skip_vlan(&nh, data_end, &proto))
+		if (skip_vlan(nh, data_end, &proto))
 			return CLASS_L2_TRUNCATED;
-		if (is_vlan(proto) && skip_vlan(&nh, data_end, &proto))
+		if (is_vlan(proto) && skip_vlan(nh, data_end, &proto))
 			return CLASS_L2_TRUNCATED;
 		if (proto == bpf_htons(ETH_P_IP))
-			return classify_ipv4(&nh, data_end);
+			return classify_ipv4(nh, data_end);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return classify_ipv6(&nh, data_end);
+		return classify_ipv6(nh, data_end);
 	if (proto == bpf_htons(ETH_P_ARP))
 		return CLASS_L2_ARP;
 	if (is_vlan(proto))
 		return CLASS_L2_VLAN_OVERFLOW;
 	return CLASS_L2_OTHER;
+}
+
+/* Masks of the rules a frame's addresses satisfy; rule_no_* on a trie miss. */
+static __always_inline __u64 prefix_masks_v4(struct iphdr *iph)
+{
+	struct lpm_v4_key key = { .prefixlen = 32 };
+	__u64 m = ~0ULL;
+	__u64 *v;
+
+	if (rule_dims & RULE_DIM_SRC) {
+		__builtin_memcpy(key.addr, &iph->saddr, 4);
+		v = bpf_map_lookup_elem(&src_v4, &key);
+		m &= v ? *v : rule_no_src;
+	}
+	if (rule_dims & RULE_DIM_DST) {
+		__builtin_memcpy(key.addr, &iph->daddr, 4);
+		v = bpf_map_lookup_elem(&dst_v4, &key);
+		m &= v ? *v : rule_no_dst;
+	}
+	return m;
+}
+
+static __always_inline __u64 prefix_masks_v6(struct ipv6hdr *ip6h)
+{
+	struct lpm_v6_key key = { .prefixlen = 128 };
+	__u64 m = ~0ULL;
+	__u64 *v;
+
+	if (rule_dims & RULE_DIM_SRC) {
+		__builtin_memcpy(key.addr, &ip6h->saddr, 16);
+		v = bpf_map_lookup_elem(&src_v6, &key);
+		m &= v ? *v : rule_no_src;
+	}
+	if (rule_dims & RULE_DIM_DST) {
+		__builtin_memcpy(key.addr, &ip6h->daddr, 16);
+		v = bpf_map_lookup_elem(&dst_v6, &key);
+		m &= v ? *v : rule_no_dst;
+	}
+	return m;
+}
+
+/*
+ * Masks of the rules a frame's ports satisfy. Rules with ports are limited
+ * to TCP, UDP, SCTP and UDP-Lite, which all begin with the two ports; a
+ * later fragment, or a header too short for them, matches none of them.
+ */
+static __always_inline __u64 port_masks(struct hdr_cursor *nh, void *data_end, int v6)
+{
+	__be16 *ports;
+	__u32 key;
+	__u64 m;
+	__u64 *v;
+
+	if (v6) {
+		if (nh->later_frag)
+			return ~rule_ports;
+		ports = nh->pos;
+	} else {
+		struct iphdr *iph = nh->l3;
+
+		if ((void *)(iph + 1) > data_end || (iph->frag_off & bpf_htons(0x1FFF)))
+			return ~rule_ports;
+		ports = (void *)iph + (iph->ihl & 0xF) * 4;
+	}
+	if ((void *)(ports + 2) > data_end)
+		return ~rule_ports;
+	key = bpf_ntohs(ports[0]);
+	v = bpf_map_lookup_elem(&src_port, &key);
+	m = v ? *v : 0;
+	key = bpf_ntohs(ports[1]);
+	v = bpf_map_lookup_elem(&dst_port, &key);
+	return v ? m & *v : 0;
+}
+
+/* The first rule that matches an IP frame of class class, or -1. */
+static __always_inline int match_rule(struct hdr_cursor *nh, void *data_end, __u32 class)
+{
+	int v6 = class >= CLASS_IPV6;
+	__u64 m = rule_proto[class & 0xFF];
+
+	if (!m)
+		return -1;
+	if (rule_dims & (RULE_DIM_SRC | RULE_DIM_DST)) {
+		if (v6) {
+			struct ipv6hdr *ip6h = nh->l3;
+
+			if ((void *)(ip6h + 1) > data_end)
+				return -1;
+			m &= prefix_masks_v6(ip6h);
+		} else {
+			struct iphdr *iph = nh->l3;
+
+			if ((void *)(iph + 1) > data_end)
+				return -1;
+			m &= prefix_masks_v4(iph);
+		}
+	}
+	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports))
+		m &= port_masks(nh, data_end, v6);
+	if (!m)
+		return -1;
+	return __builtin_ctzll(m);
 }
 
 /*
@@ -209,15 +369,24 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	struct hdr_cursor nh = {};
 	struct counter_block *c;
 	__u32 key = 0;
-	__u32 class;
-	int verdict = XDP_PASS;
+	__u32 class, action;
+	int rule = -1;
+	__u64 len;
 
 	/* With fragments, data..data_end is the first buffer: headers are read there. */
-	class = classify(data, data_end);
+	class = classify(data, data_end, &nh);
 	if (class >= CLASS_COUNT)
-		goto out;
+		return XDP_PASS;
+	action = verdicts[class] & 1;
+	/* Rules see IP frames whose headers are whole. */
+	if (rule_count && class < CLASS_IPV4_TRUNCATED) {
+		rule = match_rule(&nh, data_end, class);
+		if (rule >= 0)
+			action = (rule_drop >> rule) & 1;
+	}
 
 	if (queue_slots) {
 		key = ctx->rx_queue_index;
@@ -226,17 +395,26 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 	}
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
-		goto out;
-	c->class[class].packets++;
+		return XDP_PASS;
 	if (frags)
-		c->class[class].bytes += bpf_xdp_get_buff_len(ctx);
+		len = bpf_xdp_get_buff_len(ctx);
 	else
-		c->class[class].bytes += data_end - data;
+		len = data_end - data;
+	c->class[action][class].packets++;
+	c->class[action][class].bytes += len;
+	if (rule >= 0) {
+		__u32 r = rule;
 
-	if (verdicts[class] == VERDICT_DROP)
-		verdict = XDP_DROP;
-out:
-	return verdict;
+		/* Hide what clang knows of r, so the bound the verifier needs stays. */
+		asm volatile("" : "+r"(r));
+		r &= RULE_MAX - 1;
+		c->rule[r].packets++;
+		c->rule[r].bytes += len;
+	}
+
+	if (action == ACTION_DROP && !dry_run)
+		return XDP_DROP;
+	return XDP_PASS;
 }
 
 /* Single-buffer XDP: every frame is in data..data_end. */

@@ -24,15 +24,44 @@ struct counter {
 	__u64 bytes;
 };
 
-/* The whole per-CPU block lives under one key, so a gather is one lookup. */
-struct counter_block {
-	struct counter class[CLASS_COUNT];
+/* What the program did with a frame (in a dry run: what it would have done). */
+enum action {
+	ACTION_PASS = 0,
+	ACTION_DROP = 1,
+	ACTION_COUNT,
 };
 
-/* Verdict table values. */
-enum verdict {
-	VERDICT_PASS = 0,
-	VERDICT_DROP = 1,
+/* Rules: at most 64, one bit each in the per-dimension masks. */
+enum rule_limits {
+	RULE_MAX = 64,
+};
+
+/* Which rule dimensions some rule uses; the others cost nothing. */
+enum rule_dims {
+	RULE_DIM_SRC = 1,
+	RULE_DIM_DST = 2,
+	RULE_DIM_PORTS = 4,
+};
+
+/*
+ * The whole per-CPU block lives under one key, so a gather is one lookup:
+ * every frame under its class and the action it got, and every frame a rule
+ * decided under that rule.
+ */
+struct counter_block {
+	struct counter class[ACTION_COUNT][CLASS_COUNT];
+	struct counter rule[RULE_MAX];
+};
+
+/* Keys of the address prefix tries. */
+struct lpm_v4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct lpm_v6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
 };
 
 #endif

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type xdpDropAction uint32
+
+const (
+	xdpDropActionACTION_PASS  xdpDropAction = 0
+	xdpDropActionACTION_DROP  xdpDropAction = 1
+	xdpDropActionACTION_COUNT xdpDropAction = 2
+)
+
 type xdpDropClassIdx uint32
 
 const (
@@ -35,14 +43,34 @@ type xdpDropCounter struct {
 
 type xdpDropCounterBlock struct {
 	_     structs.HostLayout
-	Class [518]xdpDropCounter
+	Class [2][518]xdpDropCounter
+	Rule  [64]xdpDropCounter
 }
 
-type xdpDropVerdict uint32
+type xdpDropLpmV4Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [4]uint8
+}
+
+type xdpDropLpmV6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      [16]uint8
+}
+
+type xdpDropRuleDims uint32
 
 const (
-	xdpDropVerdictVERDICT_PASS xdpDropVerdict = 0
-	xdpDropVerdictVERDICT_DROP xdpDropVerdict = 1
+	xdpDropRuleDimsRULE_DIM_SRC   xdpDropRuleDims = 1
+	xdpDropRuleDimsRULE_DIM_DST   xdpDropRuleDims = 2
+	xdpDropRuleDimsRULE_DIM_PORTS xdpDropRuleDims = 4
+)
+
+type xdpDropRuleLimits uint32
+
+const (
+	xdpDropRuleLimitsRULE_MAX xdpDropRuleLimits = 64
 )
 
 // Names of all BPF objects in the ELF.
@@ -50,11 +78,27 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	xdpDropMapCounters      = "counters"
+	xdpDropMapDstPort       = "dst_port"
+	xdpDropMapDstV4         = "dst_v4"
+	xdpDropMapDstV6         = "dst_v6"
+	xdpDropMapSrcPort       = "src_port"
+	xdpDropMapSrcV4         = "src_v4"
+	xdpDropMapSrcV6         = "src_v6"
 	xdpDropProgXdpDrop      = "xdp_drop"
 	xdpDropProgXdpDropFrags = "xdp_drop_frags"
+	xdpDropVarActionDrop    = "action_drop"
 	xdpDropVarClassCount    = "class_count"
+	xdpDropVarDryRun        = "dry_run"
 	xdpDropVarQueueSlots    = "queue_slots"
-	xdpDropVarVerdictDrop   = "verdict_drop"
+	xdpDropVarRuleCount     = "rule_count"
+	xdpDropVarRuleDimPorts  = "rule_dim_ports"
+	xdpDropVarRuleDims      = "rule_dims"
+	xdpDropVarRuleDrop      = "rule_drop"
+	xdpDropVarRuleMax       = "rule_max"
+	xdpDropVarRuleNoDst     = "rule_no_dst"
+	xdpDropVarRuleNoSrc     = "rule_no_src"
+	xdpDropVarRulePorts     = "rule_ports"
+	xdpDropVarRuleProto     = "rule_proto"
 	xdpDropVarVerdicts      = "verdicts"
 )
 
@@ -109,16 +153,32 @@ type xdpDropProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
+	DstPort  *ebpf.MapSpec `ebpf:"dst_port"`
+	DstV4    *ebpf.MapSpec `ebpf:"dst_v4"`
+	DstV6    *ebpf.MapSpec `ebpf:"dst_v6"`
+	SrcPort  *ebpf.MapSpec `ebpf:"src_port"`
+	SrcV4    *ebpf.MapSpec `ebpf:"src_v4"`
+	SrcV6    *ebpf.MapSpec `ebpf:"src_v6"`
 }
 
 // xdpDropVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
-	ClassCount  *ebpf.VariableSpec `ebpf:"class_count"`
-	QueueSlots  *ebpf.VariableSpec `ebpf:"queue_slots"`
-	VerdictDrop *ebpf.VariableSpec `ebpf:"verdict_drop"`
-	Verdicts    *ebpf.VariableSpec `ebpf:"verdicts"`
+	ActionDrop   *ebpf.VariableSpec `ebpf:"action_drop"`
+	ClassCount   *ebpf.VariableSpec `ebpf:"class_count"`
+	DryRun       *ebpf.VariableSpec `ebpf:"dry_run"`
+	QueueSlots   *ebpf.VariableSpec `ebpf:"queue_slots"`
+	RuleCount    *ebpf.VariableSpec `ebpf:"rule_count"`
+	RuleDimPorts *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
+	RuleDims     *ebpf.VariableSpec `ebpf:"rule_dims"`
+	RuleDrop     *ebpf.VariableSpec `ebpf:"rule_drop"`
+	RuleMax      *ebpf.VariableSpec `ebpf:"rule_max"`
+	RuleNoDst    *ebpf.VariableSpec `ebpf:"rule_no_dst"`
+	RuleNoSrc    *ebpf.VariableSpec `ebpf:"rule_no_src"`
+	RulePorts    *ebpf.VariableSpec `ebpf:"rule_ports"`
+	RuleProto    *ebpf.VariableSpec `ebpf:"rule_proto"`
+	Verdicts     *ebpf.VariableSpec `ebpf:"verdicts"`
 }
 
 // xdpDropObjects contains all objects after they have been loaded into the kernel.
@@ -142,11 +202,23 @@ func (o *xdpDropObjects) Close() error {
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
+	DstPort  *ebpf.Map `ebpf:"dst_port"`
+	DstV4    *ebpf.Map `ebpf:"dst_v4"`
+	DstV6    *ebpf.Map `ebpf:"dst_v6"`
+	SrcPort  *ebpf.Map `ebpf:"src_port"`
+	SrcV4    *ebpf.Map `ebpf:"src_v4"`
+	SrcV6    *ebpf.Map `ebpf:"src_v6"`
 }
 
 func (m *xdpDropMaps) Close() error {
 	return _XdpDropClose(
 		m.Counters,
+		m.DstPort,
+		m.DstV4,
+		m.DstV6,
+		m.SrcPort,
+		m.SrcV4,
+		m.SrcV6,
 	)
 }
 
@@ -154,10 +226,20 @@ func (m *xdpDropMaps) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
-	ClassCount  *ebpf.Variable `ebpf:"class_count"`
-	QueueSlots  *ebpf.Variable `ebpf:"queue_slots"`
-	VerdictDrop *ebpf.Variable `ebpf:"verdict_drop"`
-	Verdicts    *ebpf.Variable `ebpf:"verdicts"`
+	ActionDrop   *ebpf.Variable `ebpf:"action_drop"`
+	ClassCount   *ebpf.Variable `ebpf:"class_count"`
+	DryRun       *ebpf.Variable `ebpf:"dry_run"`
+	QueueSlots   *ebpf.Variable `ebpf:"queue_slots"`
+	RuleCount    *ebpf.Variable `ebpf:"rule_count"`
+	RuleDimPorts *ebpf.Variable `ebpf:"rule_dim_ports"`
+	RuleDims     *ebpf.Variable `ebpf:"rule_dims"`
+	RuleDrop     *ebpf.Variable `ebpf:"rule_drop"`
+	RuleMax      *ebpf.Variable `ebpf:"rule_max"`
+	RuleNoDst    *ebpf.Variable `ebpf:"rule_no_dst"`
+	RuleNoSrc    *ebpf.Variable `ebpf:"rule_no_src"`
+	RulePorts    *ebpf.Variable `ebpf:"rule_ports"`
+	RuleProto    *ebpf.Variable `ebpf:"rule_proto"`
+	Verdicts     *ebpf.Variable `ebpf:"verdicts"`
 }
 
 // xdpDropPrograms contains all programs after they have been loaded into the kernel.

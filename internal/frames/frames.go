@@ -2,7 +2,11 @@
 // benchmarks and the demo: the payload first, then each header around it.
 package frames
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+)
 
 // Ethertypes.
 const (
@@ -178,4 +182,31 @@ func checksum(b []byte) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// Addressed sets the source and destination addresses of an IPv4 packet
+// (with IPv4 addresses) or an IPv6 packet (with IPv6 ones).
+func Addressed(l3 []byte, src, dst netip.Addr) []byte {
+	b := bytes.Clone(l3)
+	if src.Is4() {
+		s, d := src.As4(), dst.As4()
+		copy(b[12:16], s[:])
+		copy(b[16:20], d[:])
+		hl := int(b[0]&0x0f) * 4
+		binary.BigEndian.PutUint16(b[10:], 0)
+		binary.BigEndian.PutUint16(b[10:], checksum(b[:hl]))
+		return b
+	}
+	s, d := src.As16(), dst.As16()
+	copy(b[8:24], s[:])
+	copy(b[24:40], d[:])
+	return b
+}
+
+// Ports sets the source and destination ports of a TCP, UDP or SCTP header.
+func Ports(l4 []byte, src, dst uint16) []byte {
+	b := bytes.Clone(l4)
+	binary.BigEndian.PutUint16(b[0:], src)
+	binary.BigEndian.PutUint16(b[2:], dst)
+	return b
 }

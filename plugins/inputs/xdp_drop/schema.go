@@ -125,7 +125,20 @@ func ClassProtocol(c bpf.Class) string {
 	return c.Name()
 }
 
-// Action is the action tag of frames of class c under policy.
+// ActionTag is the action tag of frames the program gave action a: in a
+// dry run, a drop is would_drop.
+func ActionTag(dryRun bool, a bpf.Action) string {
+	switch {
+	case a == bpf.ActionPass:
+		return ActionPass
+	case dryRun:
+		return ActionWouldDrop
+	default:
+		return ActionDrop
+	}
+}
+
+// Action is the action tag of frames of class c under policy, rules aside.
 func Action(policy bpf.Policy, c bpf.Class) string {
 	switch {
 	case !policy.Drops(c):

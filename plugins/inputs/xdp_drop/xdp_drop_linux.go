@@ -33,7 +33,7 @@ type iface struct {
 	prog     *bpf.Program
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
-	counters bpf.Counters
+	counters bpf.Block
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -596,8 +596,8 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 		return
 	}
 	name := tagName(ifc.name)
-	err := x.readCounters(ifc, func(queue, cpu int, c *bpf.Counters) {
-		snap.Series = x.appendClasses(snap.Series, name, c, queueTag(queue), cpuTag(cpu))
+	err := x.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
+		snap.Series = x.appendClasses(snap.Series, name, b, queueTag(queue), cpuTag(cpu))
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
@@ -636,26 +636,28 @@ func queueTag(queue int) string {
 	return strconv.Itoa(queue)
 }
 
-// appendClasses appends one series per class with traffic; queue and cpu
-// are the optional views' tags ("" when off).
-func (x *XDPDrop) appendClasses(series []Series, name string, counters *bpf.Counters, queue, cpu string) []Series {
-	for i, c := range counters {
-		if c.Packets == 0 {
-			continue
+// appendClasses appends one series per class and action with traffic;
+// queue and cpu are the optional views' tags ("" when off).
+func (x *XDPDrop) appendClasses(series []Series, name string, b *bpf.Block, queue, cpu string) []Series {
+	for a := range b.Class {
+		for i, c := range b.Class[a] {
+			if c.Packets == 0 {
+				continue
+			}
+			class := bpf.Class(i)
+			series = append(series, Series{
+				SeriesKey: SeriesKey{
+					Interface: name,
+					Family:    class.Family().String(),
+					Protocol:  ClassProtocol(class),
+					Action:    ActionTag(x.policy.DryRun, bpf.Action(a)),
+					RxQueue:   queue,
+					CPU:       cpu,
+				},
+				Packets: c.Packets,
+				Bytes:   c.Bytes,
+			})
 		}
-		class := bpf.Class(i)
-		series = append(series, Series{
-			SeriesKey: SeriesKey{
-				Interface: name,
-				Family:    class.Family().String(),
-				Protocol:  ClassProtocol(class),
-				Action:    Action(x.policy, class),
-				RxQueue:   queue,
-				CPU:       cpu,
-			},
-			Packets: c.Packets,
-			Bytes:   c.Bytes,
-		})
 	}
 	return series
 }

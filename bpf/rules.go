@@ -1,0 +1,230 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// MaxRules is the number of rules a policy may have.
+const MaxRules = int(xdpDropRuleLimitsRULE_MAX)
+
+// MaxPrefixes is the number of address prefixes a policy's rules may list
+// per family, source and destination together.
+const MaxPrefixes = 100_000
+
+// PortRange is an inclusive range of TCP, UDP, SCTP or UDP-Lite ports.
+type PortRange struct {
+	Lo, Hi uint16
+}
+
+// Contains reports whether port is in the range.
+func (r PortRange) Contains(port uint16) bool { return r.Lo <= port && port <= r.Hi }
+
+// PortProtocols are the IP protocols whose headers begin with the source and
+// destination ports: the only ones a rule with ports may name.
+var PortProtocols = []uint8{6, 17, 132, 136}
+
+// Rule decides the frames it matches: IP frames whose headers are whole and
+// that satisfy every condition given. Within a condition any listed value
+// matches; an empty condition is not checked.
+type Rule struct {
+	Name string
+	// Drop is the rule's action: drop (or in a dry run count as
+	// would_drop) when set, pass otherwise.
+	Drop bool
+	// Protocols are IP protocols. A rule with ports must list only
+	// PortProtocols.
+	Protocols []uint8
+	// SrcPrefixes and DstPrefixes are masked address prefixes of either
+	// family; a rule whose prefixes of a direction are all of one family
+	// never matches frames of the other.
+	SrcPrefixes, DstPrefixes []netip.Prefix
+	// SrcPorts and DstPorts never match a later fragment, which carries no
+	// ports.
+	SrcPorts, DstPorts []PortRange
+}
+
+func (r *Rule) hasPorts() bool { return len(r.SrcPorts) > 0 || len(r.DstPorts) > 0 }
+
+// check reports what makes a rule unloadable; the plugin's validation
+// names the option, this is the last line of defence.
+func (r *Rule) check() error {
+	if len(r.Protocols)+len(r.SrcPrefixes)+len(r.DstPrefixes)+len(r.SrcPorts)+len(r.DstPorts) == 0 {
+		return errors.New("has no condition")
+	}
+	if r.hasPorts() {
+		if len(r.Protocols) == 0 {
+			return errors.New("has ports but no protocol limited to tcp, udp, sctp or udplite")
+		}
+		for _, p := range r.Protocols {
+			if !slices.Contains(PortProtocols, p) {
+				return fmt.Errorf("has ports but protocol %d carries none", p)
+			}
+		}
+	}
+	for _, pr := range append(slices.Clone(r.SrcPorts), r.DstPorts...) {
+		if pr.Lo > pr.Hi {
+			return fmt.Errorf("port range %d-%d is reversed", pr.Lo, pr.Hi)
+		}
+	}
+	for _, p := range append(slices.Clone(r.SrcPrefixes), r.DstPrefixes...) {
+		if !p.IsValid() || p != p.Masked() {
+			return fmt.Errorf("prefix %s is not a masked prefix", p)
+		}
+	}
+	return nil
+}
+
+// ruleTables is a policy's rules compiled for the program: the constants
+// and the contents of the prefix and port maps.
+type ruleTables struct {
+	count                  uint32
+	dims                   uint8
+	proto                  [256]uint64
+	drop, noSrc, noDst     uint64
+	ports                  uint64
+	srcV4, dstV4           map[netip.Prefix]uint64
+	srcV6, dstV6           map[netip.Prefix]uint64
+	srcPort, dstPort       []uint64 // by port; nil without port rules
+	prefixesV4, prefixesV6 int
+}
+
+// compileRules builds the tables of rules: bit i of every mask is rule i.
+func compileRules(rules []Rule) (*ruleTables, error) {
+	if len(rules) > MaxRules {
+		return nil, fmt.Errorf("%d rules: at most %d are possible", len(rules), MaxRules)
+	}
+	t := &ruleTables{count: uint32(len(rules))}
+	var src, dst prefixSet
+	for i := range rules {
+		r := &rules[i]
+		if err := r.check(); err != nil {
+			return nil, fmt.Errorf("rule %q %w", r.Name, err)
+		}
+		bit := uint64(1) << i
+		if r.Drop {
+			t.drop |= bit
+		}
+		if len(r.Protocols) == 0 {
+			for p := range t.proto {
+				t.proto[p] |= bit
+			}
+		}
+		for _, p := range r.Protocols {
+			t.proto[p] |= bit
+		}
+		if len(r.SrcPrefixes) == 0 {
+			t.noSrc |= bit
+		}
+		if len(r.DstPrefixes) == 0 {
+			t.noDst |= bit
+		}
+		src.add(r.SrcPrefixes, bit)
+		dst.add(r.DstPrefixes, bit)
+		if r.hasPorts() {
+			t.ports |= bit
+		}
+	}
+	t.prefixesV4, t.prefixesV6 = src.v4+dst.v4, src.v6+dst.v6
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"IPv4", t.prefixesV4}, {"IPv6", t.prefixesV6}} {
+		if f.n > MaxPrefixes {
+			return nil, fmt.Errorf("rules list %d %s prefixes: at most %d are possible", f.n, f.name, MaxPrefixes)
+		}
+	}
+	if len(src.direct) > 0 {
+		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_SRC)
+	}
+	if len(dst.direct) > 0 {
+		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_DST)
+	}
+	t.srcV4, t.srcV6 = src.closure(t.noSrc)
+	t.dstV4, t.dstV6 = dst.closure(t.noDst)
+	if t.ports != 0 {
+		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_PORTS)
+		t.srcPort = portMasks(rules, func(r *Rule) []PortRange { return r.SrcPorts })
+		t.dstPort = portMasks(rules, func(r *Rule) []PortRange { return r.DstPorts })
+	}
+	return t, nil
+}
+
+// portMasks is the mask of every port: the rules it satisfies, which
+// include every rule without ports in that direction.
+func portMasks(rules []Rule, ranges func(*Rule) []PortRange) []uint64 {
+	masks := make([]uint64, 1<<16)
+	for i := range rules {
+		bit := uint64(1) << i
+		rs := ranges(&rules[i])
+		if len(rs) == 0 {
+			for p := range masks {
+				masks[p] |= bit
+			}
+			continue
+		}
+		for _, pr := range rs {
+			for p := int(pr.Lo); p <= int(pr.Hi); p++ {
+				masks[p] |= bit
+			}
+		}
+	}
+	return masks
+}
+
+// prefixSet gathers the prefixes of one direction with the rules listing
+// each.
+type prefixSet struct {
+	direct map[netip.Prefix]uint64
+	v4, v6 int
+}
+
+func (s *prefixSet) add(ps []netip.Prefix, bit uint64) {
+	if s.direct == nil && len(ps) > 0 {
+		s.direct = make(map[netip.Prefix]uint64)
+	}
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			s.v4++
+		} else {
+			s.v6++
+		}
+		s.direct[p] |= bit
+	}
+}
+
+// closure gives every prefix the rules of every prefix containing it (the
+// trie finds only the longest) and of the rules without prefixes (miss),
+// split by family. Only lengths that occur are looked at.
+func (s *prefixSet) closure(miss uint64) (v4, v6 map[netip.Prefix]uint64) {
+	v4, v6 = map[netip.Prefix]uint64{}, map[netip.Prefix]uint64{}
+	var lens4, lens6 []int
+	var seen4, seen6 [129]bool
+	for p := range s.direct {
+		if p.Addr().Is4() && !seen4[p.Bits()] {
+			seen4[p.Bits()] = true
+			lens4 = append(lens4, p.Bits())
+		} else if !p.Addr().Is4() && !seen6[p.Bits()] {
+			seen6[p.Bits()] = true
+			lens6 = append(lens6, p.Bits())
+		}
+	}
+	for p := range s.direct {
+		lens, out := lens6, v6
+		if p.Addr().Is4() {
+			lens, out = lens4, v4
+		}
+		m := miss
+		for _, l := range lens {
+			if l > p.Bits() {
+				continue
+			}
+			outer, _ := p.Addr().Prefix(l)
+			m |= s.direct[outer]
+		}
+		out[p] = m
+	}
+	return v4, v6
+}
