@@ -73,13 +73,16 @@ const (
 // ActionCount is the number of actions.
 const ActionCount = int(xdpDropActionACTION_COUNT)
 
-// verdicts is the per-class action table the program is loaded with: the
-// action of frames no rule decides.
+// verdicts is the per-class verdict table the program is loaded with, for
+// frames no rule decides: the action counted, and whether to drop.
 func (p Policy) verdicts() [ClassCount]uint8 {
 	var v [ClassCount]uint8
 	for c := range v {
 		if p.Drops(Class(c)) {
 			v[c] = uint8(ActionDrop)
+			if !p.DryRun {
+				v[c] |= uint8(xdpDropVerdictVERDICT_DROP)
+			}
 		}
 	}
 	return v

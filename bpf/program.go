@@ -60,10 +60,10 @@ func (b *Block) empty() bool {
 
 // add adds a kernel counter block to b.
 func (b *Block) add(k *xdpDropCounterBlock) {
-	for a := range k.Class {
-		for c := range k.Class[a] {
-			b.Class[a][c].Packets += k.Class[a][c].Packets
-			b.Class[a][c].Bytes += k.Class[a][c].Bytes
+	for c := range k.Class {
+		for a := range k.Class[c] {
+			b.Class[a][c].Packets += k.Class[c][a].Packets
+			b.Class[a][c].Bytes += k.Class[c][a].Bytes
 		}
 	}
 	for r := range k.Rule {

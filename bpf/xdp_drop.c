@@ -31,8 +31,7 @@
 
 struct hdr_cursor {
 	void *pos;
-	void *l3;       /* the IP header, for rules */
-	int later_frag; /* an IPv6 fragment past the first: no L4 header */
+	int later_frag; /* an IPv6 fragment past the first: no L4 header (rules only) */
 };
 
 struct vlan_hdr {
@@ -54,12 +53,14 @@ struct ipv6_frag_hdr {
 };
 
 /*
- * Per-class action (enum action), written by the loader before load. The map
- * is frozen read-only, so the policy costs one byte load and no helper call.
+ * Per-class verdict, written by the loader before load: the action a frame
+ * is counted under (enum action) in bit 0, VERDICT_DROP when it is dropped
+ * (not in a dry run). The map is frozen read-only, so the policy costs one
+ * byte load and no helper call.
  */
 volatile const __u8 verdicts[CLASS_COUNT];
 
-/* A dry run counts drops as such but passes every frame. */
+/* A dry run counts drops as such but passes every frame (read by rules). */
 volatile const __u8 dry_run;
 
 /*
@@ -88,6 +89,7 @@ volatile const __u32 queue_slots;
 /* Not read by the program: they carry the shared enums into BTF for bpf2go -type. */
 volatile const enum class_idx class_count = CLASS_COUNT;
 volatile const enum action action_drop = ACTION_DROP;
+volatile const enum verdict verdict_drop = VERDICT_DROP;
 volatile const enum rule_limits rule_max = RULE_MAX;
 volatile const enum rule_dims rule_dim_ports = RULE_DIM_PORTS;
 
@@ -163,7 +165,6 @@ static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end
 {
 	struct iphdr *iph = nh->pos;
 
-	nh->l3 = iph;
 	if ((void *)(iph + 1) > data_end)
 		return CLASS_IPV4_TRUNCATED;
 	/* Version 4 without options, nearly every packet, needs no length check. */
@@ -178,7 +179,6 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 	__u8 next;
 	int i;
 
-	nh->l3 = ip6h;
 	if ((void *)(ip6h + 1) > data_end)
 		return CLASS_IPV6_TRUNCATED;
 	next = ip6h->nexthdr;
@@ -229,11 +229,12 @@ static __always_inline int skip_vlan(struct hdr_cursor *nh, void *data_end, __be
 	return 0;
 }
 
-static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cursor *nh)
+static __always_inline __u32 classify(void *data, void *data_end)
 {
+	struct hdr_cursor cur = { .pos = data + sizeof(struct ethhdr) };
+	struct hdr_cursor *nh = &cur;
 	__be16 proto;
 
-	nh->pos = data + sizeof(struct ethhdr);
 	if (nh->pos > data_end)
 		return CLASS_L2_TRUNCATED;
 	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
@@ -257,6 +258,33 @@ static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cur
 	if (is_vlan(proto))
 		return CLASS_L2_VLAN_OVERFLOW;
 	return CLASS_L2_OTHER;
+}
+
+/*
+ * The IP header of a frame classified as IP: found again behind up to two
+ * VLAN tags, so that frames without rules carry nothing out of classify.
+ */
+static __always_inline void *ip_header(void *data, void *data_end)
+{
+	void *pos = data + sizeof(struct ethhdr);
+	__be16 proto;
+	int i;
+
+	if (pos > data_end)
+		return NULL;
+	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
+#pragma unroll
+	for (i = 0; i < 2; i++) {
+		struct vlan_hdr *vh = pos;
+
+		if (!is_vlan(proto))
+			break;
+		if ((void *)(vh + 1) > data_end)
+			return NULL;
+		proto = ethertype_at(&vh->h_vlan_encapsulated_proto);
+		pos = vh + 1;
+	}
+	return pos;
 }
 
 /* Masks of the rules a frame's addresses satisfy; rule_no_* on a trie miss. */
@@ -303,7 +331,7 @@ static __always_inline __u64 prefix_masks_v6(struct ipv6hdr *ip6h)
  * to TCP, UDP, SCTP and UDP-Lite, which all begin with the two ports; a
  * later fragment, or a header too short for them, matches none of them.
  */
-static __always_inline __u64 port_masks(struct hdr_cursor *nh, void *data_end, int v6)
+static __always_inline __u64 port_masks(void *l3, void *data_end, int v6)
 {
 	__be16 *ports;
 	__u32 key;
@@ -311,11 +339,15 @@ static __always_inline __u64 port_masks(struct hdr_cursor *nh, void *data_end, i
 	__u64 *v;
 
 	if (v6) {
-		if (nh->later_frag)
+		/* Walk the extension headers again, to the upper layer. */
+		struct hdr_cursor nh = { .pos = l3 };
+
+		classify_ipv6(&nh, data_end);
+		if (nh.later_frag)
 			return ~rule_ports;
-		ports = nh->pos;
+		ports = nh.pos;
 	} else {
-		struct iphdr *iph = nh->l3;
+		struct iphdr *iph = l3;
 
 		if ((void *)(iph + 1) > data_end || (iph->frag_off & bpf_htons(0x1FFF)))
 			return ~rule_ports;
@@ -332,22 +364,26 @@ static __always_inline __u64 port_masks(struct hdr_cursor *nh, void *data_end, i
 }
 
 /* The first rule that matches an IP frame of class class, or -1. */
-static __always_inline int match_rule(struct hdr_cursor *nh, void *data_end, __u32 class)
+static __always_inline int match_rule(void *data, void *data_end, __u32 class)
 {
 	int v6 = class >= CLASS_IPV6;
 	__u64 m = rule_proto[class & 0xFF];
+	void *l3;
 
 	if (!m)
 		return -1;
+	l3 = ip_header(data, data_end);
+	if (!l3)
+		return -1;
 	if (rule_dims & (RULE_DIM_SRC | RULE_DIM_DST)) {
 		if (v6) {
-			struct ipv6hdr *ip6h = nh->l3;
+			struct ipv6hdr *ip6h = l3;
 
 			if ((void *)(ip6h + 1) > data_end)
 				return -1;
 			m &= prefix_masks_v6(ip6h);
 		} else {
-			struct iphdr *iph = nh->l3;
+			struct iphdr *iph = l3;
 
 			if ((void *)(iph + 1) > data_end)
 				return -1;
@@ -355,10 +391,29 @@ static __always_inline int match_rule(struct hdr_cursor *nh, void *data_end, __u
 		}
 	}
 	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports))
-		m &= port_masks(nh, data_end, v6);
+		m &= port_masks(l3, data_end, v6);
 	if (!m)
 		return -1;
 	return __builtin_ctzll(m);
+}
+
+/*
+ * The decision of the rules on an IP frame: 0 when no rule matches, else
+ * the verdict (as in verdicts) | (rule + 1) << 8. Not inlined: the frame's
+ * path keeps its registers when there are no rules, and only a frame of a
+ * program with rules pays the call.
+ */
+static __noinline __u32 rule_verdict(void *data, void *data_end, __u32 class)
+{
+	int rule = match_rule(data, data_end, class);
+	__u32 verdict;
+
+	if (rule < 0)
+		return 0;
+	verdict = (rule_drop >> rule) & 1;
+	if (verdict && !dry_run)
+		verdict |= VERDICT_DROP;
+	return verdict | (rule + 1) << 8;
 }
 
 /*
@@ -369,24 +424,25 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor nh = {};
 	struct counter_block *c;
+	struct counter *cc;
 	__u32 key = 0;
-	__u32 class, action;
-	int rule = -1;
+	__u32 class, verdict, ruled = 0;
 	__u64 len;
 
 	/* With fragments, data..data_end is the first buffer: headers are read there. */
-	class = classify(data, data_end, &nh);
+	class = classify(data, data_end);
 	if (class >= CLASS_COUNT)
 		return XDP_PASS;
-	action = verdicts[class] & 1;
+	/* Before the rules: data and data_end need not outlive their call. */
+	if (frags)
+		len = bpf_xdp_get_buff_len(ctx);
+	else
+		len = data_end - data;
 	/* Rules see IP frames whose headers are whole. */
-	if (rule_count && class < CLASS_IPV4_TRUNCATED) {
-		rule = match_rule(&nh, data_end, class);
-		if (rule >= 0)
-			action = (rule_drop >> rule) & 1;
-	}
+	if (rule_count && class < CLASS_IPV4_TRUNCATED)
+		ruled = rule_verdict(data, data_end, class);
+	verdict = ruled ? ruled : verdicts[class];
 
 	if (queue_slots) {
 		key = ctx->rx_queue_index;
@@ -396,14 +452,11 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		return XDP_PASS;
-	if (frags)
-		len = bpf_xdp_get_buff_len(ctx);
-	else
-		len = data_end - data;
-	c->class[action][class].packets++;
-	c->class[action][class].bytes += len;
-	if (rule >= 0) {
-		__u32 r = rule;
+	cc = &c->class[class][verdict & 1];
+	cc->packets++;
+	cc->bytes += len;
+	if (ruled) {
+		__u32 r = (ruled >> 8) - 1;
 
 		/* Hide what clang knows of r, so the bound the verifier needs stays. */
 		asm volatile("" : "+r"(r));
@@ -412,7 +465,7 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 		c->rule[r].bytes += len;
 	}
 
-	if (action == ACTION_DROP && !dry_run)
+	if (verdict & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
 }

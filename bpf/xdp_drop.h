@@ -31,6 +31,11 @@ enum action {
 	ACTION_COUNT,
 };
 
+/* Verdict table bits besides the action in bit 0. */
+enum verdict {
+	VERDICT_DROP = 2, /* dropped, not only counted as such (dry run) */
+};
+
 /* Rules: at most 64, one bit each in the per-dimension masks. */
 enum rule_limits {
 	RULE_MAX = 64,
@@ -49,7 +54,7 @@ enum rule_dims {
  * decided under that rule.
  */
 struct counter_block {
-	struct counter class[ACTION_COUNT][CLASS_COUNT];
+	struct counter class[CLASS_COUNT][ACTION_COUNT];
 	struct counter rule[RULE_MAX];
 };
 

@@ -43,7 +43,7 @@ type xdpDropCounter struct {
 
 type xdpDropCounterBlock struct {
 	_     structs.HostLayout
-	Class [2][518]xdpDropCounter
+	Class [518][2]xdpDropCounter
 	Rule  [64]xdpDropCounter
 }
 
@@ -73,6 +73,12 @@ const (
 	xdpDropRuleLimitsRULE_MAX xdpDropRuleLimits = 64
 )
 
+type xdpDropVerdict uint32
+
+const (
+	xdpDropVerdictVERDICT_DROP xdpDropVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -99,6 +105,7 @@ const (
 	xdpDropVarRuleNoSrc     = "rule_no_src"
 	xdpDropVarRulePorts     = "rule_ports"
 	xdpDropVarRuleProto     = "rule_proto"
+	xdpDropVarVerdictDrop   = "verdict_drop"
 	xdpDropVarVerdicts      = "verdicts"
 )
 
@@ -178,6 +185,7 @@ type xdpDropVariableSpecs struct {
 	RuleNoSrc    *ebpf.VariableSpec `ebpf:"rule_no_src"`
 	RulePorts    *ebpf.VariableSpec `ebpf:"rule_ports"`
 	RuleProto    *ebpf.VariableSpec `ebpf:"rule_proto"`
+	VerdictDrop  *ebpf.VariableSpec `ebpf:"verdict_drop"`
 	Verdicts     *ebpf.VariableSpec `ebpf:"verdicts"`
 }
 
@@ -239,6 +247,7 @@ type xdpDropVariables struct {
 	RuleNoSrc    *ebpf.Variable `ebpf:"rule_no_src"`
 	RulePorts    *ebpf.Variable `ebpf:"rule_ports"`
 	RuleProto    *ebpf.Variable `ebpf:"rule_proto"`
+	VerdictDrop  *ebpf.Variable `ebpf:"verdict_drop"`
 	Verdicts     *ebpf.Variable `ebpf:"verdicts"`
 }
 
