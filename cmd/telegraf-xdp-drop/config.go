@@ -66,9 +66,31 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 		if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
 			return nil, fmt.Errorf("config %s: unknown section or key %q: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, key.String())
 		}
+		if len(key) == 4 && key[2] == "rule" {
+			return nil, fmt.Errorf("config %s: %s: unknown key %q; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), key[3], xdp_drop.RuleKeys)
+		}
 		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key.String(), options)
 	}
 	return plugin, nil
+}
+
+// ruleWithKey names the first rule that holds key, by name where it has one.
+func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive, key string) string {
+	var raw struct {
+		Rule []map[string]any `toml:"rule"`
+	}
+	if err := md.PrimitiveDecode(section, &raw); err == nil {
+		for i, r := range raw.Rule {
+			if _, ok := r[key]; !ok {
+				continue
+			}
+			if i < len(rules) && rules[i].Name != "" {
+				return fmt.Sprintf("rule %q", rules[i].Name)
+			}
+			return fmt.Sprintf("rule %d", i+1)
+		}
+	}
+	return "rule"
 }
 
 // maxConfigSize bounds what is read of the config file: the file is one

@@ -9,6 +9,8 @@ const (
 	MeasurementCounters = "xdp_drop"
 	// MeasurementLink holds one point per interface: its attachment.
 	MeasurementLink = "xdp_drop_link"
+	// MeasurementRule holds one point per interface and rule.
+	MeasurementRule = "xdp_drop_rule"
 
 	TagInterface = "interface"
 	TagFamily    = "family"
@@ -17,6 +19,7 @@ const (
 	TagRxQueue   = "rx_queue" // per_queue only
 	TagCPU       = "cpu"      // per_cpu only
 	TagMode      = "mode"
+	TagRule      = "rule"
 
 	FieldPackets   = "packets"
 	FieldBytes     = "bytes"
@@ -44,8 +47,29 @@ var Actions = []string{ActionDrop, ActionWouldDrop, ActionPass}
 // Tags; a new measurement is a slice here, of a type with Tags and Fields,
 // and a loop in Gather.
 type Snapshot struct {
-	Series []Series // MeasurementCounters
-	Links  []Link   // MeasurementLink
+	Series []Series     // MeasurementCounters
+	Rules  []RuleSeries // MeasurementRule
+	Links  []Link       // MeasurementLink
+}
+
+// RuleSeries is one rule's counters on one interface: the frames it
+// decided (the first rule that matched them), cumulative since attach.
+type RuleSeries struct {
+	Interface string
+	Rule      string // the rule's name
+	Action    string // the rule's action, as the action tag names it
+	Packets   uint64
+	Bytes     uint64
+}
+
+// Tags returns the rule series' tags.
+func (r *RuleSeries) Tags() map[string]string {
+	return map[string]string{TagInterface: r.Interface, TagRule: r.Rule, TagAction: r.Action}
+}
+
+// Fields returns the rule series' fields.
+func (r *RuleSeries) Fields() map[string]any {
+	return map[string]any{FieldPackets: r.Packets, FieldBytes: r.Bytes}
 }
 
 // SeriesKey names one counter series by its tag values; it is comparable,

@@ -39,6 +39,7 @@ type XDPDrop struct {
 	// HandoverTimeout is how long a stopped instance's attachments wait
 	// for a successor to take them over in place; 0 releases at once.
 	HandoverTimeout config.Duration `toml:"handover_timeout"`
+	Rules           []Rule          `toml:"rule"`
 
 	Log telegraf.Logger `toml:"-"`
 
@@ -91,7 +92,7 @@ func (x *XDPDrop) Init() error {
 	default:
 		return fmt.Errorf(`mode = %q is not a mode; use "native" (default), "generic", "offload" or "auto"`, x.Mode)
 	}
-	policy, err := ParseDrop(x.Drop)
+	policy, err := parsePolicy(x.Drop, x.Rules)
 	if err != nil {
 		return err
 	}
@@ -269,13 +270,33 @@ func (x *XDPDrop) checkInterfaces() error {
 	return nil
 }
 
+// parsePolicy turns the drop option and the rules into a policy. With
+// rules, drop is optional: frames no rule matches then pass.
+func parsePolicy(drop []any, rules []Rule) (bpf.Policy, error) {
+	var p bpf.Policy
+	if len(drop) > 0 || len(rules) == 0 {
+		var err error
+		if p, err = ParseDrop(drop); err != nil {
+			return p, err
+		}
+	}
+	var err error
+	if p.Rules, err = parseRules(rules); err != nil {
+		return bpf.Policy{}, err
+	}
+	if len(p.Rules) == 0 {
+		p.Rules = nil
+	}
+	return p, nil
+}
+
 // ParseDrop turns the drop option into a policy: ["all"], or IP protocol
 // names (keywords and aliases, any case) and numbers, as TOML decodes them
 // (string, int64).
 func ParseDrop(drop []any) (bpf.Policy, error) {
 	const accepted = `use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47]`
 	if len(drop) == 0 {
-		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping)", accepted)
+		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping), or give rules", accepted)
 	}
 	var p bpf.Policy
 	seen := make(map[uint8]bool)

@@ -68,6 +68,10 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 		s := &snap.Series[i]
 		acc.AddFields(MeasurementCounters, s.Fields(), s.Tags(), now)
 	}
+	for i := range snap.Rules {
+		r := &snap.Rules[i]
+		acc.AddFields(MeasurementRule, r.Fields(), r.Tags(), now)
+	}
 	for i := range snap.Links {
 		l := &snap.Links[i]
 		acc.AddFields(MeasurementLink, l.Fields(), l.Tags(), now)
@@ -596,12 +600,36 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 		return
 	}
 	name := tagName(ifc.name)
+	// Every block with traffic is passed once: their rule counters add up.
+	var rules [bpf.MaxRules]bpf.Counter
 	err := x.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
 		snap.Series = x.appendClasses(snap.Series, name, b, queueTag(queue), cpuTag(cpu))
+		for i := range x.policy.Rules {
+			rules[i].Packets += b.Rule[i].Packets
+			rules[i].Bytes += b.Rule[i].Bytes
+		}
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		return
 	}
+	snap.Rules = x.appendRules(snap.Rules, name, &rules)
+}
+
+// appendRules appends one series per rule, also for rules that never
+// matched: the frames each rule decided.
+func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules *[bpf.MaxRules]bpf.Counter) []RuleSeries {
+	for i, r := range x.policy.Rules {
+		action := bpf.ActionPass
+		if r.Drop {
+			action = bpf.ActionDrop
+		}
+		series = append(series, RuleSeries{
+			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
+			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
+		})
+	}
+	return series
 }
 
 // readCounters reads the counters of an attached interface split as the

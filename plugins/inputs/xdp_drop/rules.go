@@ -1,0 +1,262 @@
+package xdp_drop
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+// Rule is one [[inputs.xdp_drop.rule]]: the frames it matches get its
+// action, before the drop list. Every field given must match; within a
+// field any listed value matches.
+type Rule struct {
+	Name      string   `toml:"name"`
+	Action    string   `toml:"action"`
+	Protocol  []any    `toml:"protocol"`
+	SrcPrefix []string `toml:"src_prefix"`
+	DstPrefix []string `toml:"dst_prefix"`
+	SrcPort   []any    `toml:"src_port"`
+	DstPort   []any    `toml:"dst_port"`
+}
+
+// RuleKeys are the keys a rule takes, for error messages.
+const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_port, dst_port"
+
+const maxRuleName = 64
+
+// parseRules turns the rules into the policy's, checking each.
+func parseRules(rules []Rule) ([]bpf.Rule, error) {
+	if len(rules) > bpf.MaxRules {
+		return nil, fmt.Errorf("rule: %d rules; at most %d fit one [[inputs.xdp_drop]] (the program matches them with 64-bit masks)", len(rules), bpf.MaxRules)
+	}
+	out := make([]bpf.Rule, 0, len(rules))
+	names := make(map[string]int, len(rules))
+	var v4, v6 int
+	for i := range rules {
+		r, err := parseRule(&rules[i], i+1)
+		if err != nil {
+			return nil, err
+		}
+		if first, ok := names[r.Name]; ok {
+			return nil, fmt.Errorf("rule %q: name is used by rule %d already; names must be unique", r.Name, first)
+		}
+		names[r.Name] = i + 1
+		for _, p := range slices.Concat(r.SrcPrefixes, r.DstPrefixes) {
+			if p.Addr().Is4() {
+				v4++
+			} else {
+				v6++
+			}
+		}
+		out = append(out, r)
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"IPv4", v4}, {"IPv6", v6}} {
+		if f.n > bpf.MaxPrefixes {
+			return nil, fmt.Errorf("rule: the rules list %d %s prefixes (src_prefix and dst_prefix together); at most %d per family fit", f.n, f.name, bpf.MaxPrefixes)
+		}
+	}
+	return out, nil
+}
+
+// parseRule checks one rule; n is its position, for a rule without a name.
+func parseRule(r *Rule, n int) (bpf.Rule, error) {
+	var out bpf.Rule
+	if err := checkRuleName(r.Name, n); err != nil {
+		return out, err
+	}
+	out.Name = r.Name
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("rule %q: "+format, append([]any{r.Name}, args...)...)
+	}
+	switch r.Action {
+	case "drop":
+		out.Drop = true
+	case "pass":
+	case "":
+		return out, fail(`action is missing; use action = "drop" or "pass"`)
+	default:
+		return out, fail(`action = %q is not an action; use "drop" or "pass"`, r.Action)
+	}
+	var err error
+	if out.Protocols, err = parseRuleProtocols(r.Protocol); err != nil {
+		return out, fail("protocol: %w", err)
+	}
+	if out.SrcPrefixes, err = parsePrefixes(r.SrcPrefix); err != nil {
+		return out, fail("src_prefix: %w", err)
+	}
+	if out.DstPrefixes, err = parsePrefixes(r.DstPrefix); err != nil {
+		return out, fail("dst_prefix: %w", err)
+	}
+	if out.SrcPorts, err = parsePorts(r.SrcPort); err != nil {
+		return out, fail("src_port: %w", err)
+	}
+	if out.DstPorts, err = parsePorts(r.DstPort); err != nil {
+		return out, fail("dst_port: %w", err)
+	}
+	if len(r.Protocol)+len(r.SrcPrefix)+len(r.DstPrefix)+len(r.SrcPort)+len(r.DstPort) == 0 {
+		return out, fail(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_port, dst_port (for every frame use drop = ["all"])`)
+	}
+	if err := checkPortProtocols(&out, r); err != nil {
+		return out, fail("%w", err)
+	}
+	return out, nil
+}
+
+func checkRuleName(name string, n int) error {
+	const rule = "use [a-z0-9_.-], at most 64 characters"
+	switch {
+	case name == "":
+		return fmt.Errorf("rule %d: name is missing; every rule needs a unique name (%s): it is the rule tag of xdp_drop_rule", n, rule)
+	case len(name) > maxRuleName:
+		return fmt.Errorf("rule %d: name %q is %d characters long; %s", n, name, len(name), rule)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("rule %d: name %q holds %q; %s", n, name, c, rule)
+		}
+	}
+	return nil
+}
+
+// parseRuleProtocols reads protocol names or numbers, as in drop.
+func parseRuleProtocols(list []any) ([]uint8, error) {
+	var out []uint8
+	for _, item := range list {
+		var proto uint8
+		switch v := item.(type) {
+		case string:
+			n, ok := lookupProtocol(v)
+			if !ok {
+				return nil, fmt.Errorf("%q is not an IP protocol name; use names or numbers 0-255 such as \"udp\" or 47%s", v, suggest(v))
+			}
+			proto = n
+		case int64:
+			if v < 0 || v > 255 {
+				return nil, fmt.Errorf("%d is out of range; IP protocol numbers are 0-255", v)
+			}
+			proto = uint8(v)
+		default:
+			return nil, fmt.Errorf("%v (%T) is neither a protocol name nor a number", item, item)
+		}
+		if slices.Contains(out, proto) {
+			return nil, fmt.Errorf("%s (%d) is listed twice", protocolTag(proto), proto)
+		}
+		out = append(out, proto)
+	}
+	return out, nil
+}
+
+// parsePrefixes reads address prefixes; a bare address is a host prefix.
+func parsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("%q is not an address prefix; write prefixes such as \"192.0.2.0/24\" or \"2001:db8::/32\"", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			return nil, fmt.Errorf("%q is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", s)
+		}
+		if m := p.Masked(); m != p {
+			return nil, fmt.Errorf("%q has host bits set; did you mean %q?", s, m.String())
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// parsePorts reads port numbers and "lo-hi" ranges.
+func parsePorts(list []any) ([]bpf.PortRange, error) {
+	var out []bpf.PortRange
+	for _, item := range list {
+		var r bpf.PortRange
+		switch v := item.(type) {
+		case int64:
+			p, err := portNumber(v)
+			if err != nil {
+				return nil, err
+			}
+			r = bpf.PortRange{Lo: p, Hi: p}
+		case string:
+			var err error
+			if r, err = parsePortRange(v); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%v (%T) is neither a port number nor a range such as \"1000-1999\"", item, item)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func portNumber(v int64) (uint16, error) {
+	if v < 0 || v > 65535 {
+		return 0, fmt.Errorf("%d is out of range; ports are 0-65535", v)
+	}
+	return uint16(v), nil
+}
+
+func parsePortRange(s string) (bpf.PortRange, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	parse := func(t string) (uint16, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q is neither a port number nor a range such as \"1000-1999\"", s)
+		}
+		if n < 0 || n > 65535 {
+			return 0, fmt.Errorf("%q is out of range; ports are 0-65535", s)
+		}
+		return uint16(n), nil
+	}
+	l, err := parse(lo)
+	if err != nil {
+		return bpf.PortRange{}, err
+	}
+	if !isRange {
+		return bpf.PortRange{Lo: l, Hi: l}, nil
+	}
+	h, err := parse(hi)
+	if err != nil {
+		return bpf.PortRange{}, err
+	}
+	if l > h {
+		return bpf.PortRange{}, fmt.Errorf("%q is reversed; write \"%d-%d\"", s, h, l)
+	}
+	return bpf.PortRange{Lo: l, Hi: h}, nil
+}
+
+// checkPortProtocols: ports need a protocol limited to those that carry them.
+func checkPortProtocols(out *bpf.Rule, r *Rule) error {
+	if len(out.SrcPorts)+len(out.DstPorts) == 0 {
+		return nil
+	}
+	field := "src_port"
+	if len(out.SrcPorts) == 0 {
+		field = "dst_port"
+	}
+	const limit = `limit protocol to tcp, udp, sctp or udplite, e.g. protocol = ["udp"]`
+	if len(out.Protocols) == 0 {
+		return fmt.Errorf("%s needs a protocol that carries ports; %s", field, limit)
+	}
+	for _, p := range out.Protocols {
+		if !slices.Contains(bpf.PortProtocols, p) {
+			return fmt.Errorf("%s: protocol %s carries no ports; %s", field, protocolTag(p), limit)
+		}
+	}
+	return nil
+}

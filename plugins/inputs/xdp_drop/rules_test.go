@@ -1,0 +1,114 @@
+package xdp_drop
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+func withRules(drop []any, rules ...Rule) *XDPDrop {
+	return &XDPDrop{Interfaces: []string{"eth1"}, Drop: drop, Rules: rules}
+}
+
+// TestInitRules: the issue's example config becomes the policy it says.
+func TestInitRules(t *testing.T) {
+	p := withRules([]any{"udp"},
+		Rule{Name: "mgmt", Action: "pass", SrcPrefix: []string{"192.0.2.0/24", "2001:db8:1::/48"}},
+		Rule{Name: "memcached-reflection", Action: "drop", Protocol: []any{"udp"}, SrcPort: []any{int64(11211)}},
+		Rule{Name: "dns-to-resolver", Action: "pass", Protocol: []any{"udp", int64(6)}, DstPrefix: []string{"198.51.100.53"}, DstPort: []any{int64(53), "1000-1999", "5353"}},
+	)
+	require.NoError(t, p.Init())
+	require.Equal(t, bpf.Policy{
+		Protocols: []uint8{17},
+		Rules: []bpf.Rule{
+			{Name: "mgmt", SrcPrefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:1::/48")}},
+			{Name: "memcached-reflection", Drop: true, Protocols: []uint8{17}, SrcPorts: []bpf.PortRange{{Lo: 11211, Hi: 11211}}},
+			{Name: "dns-to-resolver", Protocols: []uint8{17, 6}, DstPrefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.53/32")},
+				DstPorts: []bpf.PortRange{{Lo: 53, Hi: 53}, {Lo: 1000, Hi: 1999}, {Lo: 5353, Hi: 5353}}},
+		},
+	}, p.policy)
+
+	// With rules, drop is optional: what no rule matches passes.
+	p = withRules(nil, Rule{Name: "a", Action: "drop", Protocol: []any{"gre"}})
+	require.NoError(t, p.Init())
+	require.Equal(t, bpf.Policy{Rules: []bpf.Rule{{Name: "a", Drop: true, Protocols: []uint8{47}}}}, p.policy)
+}
+
+// TestInitRuleErrors: every bad rule is refused naming the rule, the field
+// and the value, and what to write instead.
+func TestInitRuleErrors(t *testing.T) {
+	udp := []any{"udp"}
+	ok := Rule{Name: "ok", Action: "drop", Protocol: udp}
+	many := func(n int) []Rule {
+		rs := make([]Rule, n)
+		for i := range rs {
+			rs[i] = Rule{Name: fmt.Sprintf("r%d", i), Action: "drop", Protocol: []any{int64(i % 256)}}
+		}
+		return rs
+	}
+	prefixes := func(n int, v6 bool) []string {
+		ps := make([]string, n)
+		for i := range ps {
+			if v6 {
+				ps[i] = fmt.Sprintf("2001:db8:%x:%x::/64", i>>16, i&0xffff)
+			} else {
+				ps[i] = fmt.Sprintf("10.%d.%d.0/24", i>>8&0xff, i&0xff)
+				if i >= 1<<16 {
+					ps[i] = fmt.Sprintf("11.%d.%d.%d/32", i>>16&0xff, i>>8&0xff, i&0xff)
+				}
+			}
+		}
+		return ps
+	}
+	cases := []struct {
+		name  string
+		rules []Rule
+		want  []string
+	}{
+		{"no name", []Rule{{Action: "drop", Protocol: udp}}, []string{"rule 1", "name is missing", "[a-z0-9_.-]"}},
+		{"bad name", []Rule{ok, {Name: "Mgmt Net", Action: "drop", Protocol: udp}}, []string{"rule 2", `"Mgmt Net"`, "[a-z0-9_.-]"}},
+		{"long name", []Rule{{Name: strings.Repeat("a", 65), Action: "drop", Protocol: udp}}, []string{"rule 1", "65 characters", "at most 64"}},
+		{"duplicate name", []Rule{ok, ok}, []string{`rule "ok"`, "rule 1", "unique"}},
+		{"no action", []Rule{{Name: "x", Protocol: udp}}, []string{`rule "x"`, "action is missing", `"drop" or "pass"`}},
+		{"unknown action", []Rule{{Name: "x", Action: "deny", Protocol: udp}}, []string{`rule "x"`, `action = "deny"`, `"drop" or "pass"`}},
+		{"no condition", []Rule{{Name: "x", Action: "drop"}}, []string{`rule "x"`, "no condition", "protocol, src_prefix"}},
+		{"unknown protocol", []Rule{{Name: "x", Action: "drop", Protocol: []any{"udpp"}}}, []string{`rule "x"`, "protocol", `"udpp"`, `did you mean "udp"`}},
+		{"protocol out of range", []Rule{{Name: "x", Action: "drop", Protocol: []any{int64(256)}}}, []string{`rule "x"`, "protocol", "256", "0-255"}},
+		{"protocol all", []Rule{{Name: "x", Action: "drop", Protocol: []any{"all"}}}, []string{`rule "x"`, "protocol", `"all"`}},
+		{"bad prefix", []Rule{{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2/24"}}}, []string{`rule "x"`, "src_prefix", `"192.0.2/24"`, "192.0.2.0/24"}},
+		{"host bits", []Rule{{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2.1/24"}}}, []string{`rule "x"`, "src_prefix", `"192.0.2.1/24"`, "host bits", `did you mean "192.0.2.0/24"`}},
+		{"host bits v6", []Rule{{Name: "x", Action: "pass", DstPrefix: []string{"2001:db8::1/32"}}}, []string{`rule "x"`, "dst_prefix", `"2001:db8::1/32"`, `"2001:db8::/32"`}},
+		{"prefix too long", []Rule{{Name: "x", Action: "drop", DstPrefix: []string{"192.0.2.0/33"}}}, []string{`rule "x"`, "dst_prefix", `"192.0.2.0/33"`}},
+		{"mapped prefix", []Rule{{Name: "x", Action: "drop", DstPrefix: []string{"::ffff:192.0.2.0/120"}}}, []string{`rule "x"`, "dst_prefix", "IPv4-mapped"}},
+		{"port out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{int64(65536)}}}, []string{`rule "x"`, "dst_port", "65536", "0-65535"}},
+		{"negative port", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{int64(-1)}}}, []string{`rule "x"`, "src_port", "-1", "0-65535"}},
+		{"range out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1000-70000"}}}, []string{`rule "x"`, "dst_port", `"1000-70000"`, "0-65535"}},
+		{"reversed range", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{"2000-1000"}}}, []string{`rule "x"`, "src_port", `"2000-1000"`, "reversed", `"1000-2000"`}},
+		{"bad range", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{"http"}}}, []string{`rule "x"`, "src_port", `"http"`, "1000-1999"}},
+		{"port float", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{53.5}}}, []string{`rule "x"`, "src_port", "53.5"}},
+		{"ports without protocol", []Rule{{Name: "x", Action: "drop", DstPort: []any{int64(53)}}}, []string{`rule "x"`, "dst_port", "tcp, udp, sctp or udplite"}},
+		{"ports with icmp", []Rule{{Name: "x", Action: "drop", Protocol: []any{"udp", "icmp"}, SrcPort: []any{int64(53)}}}, []string{`rule "x"`, "src_port", "icmp carries no ports", "tcp, udp, sctp or udplite"}},
+		{"too many rules", many(65), []string{"rule", "65 rules", "at most 64"}},
+		{"too many IPv4 prefixes", []Rule{
+			{Name: "a", Action: "drop", SrcPrefix: prefixes(60_000, false)},
+			{Name: "b", Action: "drop", DstPrefix: prefixes(40_001, false)},
+		}, []string{"rule", "100001 IPv4 prefixes", "at most 100000"}},
+		{"too many IPv6 prefixes", []Rule{{Name: "a", Action: "drop", SrcPrefix: prefixes(100_001, true)}}, []string{"rule", "100001 IPv6 prefixes", "at most 100000"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := withRules([]any{"udp"}, c.rules...).Init()
+			require.Error(t, err)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	require.NoError(t, withRules(nil, many(64)...).Init(), "64 rules fit")
+	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
+}
