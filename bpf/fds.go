@@ -11,6 +11,8 @@ import (
 
 // FDsPerInterface is how many file descriptors an attached Program holds:
 // the program, its counter map, its read-only policy map and its link.
+// Rules add two per dimension they use: the source prefix tries, the
+// destination prefix tries, the port tables.
 const FDsPerInterface = 4
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are

@@ -148,13 +148,39 @@ func (o *objects) Close() error {
 }
 
 // maps are the maps of the program by their names in the ELF.
+// Maps the program does not use are closed after load (see dropUnused) and
+// left out.
 func (o *objects) maps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{
+	all := map[string]*ebpf.Map{
 		xdpDropMapCounters: o.Counters,
 		xdpDropMapSrcV4:    o.SrcV4, xdpDropMapDstV4: o.DstV4,
 		xdpDropMapSrcV6: o.SrcV6, xdpDropMapDstV6: o.DstV6,
 		xdpDropMapSrcPort: o.SrcPort, xdpDropMapDstPort: o.DstPort,
 	}
+	for name, m := range all {
+		if m == nil {
+			delete(all, name)
+		}
+	}
+	return all
+}
+
+// dropUnused closes the rule maps of dimensions no rule uses: the program
+// holds its own references, and an interface then costs no descriptor for
+// them (FDsPerInterface without rules).
+func (o *objects) dropUnused(dims uint8) {
+	unused := func(dim xdpDropRuleDims, ms ...**ebpf.Map) {
+		if dims&uint8(dim) != 0 {
+			return
+		}
+		for _, m := range ms {
+			(*m).Close()
+			*m = nil
+		}
+	}
+	unused(xdpDropRuleDimsRULE_DIM_SRC, &o.SrcV4, &o.SrcV6)
+	unused(xdpDropRuleDimsRULE_DIM_DST, &o.DstV4, &o.DstV6)
+	unused(xdpDropRuleDimsRULE_DIM_PORTS, &o.SrcPort, &o.DstPort)
 }
 
 // singleBufferObjects and multiBufferObjects select the variant a load assigns;
@@ -350,6 +376,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		p.objs.Close()
 		return nil, err
 	}
+	p.objs.dropUnused(rules.dims)
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err
@@ -460,7 +487,7 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Clones of p's maps: the program holds its own references.
+	// Clones of p's maps, or unused ones: the program holds its own references.
 	for _, m := range objs.maps() {
 		m.Close()
 	}
