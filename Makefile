@@ -53,9 +53,10 @@ test: ## Run all tests (privileged ones need root; XDP_DROP_REQUIRE_PRIVILEGED=1
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
-fuzz: ## Fuzz the classifier against the reference, single- and multi-buffer, $(FUZZTIME) each (FUZZTIME=...; root)
+fuzz: ## Fuzz the classifier, single- and multi-buffer, and random rule sets against the reference, $(FUZZTIME) each (FUZZTIME=...; root)
 	$(GO) test -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME) ./bpf/
 	$(GO) test -run '^$$' -fuzz '^FuzzClassifyMultiBuffer$$' -fuzztime $(FUZZTIME) ./bpf/
+	$(GO) test -run '^$$' -fuzz '^FuzzRules$$' -fuzztime $(FUZZTIME) ./bpf/
 
 .PHONY: demo
 demo: ## Run the demo: own namespace, veth and traffic; prints the plugin's line protocol (root)

@@ -1,0 +1,316 @@
+//go:build linux
+
+package bpf_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// The rule side of the reference, from the design: a rule matches an IP
+// frame whose headers are whole when every condition it has holds; the
+// first rule that matches decides. Prefixes are checked by containment,
+// rule by rule, not with tries and masks as the program does.
+
+// refFrame is what rules look at in a frame: its family, protocol,
+// addresses, and ports when the frame carries them in its first buffer.
+type refFrame struct {
+	proto        uint8
+	src, dst     netip.Addr
+	ports        bool
+	sport, dport uint16
+}
+
+// refRuleFrame reads a frame as rules see it; ok is false for frames that
+// no rule can match (not IP, or headers cut short).
+func refRuleFrame(frame []byte) (f refFrame, ok bool) {
+	r := refClassify(frame)
+	if r.proto < 0 || r.family == bpf.FamilyL2 {
+		return f, false
+	}
+	off := ethHeaderLen
+	for et := binary.BigEndian.Uint16(frame[12:]); et == 0x8100 || et == 0x88A8; et = binary.BigEndian.Uint16(frame[off-2:]) {
+		off += vlanTagLen
+	}
+	pkt := frame[off:]
+	f.proto = uint8(r.proto)
+	var l4 []byte
+	if r.family == bpf.FamilyIPv4 {
+		f.src = netip.AddrFrom4([4]byte(pkt[12:16]))
+		f.dst = netip.AddrFrom4([4]byte(pkt[16:20]))
+		if binary.BigEndian.Uint16(pkt[6:])&0x1fff == 0 { // not a later fragment
+			l4 = pkt[int(pkt[0]&0x0f)*4:]
+		}
+	} else {
+		f.src = netip.AddrFrom16([16]byte(pkt[8:24]))
+		f.dst = netip.AddrFrom16([16]byte(pkt[24:40]))
+		l4 = refIPv6Payload(pkt)
+	}
+	if len(l4) >= 4 {
+		f.ports = true
+		f.sport = binary.BigEndian.Uint16(l4)
+		f.dport = binary.BigEndian.Uint16(l4[2:])
+	}
+	return f, true
+}
+
+// refIPv6Payload is what follows the extension headers refIPv6 skips, nil
+// for a later fragment, which carries no upper-layer header.
+func refIPv6Payload(pkt []byte) []byte {
+	next := pkt[6]
+	rest := pkt[ipv6HeaderLen:]
+	for skipped := 0; skipped < ipv6ExtMax && isIPv6Ext(next); skipped++ {
+		size := ipv6ExtSize(next, rest)
+		if next == 44 && binary.BigEndian.Uint16(rest[2:])>>3 != 0 {
+			return nil
+		}
+		next = rest[0]
+		rest = rest[size:]
+	}
+	return rest
+}
+
+func refPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+func refPorts(rs []bpf.PortRange, f refFrame, port uint16) bool {
+	if len(rs) == 0 {
+		return true
+	}
+	return f.ports && slices.ContainsFunc(rs, func(r bpf.PortRange) bool { return r.Lo <= port && port <= r.Hi })
+}
+
+// refRule is the index of the first rule that matches frame, -1 for none.
+func refRule(frame []byte, rules []bpf.Rule) int {
+	f, ok := refRuleFrame(frame)
+	if !ok {
+		return -1
+	}
+	for i, r := range rules {
+		hasPorts := len(r.SrcPorts)+len(r.DstPorts) > 0
+		if (len(r.Protocols) == 0 || slices.Contains(r.Protocols, f.proto)) &&
+			refPrefixes(r.SrcPrefixes, f.src) && refPrefixes(r.DstPrefixes, f.dst) &&
+			(!hasPorts || f.ports) && refPorts(r.SrcPorts, f, f.sport) && refPorts(r.DstPorts, f, f.dport) {
+			return i
+		}
+	}
+	return -1
+}
+
+// refDecision is the rule that decides frame (-1: none), whether the
+// frame is counted as dropped, and the XDP action it gets.
+func refDecision(frame []byte, r refResult, p bpf.Policy) (rule int, drop bool, verdict uint32) {
+	rule = refRule(frame, p.Rules)
+	if rule >= 0 {
+		drop = p.Rules[rule].Drop
+	} else {
+		drop = p.Drops(r.class())
+	}
+	verdict = xdpPass
+	if drop && !p.DryRun {
+		verdict = xdpDrop
+	}
+	return rule, drop, verdict
+}
+
+// TestReferenceRulesMatchTable holds the rule reference to the hand-written
+// rule table, so a reference bug shows without root.
+func TestReferenceRulesMatchTable(t *testing.T) {
+	for _, set := range ruleSets() {
+		for _, c := range set.cases {
+			r := refClassify(c.frame)
+			require.Equal(t, c.class, r.class(), "%s: %s", set.name, c.name)
+			rule, drop, _ := refDecision(c.frame, r, set.policy)
+			want := -1
+			for i, rl := range set.policy.Rules {
+				if rl.Name == c.rule {
+					want = i
+				}
+			}
+			require.Equal(t, want, rule, "%s: %s: rule", set.name, c.name)
+			require.Equal(t, c.drop, drop, "%s: %s: action", set.name, c.name)
+		}
+	}
+}
+
+// Address and port pools random rules draw from: the builders' defaults
+// (192.0.2.1 → 192.0.2.2, 2001:db8::1 → ::2, ports 40000 → 9), so that
+// fuzzed frames match them often, and a few others.
+var (
+	fuzzAddrs = []netip.Addr{
+		netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("10.1.2.3"),
+		netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2"), netip.MustParseAddr("2001:db8:ff::7"),
+	}
+	fuzzPorts         = []uint16{0, 9, 53, 40000, 65535}
+	fuzzRuleProtocols = []uint8{frames.ProtoTCP, frames.ProtoUDP, frames.ProtoSCTP, 136, frames.ProtoICMP, frames.ProtoICMPv6, frames.ProtoGRE}
+)
+
+// randomRules makes a rule set of 1 to 64 rules, each with at least one
+// condition, drawn around the pools.
+func randomRules(rng *rand.Rand) []bpf.Rule {
+	n := 1 + rng.IntN(8)
+	if rng.IntN(4) == 0 {
+		n = 1 + rng.IntN(bpf.MaxRules)
+	}
+	rules := make([]bpf.Rule, n)
+	for i := range rules {
+		r := &rules[i]
+		r.Name = "r" + strconv.Itoa(i)
+		r.Drop = rng.IntN(2) == 0
+		for len(r.Protocols)+len(r.SrcPrefixes)+len(r.DstPrefixes)+len(r.SrcPorts)+len(r.DstPorts) == 0 {
+			portsOnly := rng.IntN(2) == 0
+			if rng.IntN(2) == 0 {
+				pool := fuzzRuleProtocols
+				if portsOnly {
+					pool = bpf.PortProtocols
+				}
+				for k := 1 + rng.IntN(3); k > 0; k-- {
+					if p := pool[rng.IntN(len(pool))]; !slices.Contains(r.Protocols, p) {
+						r.Protocols = append(r.Protocols, p)
+					}
+				}
+			}
+			r.SrcPrefixes = randomPrefixes(rng)
+			r.DstPrefixes = randomPrefixes(rng)
+			if portsOnly && len(r.Protocols) > 0 {
+				r.SrcPorts = randomPorts(rng)
+				r.DstPorts = randomPorts(rng)
+			}
+		}
+	}
+	return rules
+}
+
+func randomPrefixes(rng *rand.Rand) []netip.Prefix {
+	var ps []netip.Prefix
+	for k := rng.IntN(4) - 1; k > 0; k-- {
+		a := fuzzAddrs[rng.IntN(len(fuzzAddrs))]
+		p, _ := a.Prefix(rng.IntN(a.BitLen() + 1))
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func randomPorts(rng *rand.Rand) []bpf.PortRange {
+	var rs []bpf.PortRange
+	for k := rng.IntN(4) - 1; k > 0; k-- {
+		p := fuzzPorts[rng.IntN(len(fuzzPorts))]
+		lo, hi := int(p)-rng.IntN(3), int(p)+rng.IntN(3)
+		rs = append(rs, bpf.PortRange{Lo: uint16(max(lo, 0)), Hi: uint16(min(hi, 65535))})
+	}
+	return rs
+}
+
+// fuzzRuleSeed seeds the random rule sets: XDP_DROP_FUZZ_RULES_SEED to
+// repeat a run, the time otherwise.
+func fuzzRuleSeed() uint64 {
+	if s, err := strconv.ParseUint(os.Getenv("XDP_DROP_FUZZ_RULES_SEED"), 10, 64); err == nil {
+		return s
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+type ruleProgram struct {
+	name          string
+	policy        bpf.Policy
+	prog          *bpf.Program
+	before, after bpf.Block
+}
+
+// check runs frame through the program and requires the reference's
+// verdict, and that exactly the reference's class under its action, and
+// the reference's rule, counted one packet of the frame.
+func (rp *ruleProgram) check(t *testing.T, frame []byte) {
+	t.Helper()
+	r := refClassify(frame)
+	rule, drop, want := refDecision(frame, r, rp.policy)
+	require.NoError(t, rp.prog.ReadBlock(&rp.before))
+	verdict, err := runSplit(rp.prog.XDP(), frame, 0)
+	require.NoError(t, err)
+	require.NoError(t, rp.prog.ReadBlock(&rp.after))
+
+	expect := rp.before
+	action := bpf.ActionPass
+	if drop {
+		action = bpf.ActionDrop
+	}
+	one := func(c *bpf.Counter) {
+		c.Packets++
+		c.Bytes += uint64(len(frame))
+	}
+	one(&expect.Class[action][r.class()])
+	if rule >= 0 {
+		one(&expect.Rule[rule])
+	}
+	if verdict != want || expect != rp.after {
+		t.Fatalf("%s: frame %s: verdict %d, reference %d (rule %d, drop %v, class %d); counters as the reference: %v",
+			rp.name, hexFrame(frame), verdict, want, rule, drop, r.class(), expect == rp.after)
+	}
+}
+
+// FuzzRules feeds frames to programs with random rule sets (drawn anew
+// every run from the seed it logs) and to the reference, and requires the
+// same verdict, class, action and rule counts.
+func FuzzRules(f *testing.F) {
+	testns.RequirePrivileged(f)
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	for _, set := range ruleSets() {
+		for _, c := range set.cases {
+			f.Add(c.frame)
+		}
+	}
+	seed := fuzzRuleSeed()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var progs []*ruleProgram
+	for i := 0; i < 6; i++ {
+		policy := bpf.Policy{Rules: randomRules(rng)}
+		switch i % 3 {
+		case 1:
+			policy.Protocols = fuzzProtocols
+		case 2:
+			policy.DropAll, policy.DryRun = true, i == 5
+		}
+		p, err := bpf.Load(policy)
+		if err != nil {
+			f.Fatalf("load rule set %d (seed %d): %v", i, seed, err)
+		}
+		f.Cleanup(func() { p.Close() })
+		if i%2 == 1 {
+			if err := p.UseMultiBuffer(); err != nil {
+				f.Fatal(err)
+			}
+		}
+		progs = append(progs, &ruleProgram{name: fmt.Sprintf("rule set %d of seed %d (XDP_DROP_FUZZ_RULES_SEED)", i, seed), policy: policy, prog: p})
+	}
+
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) < ethHeaderLen {
+			t.Skip("BPF_PROG_TEST_RUN rejects frames shorter than an Ethernet header")
+		}
+		if len(frame) > fuzzMaxFrame {
+			t.Skip("longer than the linear test_run buffer")
+		}
+		for _, rp := range progs {
+			rp.check(t, frame)
+		}
+	})
+}
