@@ -3,9 +3,11 @@ package xdp_drop
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
@@ -111,4 +113,48 @@ func TestInitRuleErrors(t *testing.T) {
 	}
 	require.NoError(t, withRules(nil, many(64)...).Init(), "64 rules fit")
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
+}
+
+// TestDocumentedRulesAreValid: the README's rule examples, and the one
+// sample.conf carries commented out, are configs Init accepts.
+func TestDocumentedRulesAreValid(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	require.NoError(t, err)
+	var examples []string
+	for _, block := range strings.Split(string(readme), "```toml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if strings.HasPrefix(block, "[[inputs.xdp_drop]]") && strings.Contains(block, "\n  [[inputs.xdp_drop.rule]]") {
+			examples = append(examples, block)
+		}
+	}
+	require.Len(t, examples, 2, "reflection shedding and the allow-list")
+
+	var sample strings.Builder
+	for _, line := range strings.Split(sampleConfig, "\n") {
+		if rest, ok := strings.CutPrefix(line, "  # [[inputs.xdp_drop.rule]]"); ok {
+			line = "  [[inputs.xdp_drop.rule]]" + rest
+		} else if rest, ok := strings.CutPrefix(line, "  #   "); ok {
+			line = "    " + rest
+		}
+		if strings.HasPrefix(line, "  drop = ") {
+			line = `  drop = ["udp"]`
+		}
+		sample.WriteString(line + "\n")
+	}
+	examples = append(examples, strings.Replace(sample.String(), "interfaces = []", `interfaces = ["eth1"]`, 1))
+
+	for i, ex := range examples {
+		var conf struct {
+			Inputs struct {
+				XDPDrop []XDPDrop `toml:"xdp_drop"`
+			} `toml:"inputs"`
+		}
+		md, err := toml.Decode(ex, &conf)
+		require.NoError(t, err, "example %d", i)
+		require.Empty(t, md.Undecoded(), "example %d", i)
+		require.Len(t, conf.Inputs.XDPDrop, 1)
+		p := &conf.Inputs.XDPDrop[0]
+		require.NoError(t, p.Init(), "example %d", i)
+		require.GreaterOrEqual(t, len(p.policy.Rules), 3, "example %d", i)
+	}
 }
