@@ -80,7 +80,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if err != nil {
 		return nil, false, err
 	}
-	spec, _, err := configuredSpec(policy)
+	spec, rules, err := configuredSpec(policy)
 	if err != nil {
 		return nil, false, err
 	}
@@ -89,6 +89,9 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 		if err != nil {
 			return nil, false, err
 		}
+		// The handed-over program holds its rule maps; a variant loaded
+		// later gets maps of its own, filled from these tables.
+		p.rules = rules
 		p.objs.Prog, p.objs.Counters, p.id, p.multiBuffer = prog, counters, id, h.MultiBuffer
 		p.adopted(l, cur, mode)
 		owned = false

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -122,6 +123,7 @@ type Program struct {
 	perCPU      []xdpDropCounterBlock
 	slots       uint32  // counter blocks: 1, or QueueSlots with per-queue counting
 	sums        []Block // per-CPU sums over queues, reused between reads
+	rules       *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
 }
@@ -163,6 +165,16 @@ func (o *objects) maps() map[string]*ebpf.Map {
 		}
 	}
 	return all
+}
+
+// missesRuleMaps reports whether a rule map of a dimension in dims is absent.
+func (o *objects) missesRuleMaps(dims uint8) bool {
+	has := func(dim xdpDropRuleDims, ms ...*ebpf.Map) bool {
+		return dims&uint8(dim) == 0 || !slices.Contains(ms, nil)
+	}
+	return !has(xdpDropRuleDimsRULE_DIM_SRC, o.SrcV4, o.SrcV6) ||
+		!has(xdpDropRuleDimsRULE_DIM_DST, o.DstV4, o.DstV6) ||
+		!has(xdpDropRuleDimsRULE_DIM_PORTS, o.SrcPort, o.DstPort)
 }
 
 // dropUnused closes the rule maps of dimensions no rule uses: the program
@@ -377,6 +389,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		return nil, err
 	}
 	p.objs.dropUnused(rules.dims)
+	p.rules = rules
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err
@@ -486,6 +499,13 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	objs, err := loadVariant(p.spec, true, opts)
 	if err != nil {
 		return nil, err
+	}
+	if p.rules != nil && p.objs.missesRuleMaps(p.rules.dims) {
+		// An adopted program: its rule maps were not handed over.
+		if err := objs.fillRules(p.rules); err != nil {
+			objs.Close()
+			return nil, err
+		}
 	}
 	// Clones of p's maps, or unused ones: the program holds its own references.
 	for _, m := range objs.maps() {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/influxdata/telegraf"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
@@ -287,7 +288,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 			require.Less(t, udp, delivered, "counters restarted at the swap")
 			require.Equal(t, int64(100), tcp, "B drops TCP from the swap")
 			require.Equal(t, 10, countIPv4(got, frames.ProtoTCP), "only the TCP sent under A passed")
-			waitLog(t, b, fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy or the program version changed", testns.Dev, idB, idA))
+			waitLog(t, b, fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed", testns.Dev, idB, idA))
 		})
 	}
 }
@@ -480,4 +481,80 @@ func TestHandoverJumbo(t *testing.T) {
 	_, err := ns.WaitNoXDP(testns.Dev, testns.Hang)
 	require.NoError(t, err)
 	require.NoError(t, c.wait(t))
+}
+
+// ruleCount is the packets field of rule's xdp_drop_rule point, -1 when absent.
+func ruleCount(ms []telegraf.Metric, rule string) int64 {
+	for _, m := range ms {
+		if r, _ := m.GetTag("rule"); m.Name() == "xdp_drop_rule" && r == rule {
+			v, _ := m.GetField("packets")
+			return v.(int64)
+		}
+	}
+	return -1
+}
+
+// TestHandoverRules: a successor with the same rules keeps the program and
+// continues its rule counters; one with changed rules swaps the program in
+// place, and its rules hold from the swap with counters from zero.
+func TestHandoverRules(t *testing.T) {
+	dns := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.Ports(frames.UDP(18), 40000, 53)))
+	config := func(port int) string {
+		return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n"+
+			"  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = [%d]\n", testns.Dev, port)
+	}
+	for _, c := range []struct {
+		name    string
+		portB   int
+		changed bool
+	}{{"same rules", 53, false}, {"rule changed", 54, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := testns.New(t)
+			gen, err := txgen.New()
+			require.NoError(t, err)
+			defer gen.Close()
+			send := func(frame []byte, n int) {
+				require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, frame, n) }))
+			}
+			a := start(t, ns, config(53))
+			idA := waitAttached(t, ns, testns.Dev)
+			send(dns, 10)
+			send(udpFrame, 10)
+			for deadline := time.Now().Add(5 * time.Second); ruleCount(a.gather(t, testns.Dev), "dns") < 10; time.Sleep(20 * time.Millisecond) {
+				require.True(t, time.Now().Before(deadline), "A never counted the DNS frames")
+			}
+
+			require.NoError(t, a.stdin.Close())
+			b := start(t, ns, config(c.portB))
+			var attached bool
+			var idB int64
+			for deadline := time.Now().Add(10 * time.Second); !attached && time.Now().Before(deadline); {
+				if attached, idB, _ = gatherState(t, b, "udp", "drop"); !attached {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			require.True(t, attached, "B never took over; B's stderr: %s", b.stderr)
+			require.NoError(t, a.wait(t), "A's exit status; stderr: %s", a.stderr)
+			send(dns, 5)
+
+			wantRule, wantDrop := int64(15), int64(10)
+			if c.changed {
+				wantRule, wantDrop = 0, 5
+			}
+			var ms []telegraf.Metric
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				ms = b.gather(t, testns.Dev)
+				if cs, _ := counts(ms); ruleCount(ms, "dns")+cs[key{testns.Dev, "ipv4", "udp", "drop"}][0] >= wantRule+wantDrop {
+					break
+				}
+			}
+			cs, _ := counts(ms)
+			require.Equal(t, wantRule, ruleCount(ms, "dns"), "packets of rule dns under B")
+			require.Equal(t, wantDrop, cs[key{testns.Dev, "ipv4", "udp", "drop"}][0], "UDP dropped under B")
+			require.Equal(t, !c.changed, int64(idA) == idB, "same program kept only with the same rules")
+			if c.changed {
+				waitLog(t, b, fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed", testns.Dev, idB, idA))
+			}
+		})
+	}
 }

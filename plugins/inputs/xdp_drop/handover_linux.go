@@ -114,7 +114,7 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	if continued {
 		x.Log.Infof("interface %q: taken over in place, program id %d; counters continue", ifc.name, prog.ID())
 	} else {
-		x.Log.Infof("interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy or the program version changed",
+		x.Log.Infof("interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed",
 			ifc.name, prog.ID(), t.ProgramID)
 	}
 	x.pinAdopted(ifc.name, prog, continued)
