@@ -19,6 +19,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
 func main() {
@@ -34,7 +36,7 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, rules, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -50,9 +52,9 @@ func run() int {
 		cfg.memory.trials = 1
 	}
 	switch *only {
-	case "", "perpacket", "throughput", "gather", "memory":
+	case "", "perpacket", "rules", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, rules, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -99,6 +101,24 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		if rep.perPacket, rep.perPacketNotes, err = perPacket(e, cfg.perPacket); err != nil {
 			return nil, fmt.Errorf("per-packet: %w", err)
 		}
+	}
+	if want("rules") {
+		rc := cfg.perPacket
+		rc.rounds, rc.copies = max(rc.rounds/2, 1), min(rc.copies, 2)
+		status("rules: 64 rules with ports, prefixes or both against no rules, %d rounds of %d runs; throughput; start-up with %d prefixes per family", rc.rounds, rc.repeat, bpf.MaxPrefixes)
+		if rep.rules, rep.rulesNotes, err = rulesPerPacket(rc); err != nil {
+			return nil, fmt.Errorf("rules: %w", err)
+		}
+		t, err := rulesThroughput(e, cfg.throughput)
+		if err != nil {
+			return nil, fmt.Errorf("rules: %w", err)
+		}
+		rep.rulesThroughput = &t
+		s, err := rulesStartup()
+		if err != nil {
+			return nil, fmt.Errorf("rules start-up: %w", err)
+		}
+		rep.rulesStartup = &s
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

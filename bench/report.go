@@ -32,6 +32,10 @@ type report struct {
 	throughput      []throughputResult
 	throughputNotes []string
 	gather          []gatherResult
+	rules           []ruleBenchResult
+	rulesNotes      []string
+	rulesThroughput *throughputResult
+	rulesStartup    *ruleStartup
 	memory          []memoryResult // 1 interface, then 64
 	took            time.Duration
 }
@@ -81,6 +85,7 @@ func (r *report) print(w io.Writer) {
 			p.policy, p.frame, p.verdict, p.ours, p.bare, p.delta, p.q1, p.q3, p.copyLo, p.copyHi, targetDeltaNs,
 			met(p.delta <= targetDeltaNs, fmt.Sprintf("%+.2f ns over", p.delta-targetDeltaNs)))
 	}
+	r.printRules(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -136,6 +141,12 @@ func (r *report) print(w io.Writer) {
 			"Mpps/core = frames over the CPU time of the one thread that sends and, in its softirq, receives them; ratio = median over trials of ours/bare in the same trial.\n",
 			r.throughput[0].trials, r.throughput[0].framesPerTrial)
 	}
+	if len(r.rules) > 0 {
+		fmt.Fprintf(w, "Rules: the same policy (drop tcp, udp) with and without rules, paired round by round as per-packet is; frames from a source in the last rule's prefixes to a port in its range, so that every lookup is made and the last rule decides.\n")
+	}
+	for _, n := range r.rulesNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
 	for _, n := range r.throughputNotes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
@@ -153,6 +164,30 @@ func (r *report) print(w io.Writer) {
 			m.trials, plural(m.trials), float64(m.rssMedian)/1e6, float64(m.binarySize)/1e6)
 	}
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
+}
+
+// targetRulesNativeRatio is the live native throughput with 64 rules of
+// ports and prefixes against bare.
+const targetRulesNativeRatio = 0.9
+
+func (r *report) printRules(w io.Writer) {
+	for _, p := range r.rules {
+		target, ok := "—", "—"
+		if strings.Contains(p.set, "ports and") {
+			target = fmt.Sprintf("≤ +%d ns", targetRulesDeltaNs)
+			ok = met(p.delta <= targetRulesDeltaNs, fmt.Sprintf("%+.2f ns over", p.delta-targetRulesDeltaNs))
+		}
+		fmt.Fprintf(w, "| per-packet, %s | %s (%s) | %.2f ns | no rules %.2f ns | %+.2f ns (IQR %+.2f…%+.2f) | %s | %s |\n",
+			p.set, p.frame, p.verdict, p.ours, p.base, p.delta, p.q1, p.q3, target, ok)
+	}
+	if t := r.rulesThroughput; t != nil {
+		fmt.Fprintf(w, "| throughput, native XDP, 64 rules, ports and prefixes | %s, veth, dropped by the last rule | %.2f Mpps/core | bare %.2f Mpps/core | %.3f× | ≥ %.2f× | %s |\n",
+			t.frame, t.ours, t.bare, t.ratio, targetRulesNativeRatio, met(t.ratio >= targetRulesNativeRatio, fmt.Sprintf("%.3f× short", targetRulesNativeRatio-t.ratio)))
+	}
+	if s := r.rulesStartup; s != nil {
+		fmt.Fprintf(w, "| rules start-up | 64 rules, %d prefixes per family, ports | load %s; rule maps %.1f MB kernel memory; %.1f MB allocated in Go | — | — | — | — |\n",
+			s.prefixes, round(s.load), float64(s.ruleMemory)/1e6, float64(s.heap)/1e6)
+	}
 }
 
 func met(ok bool, miss string) string {

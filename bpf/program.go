@@ -797,3 +797,21 @@ func (p *Program) ReadCounters(dst *Counters) error {
 	b.Totals(dst)
 	return nil
 }
+
+// RuleMemory is the kernel memory the program's rule maps take, as the
+// kernel accounts it (memlock), 0 without rules.
+func (p *Program) RuleMemory() (uint64, error) {
+	var total uint64
+	for name, m := range p.objs.maps() {
+		if name == xdpDropMapCounters {
+			continue
+		}
+		info, err := m.Info()
+		if err != nil {
+			return 0, fmt.Errorf("read map %s info: %w", name, err)
+		}
+		n, _ := info.Memlock()
+		total += n
+	}
+	return total, nil
+}
