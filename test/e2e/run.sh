@@ -33,6 +33,10 @@ HANG=60             # seconds: an outcome not reached by then is a hang, not a s
 
 RULES=$ROOT/examples/prometheus/xdp_drop.rules.yml
 RULES_TEST=$ROOT/examples/prometheus/xdp_drop.rules.test.yml
+RULE_RULES=$ROOT/examples/prometheus/xdp_drop_rule.rules.yml
+RULE_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_rule.rules.test.yml
+RULE_DROP=udp-from-40000 # e2e drop rule: the mix's UDP (source port 40000), which DROP drops anyway
+RULE_NEVER=never         # e2e rule that matches nothing: zero counts
 EXECD_SNIPPET=$ROOT/examples/telegraf.d/xdp_drop.conf
 QUERIES=$ROOT/examples/influxdb/queries.md
 DASHBOARD=$ROOT/examples/grafana/xdp_drop.json
@@ -142,6 +146,9 @@ log "promtool: the shipped rules and their unit tests"
 promtool check rules "$RULES" >/dev/null || fail "promtool check rules $RULES"
 (cd "$(dirname "$RULES_TEST")" && promtool test rules "$(basename "$RULES_TEST")") >/dev/null ||
 	fail "promtool test rules $RULES_TEST"
+promtool check rules "$RULE_RULES" >/dev/null || fail "promtool check rules $RULE_RULES"
+(cd "$(dirname "$RULE_RULES_TEST")" && promtool test rules "$(basename "$RULE_RULES_TEST")") >/dev/null ||
+	fail "promtool test rules $RULE_RULES_TEST"
 jq -e '.panels | length > 0' "$DASHBOARD" >/dev/null || fail "$DASHBOARD is not a dashboard in valid JSON"
 note "promtool: rules valid, unit tests pass; dashboard JSON valid"
 
@@ -196,6 +203,20 @@ cat >"$WORK/xdp_drop.conf" <<EOF
   interfaces = ["$DEV"]
   drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
   handover_timeout = "${HANDOVER_TIMEOUT}s"
+
+  # Rules that change no frame's action from what drop gives it, so that
+  # sendmix's expected series hold: one counts the mix's UDP, one nothing.
+  [[inputs.xdp_drop.rule]]
+    name = "$RULE_DROP"
+    action = "drop"
+    protocol = ["udp"]
+    src_port = [40000]
+
+  [[inputs.xdp_drop.rule]]
+    name = "$RULE_NEVER"
+    action = "pass"
+    protocol = ["tcp"]
+    src_prefix = ["198.18.0.0/15"]
 EOF
 
 cat >"$WORK/influxdb.conf" <<EOF
@@ -252,11 +273,14 @@ diff <(grep -vE '^ +for: ' "$RULES") <(grep -vE '^ +for: ' "$WORK/prometheus/xdp
 	fail "rewriting for: changed more than for: lines"
 [ "$(grep -cE "^ +for: $ALERT_FOR$" "$WORK/prometheus/xdp_drop.rules.yml")" = "$(grep -cE '^ +- alert: ' "$RULES")" ] ||
 	fail "not every alert in $RULES has a for: line to shorten"
+sed -E "s/^( +for: ).*/\1$ALERT_FOR/" "$RULE_RULES" >"$WORK/prometheus/xdp_drop_rule.rules.yml"
 cat >"$WORK/prometheus/threshold.rules.yml" <<EOF
 groups:
   - name: xdp_drop_e2e_threshold
     rules:
       - record: xdp_drop:drop_threshold_pps
+        expr: vector($THRESHOLD_PPS)
+      - record: xdp_drop:rule_drop_threshold_pps
         expr: vector($THRESHOLD_PPS)
 EOF
 cat >"$WORK/prometheus/prometheus.yml" <<EOF
@@ -265,6 +289,7 @@ global:
   evaluation_interval: 1s
 rule_files:
   - $WORK/prometheus/xdp_drop.rules.yml
+  - $WORK/prometheus/xdp_drop_rule.rules.yml
   - $WORK/prometheus/threshold.rules.yml
 alerting:
   alertmanagers:
@@ -415,6 +440,51 @@ udp_drop_points() {
 }
 udp_drop_latest() { udp_drop_points "$1" | tail -n 1; }
 
+# rule_counts SINCE_MS: "rule action packets" per xdp_drop_rule series on
+# $DEV, from the last point of each since SINCE_MS.
+rule_counts() {
+	influx_query "SELECT last(\"packets\") AS \"packets\" FROM \"xdp_drop_rule\"
+		WHERE \"interface\" = '$DEV' AND time >= ${1}ms GROUP BY \"rule\", \"action\"" |
+		jq -r '.results[0].series[]? | [.tags.rule, .tags.action, .values[0][1]] | map(tostring) | join(" ")' | sort
+}
+
+# check_rule_counts SINCE_MS REPORT: in InfluxDB the drop rule counted
+# exactly the UDP sendmix sent, the other rule zero.
+check_rule_counts() {
+	local udp want
+	udp=$(jq '[.series[] | select(.protocol == "udp") | .packets] | add' "$2")
+	want=$(printf '%s pass 0\n%s drop %s\n' "$RULE_NEVER" "$RULE_DROP" "$udp" | sort)
+	rules_match() { [ "$(rule_counts "$1")" = "$want" ]; }
+	wait_until 20 rules_match "$1" ||
+		fail "xdp_drop_rule in InfluxDB: want '$(tr '\n' ';' <<<"$want")', got '$(rule_counts "$1" | tr '\n' ';')'"
+	note "InfluxDB: xdp_drop_rule $RULE_DROP drop = $udp packets (the mix's UDP), $RULE_NEVER pass = 0, exactly"
+}
+
+# rule_alerts STATE: the rules XDPDropRuleHighDropRate is in STATE for on $DEV.
+rule_alerts() {
+	prom_get /api/v1/alerts | jq -r --arg s "$1" --arg dev "$DEV" \
+		'[.data.alerts[] | select(.labels.alertname == "XDPDropRuleHighDropRate" and .state == $s
+		  and .labels.interface == $dev) | .labels.rule] | unique | join(" ")'
+}
+rule_alerts_am() {
+	nsx curl -sS --fail -G http://127.0.0.1:9093/api/v2/alerts --data-urlencode 'filter=alertname="XDPDropRuleHighDropRate"' |
+		jq -r --arg dev "$DEV" '[.[] | select(.status.state == "active" and .labels.interface == $dev) | .labels.rule] | unique | join(" ")'
+}
+
+# check_rule_alert: under steady traffic the shipped XDPDropRuleHighDropRate
+# fires for the drop rule, and only for it, and reaches Alertmanager.
+check_rule_alert() {
+	local t0 rates
+	t0=$(now_ms)
+	rule_firing() { [ "$(rule_alerts firing)" = "$RULE_DROP" ]; }
+	wait_until 90 rule_firing || fail "XDPDropRuleHighDropRate firing for '$(rule_alerts firing)', want '$RULE_DROP'"
+	rule_in_am() { [ "$(rule_alerts_am)" = "$RULE_DROP" ]; }
+	wait_until 30 rule_in_am || fail "Alertmanager has XDPDropRuleHighDropRate for '$(rule_alerts_am)', want '$RULE_DROP'"
+	rates=$(prom_get /api/v1/query --data-urlencode 'query=xdp_drop:rule_dropped_packets:rate2m' |
+		jq -r '[.data.result[] | "\(.metric.rule)=\(.value[1] | tonumber | floor)"] | sort | join(" ")')
+	note "Prometheus: XDPDropRuleHighDropRate firing for rule $RULE_DROP, active in Alertmanager ($(since_ms "$t0") ms after the protocol alert); xdp_drop:rule_dropped_packets:rate2m (pps): $rates"
+}
+
 # check_reloads: RELOADS Telegraf reloads (SIGHUP) while udpstream sends UDP
 # without pause. Each reload's new plugin takes the attachment over in
 # place: no UDP frame reaches the stack, the program id and the counters
@@ -484,6 +554,7 @@ send_mix sent1
 check_counts "$t_run1" "$WORK/sent1.json" "phase 1"
 note "InfluxDB: latest xdp_drop per (interface,family,protocol,action) = sent, exactly ($(jq '.series | length' "$WORK/sent1.json") series, $(jq .frames "$WORK/sent1.json") frames)"
 note "InfluxDB: xdp_drop_link $DEV mode=native attached=true program_id=$prog1 (= ip link)"
+check_rule_counts "$t_run1" "$WORK/sent1.json"
 
 # Metric names as prometheus_client exposes them: what the rules use.
 metrics=$(nsx curl -sS --fail http://127.0.0.1:9273/metrics)
@@ -514,6 +585,7 @@ note "Prometheus: XDPDropHighDropRate firing for $DEV: $want_alerts ($(since_ms 
 in_am() { [ "$(am_protocols XDPDropHighDropRate)" = "$want_alerts" ]; }
 wait_until 30 in_am || fail "Alertmanager has XDPDropHighDropRate for '$(am_protocols XDPDropHighDropRate)', want '$want_alerts'"
 note "Alertmanager: XDPDropHighDropRate active for $want_alerts ($(since_ms "$t_steady") ms)"
+check_rule_alert
 rates=$(prom_get /api/v1/query --data-urlencode 'query=xdp_drop:dropped_packets:rate2m' |
 	jq -r '[.data.result[] | "\(.metric.protocol)=\(.value[1] | tonumber | floor)"] | sort | join(" ")')
 note "Prometheus: xdp_drop:dropped_packets:rate2m (pps): $rates (threshold $THRESHOLD_PPS)"
