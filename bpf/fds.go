@@ -15,8 +15,12 @@ import (
 // destination prefix tries, the port tables.
 const FDsPerInterface = 4
 
+// loadFDs is how many descriptors a load needs at once: those it keeps,
+// and the six rule maps, which it closes again when no rule uses them.
+const loadFDs = FDsPerInterface + 6
+
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
-// left under RLIMIT_NOFILE than a program needs, or nil. A load that failed
+// left under RLIMIT_NOFILE than a load needs, or nil. A load that failed
 // checks it, because cilium/ebpf explains a failed map creation with a
 // feature probe that then fails too and reports the kernel too old.
 func errOutOfFDs() error {
@@ -30,7 +34,7 @@ func errOutOfFDs() error {
 		return fmt.Errorf("%w (listing them failed too: %v)", unix.EMFILE, err)
 	}
 	n := uint64(len(open)) - 1 // less the one that listed them
-	if err == nil && n+FDsPerInterface <= lim.Cur {
+	if err == nil && n+loadFDs <= lim.Cur {
 		return nil
 	}
 	return fmt.Errorf("%w (%d of %d open)", unix.EMFILE, n, lim.Cur)
