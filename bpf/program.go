@@ -131,14 +131,18 @@ type Program struct {
 // objects is what one load of the program gives: one variant of the program,
 // the counters it updates and the maps of its rules.
 type objects struct {
-	Prog     *ebpf.Program
-	Counters *ebpf.Map
-	SrcV4    *ebpf.Map
-	DstV4    *ebpf.Map
-	SrcV6    *ebpf.Map
-	DstV6    *ebpf.Map
-	SrcPort  *ebpf.Map
-	DstPort  *ebpf.Map
+	Prog      *ebpf.Program
+	Counters  *ebpf.Map
+	SrcBucket *ebpf.Map
+	DstBucket *ebpf.Map
+	SrcHash   *ebpf.Map
+	DstHash   *ebpf.Map
+	SrcV4     *ebpf.Map
+	DstV4     *ebpf.Map
+	SrcV6     *ebpf.Map
+	DstV6     *ebpf.Map
+	SrcPort   *ebpf.Map
+	DstPort   *ebpf.Map
 }
 
 func (o *objects) Close() error {
@@ -154,8 +158,10 @@ func (o *objects) Close() error {
 // left out.
 func (o *objects) maps() map[string]*ebpf.Map {
 	all := map[string]*ebpf.Map{
-		xdpDropMapCounters: o.Counters,
-		xdpDropMapSrcV4:    o.SrcV4, xdpDropMapDstV4: o.DstV4,
+		xdpDropMapCounters:  o.Counters,
+		xdpDropMapSrcBucket: o.SrcBucket, xdpDropMapDstBucket: o.DstBucket,
+		xdpDropMapSrcHash: o.SrcHash, xdpDropMapDstHash: o.DstHash,
+		xdpDropMapSrcV4: o.SrcV4, xdpDropMapDstV4: o.DstV4,
 		xdpDropMapSrcV6: o.SrcV6, xdpDropMapDstV6: o.DstV6,
 		xdpDropMapSrcPort: o.SrcPort, xdpDropMapDstPort: o.DstPort,
 	}
@@ -172,8 +178,8 @@ func (o *objects) missesRuleMaps(dims uint8) bool {
 	has := func(dim xdpDropRuleDims, ms ...*ebpf.Map) bool {
 		return dims&uint8(dim) == 0 || !slices.Contains(ms, nil)
 	}
-	return !has(xdpDropRuleDimsRULE_DIM_SRC, o.SrcV4, o.SrcV6) ||
-		!has(xdpDropRuleDimsRULE_DIM_DST, o.DstV4, o.DstV6) ||
+	return !has(xdpDropRuleDimsRULE_DIM_SRC, o.SrcBucket, o.SrcHash, o.SrcV4, o.SrcV6) ||
+		!has(xdpDropRuleDimsRULE_DIM_DST, o.DstBucket, o.DstHash, o.DstV4, o.DstV6) ||
 		!has(xdpDropRuleDimsRULE_DIM_PORTS, o.SrcPort, o.DstPort)
 }
 
@@ -190,33 +196,41 @@ func (o *objects) dropUnused(dims uint8) {
 			*m = nil
 		}
 	}
-	unused(xdpDropRuleDimsRULE_DIM_SRC, &o.SrcV4, &o.SrcV6)
-	unused(xdpDropRuleDimsRULE_DIM_DST, &o.DstV4, &o.DstV6)
+	unused(xdpDropRuleDimsRULE_DIM_SRC, &o.SrcBucket, &o.SrcHash, &o.SrcV4, &o.SrcV6)
+	unused(xdpDropRuleDimsRULE_DIM_DST, &o.DstBucket, &o.DstHash, &o.DstV4, &o.DstV6)
 	unused(xdpDropRuleDimsRULE_DIM_PORTS, &o.SrcPort, &o.DstPort)
 }
 
 // singleBufferObjects and multiBufferObjects select the variant a load assigns;
 // cilium/ebpf loads only what is assigned.
 type singleBufferObjects struct {
-	Prog     *ebpf.Program `ebpf:"xdp_drop"`
-	Counters *ebpf.Map     `ebpf:"counters"`
-	SrcV4    *ebpf.Map     `ebpf:"src_v4"`
-	DstV4    *ebpf.Map     `ebpf:"dst_v4"`
-	SrcV6    *ebpf.Map     `ebpf:"src_v6"`
-	DstV6    *ebpf.Map     `ebpf:"dst_v6"`
-	SrcPort  *ebpf.Map     `ebpf:"src_port"`
-	DstPort  *ebpf.Map     `ebpf:"dst_port"`
+	Prog      *ebpf.Program `ebpf:"xdp_drop"`
+	Counters  *ebpf.Map     `ebpf:"counters"`
+	SrcBucket *ebpf.Map     `ebpf:"src_bucket"`
+	DstBucket *ebpf.Map     `ebpf:"dst_bucket"`
+	SrcHash   *ebpf.Map     `ebpf:"src_hash"`
+	DstHash   *ebpf.Map     `ebpf:"dst_hash"`
+	SrcV4     *ebpf.Map     `ebpf:"src_v4"`
+	DstV4     *ebpf.Map     `ebpf:"dst_v4"`
+	SrcV6     *ebpf.Map     `ebpf:"src_v6"`
+	DstV6     *ebpf.Map     `ebpf:"dst_v6"`
+	SrcPort   *ebpf.Map     `ebpf:"src_port"`
+	DstPort   *ebpf.Map     `ebpf:"dst_port"`
 }
 
 type multiBufferObjects struct {
-	Prog     *ebpf.Program `ebpf:"xdp_drop_frags"`
-	Counters *ebpf.Map     `ebpf:"counters"`
-	SrcV4    *ebpf.Map     `ebpf:"src_v4"`
-	DstV4    *ebpf.Map     `ebpf:"dst_v4"`
-	SrcV6    *ebpf.Map     `ebpf:"src_v6"`
-	DstV6    *ebpf.Map     `ebpf:"dst_v6"`
-	SrcPort  *ebpf.Map     `ebpf:"src_port"`
-	DstPort  *ebpf.Map     `ebpf:"dst_port"`
+	Prog      *ebpf.Program `ebpf:"xdp_drop_frags"`
+	Counters  *ebpf.Map     `ebpf:"counters"`
+	SrcBucket *ebpf.Map     `ebpf:"src_bucket"`
+	DstBucket *ebpf.Map     `ebpf:"dst_bucket"`
+	SrcHash   *ebpf.Map     `ebpf:"src_hash"`
+	DstHash   *ebpf.Map     `ebpf:"dst_hash"`
+	SrcV4     *ebpf.Map     `ebpf:"src_v4"`
+	DstV4     *ebpf.Map     `ebpf:"dst_v4"`
+	SrcV6     *ebpf.Map     `ebpf:"src_v6"`
+	DstV6     *ebpf.Map     `ebpf:"dst_v6"`
+	SrcPort   *ebpf.Map     `ebpf:"src_port"`
+	DstPort   *ebpf.Map     `ebpf:"dst_port"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -277,8 +291,10 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
 	sizes := map[string]int{
-		xdpDropMapSrcV4: len(rules.srcV4), xdpDropMapDstV4: len(rules.dstV4),
-		xdpDropMapSrcV6: len(rules.srcV6), xdpDropMapDstV6: len(rules.dstV6),
+		xdpDropMapSrcBucket: len(rules.src.buckets), xdpDropMapDstBucket: len(rules.dst.buckets),
+		xdpDropMapSrcHash: len(rules.src.exact), xdpDropMapDstHash: len(rules.dst.exact),
+		xdpDropMapSrcV4: len(rules.src.trie4), xdpDropMapDstV4: len(rules.dst.trie4),
+		xdpDropMapSrcV6: len(rules.src.trie6), xdpDropMapDstV6: len(rules.dst.trie6),
 		xdpDropMapSrcPort: len(rules.srcPort), xdpDropMapDstPort: len(rules.dstPort),
 	}
 	for name, n := range sizes {
@@ -296,12 +312,11 @@ func boolByte(b bool) uint8 {
 
 // fillRules writes the rules' prefixes and port masks into the maps.
 func (o *objects) fillRules(t *ruleTables) error {
-	tries := []struct {
-		m       *ebpf.Map
-		entries map[netip.Prefix]uint64
-	}{{o.SrcV4, t.srcV4}, {o.DstV4, t.dstV4}, {o.SrcV6, t.srcV6}, {o.DstV6, t.dstV6}}
-	for _, tr := range tries {
-		if err := fillTrie(tr.m, tr.entries); err != nil {
+	for _, d := range []struct {
+		buckets, exact, trie4, trie6 *ebpf.Map
+		t                            *prefixTables
+	}{{o.SrcBucket, o.SrcHash, o.SrcV4, o.SrcV6, &t.src}, {o.DstBucket, o.DstHash, o.DstV4, o.DstV6, &t.dst}} {
+		if err := fillPrefixes(d.buckets, d.exact, d.trie4, d.trie6, d.t); err != nil {
 			return err
 		}
 	}
@@ -321,6 +336,34 @@ func (o *objects) fillRules(t *ruleTables) error {
 		}
 	}
 	return nil
+}
+
+// fillPrefixes writes one direction's prefix tables into its maps.
+func fillPrefixes(buckets, exact, trie4, trie6 *ebpf.Map, t *prefixTables) error {
+	if len(t.buckets) > 0 {
+		keys := make([]uint32, len(t.buckets))
+		for i := range keys {
+			keys[i] = uint32(i)
+		}
+		if _, err := buckets.BatchUpdate(keys, t.buckets, nil); err != nil {
+			return fmt.Errorf("write prefix buckets: %w", err)
+		}
+	}
+	if len(t.exact) > 0 {
+		keys := make([]xdpDropPrefixKey, 0, len(t.exact))
+		values := make([]uint64, 0, len(t.exact))
+		for k, v := range t.exact {
+			keys = append(keys, k)
+			values = append(values, v)
+		}
+		if err := batchUpdate(exact, keys, values); err != nil {
+			return fmt.Errorf("write prefixes: %w", err)
+		}
+	}
+	if err := fillTrie(trie4, t.trie4); err != nil {
+		return err
+	}
+	return fillTrie(trie6, t.trie6)
 }
 
 // fillTrie writes prefixes into an LPM trie of either family.

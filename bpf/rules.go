@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -85,8 +86,7 @@ type ruleTables struct {
 	proto                  [256]uint64
 	drop, noSrc, noDst     uint64
 	ports                  uint64
-	srcV4, dstV4           map[netip.Prefix]uint64
-	srcV6, dstV6           map[netip.Prefix]uint64
+	src, dst               prefixTables
 	srcPort, dstPort       []uint64 // by port; nil without port rules
 	prefixesV4, prefixesV6 int
 }
@@ -142,8 +142,8 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 	if len(dst.direct) > 0 {
 		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_DST)
 	}
-	t.srcV4, t.srcV6 = src.closure(t.noSrc)
-	t.dstV4, t.dstV6 = dst.closure(t.noDst)
+	t.src = buildPrefixTables(src.closure(t.noSrc), t.noSrc)
+	t.dst = buildPrefixTables(dst.closure(t.noDst), t.noDst)
 	if t.ports != 0 {
 		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_PORTS)
 		t.srcPort = portMasks(rules, func(r *Rule) []PortRange { return r.SrcPorts })
@@ -195,11 +195,11 @@ func (s *prefixSet) add(ps []netip.Prefix, bit uint64) {
 	}
 }
 
-// closure gives every prefix the rules of every prefix containing it (the
-// trie finds only the longest) and of the rules without prefixes (miss),
-// split by family. Only lengths that occur are looked at.
-func (s *prefixSet) closure(miss uint64) (v4, v6 map[netip.Prefix]uint64) {
-	v4, v6 = map[netip.Prefix]uint64{}, map[netip.Prefix]uint64{}
+// closure gives every prefix the rules of every prefix containing it (a
+// lookup finds only the longest) and of the rules without prefixes (miss).
+// Only lengths that occur are looked at.
+func (s *prefixSet) closure(miss uint64) map[netip.Prefix]uint64 {
+	out := make(map[netip.Prefix]uint64, len(s.direct))
 	var lens4, lens6 []int
 	var seen4, seen6 [129]bool
 	for p := range s.direct {
@@ -212,9 +212,9 @@ func (s *prefixSet) closure(miss uint64) (v4, v6 map[netip.Prefix]uint64) {
 		}
 	}
 	for p := range s.direct {
-		lens, out := lens6, v6
+		lens := lens6
 		if p.Addr().Is4() {
-			lens, out = lens4, v4
+			lens = lens4
 		}
 		m := miss
 		for _, l := range lens {
@@ -226,5 +226,102 @@ func (s *prefixSet) closure(miss uint64) (v4, v6 map[netip.Prefix]uint64) {
 		}
 		out[p] = m
 	}
-	return v4, v6
+	return out
+}
+
+// prefixTables is one direction's prefixes as the program looks them up:
+// buckets by family and first 16 bits, exact-match entries for the longer
+// prefixes of buckets with few lengths, tries for the others.
+type prefixTables struct {
+	buckets      []xdpDropPrefixBucket // nil without prefixes
+	exact        map[xdpDropPrefixKey]uint64
+	trie4, trie6 map[netip.Prefix]uint64
+}
+
+const (
+	bucketBits = 16
+	bucketLens = int(xdpDropPrefixLimitsPREFIX_BUCKET_LENS)
+	buckets    = int(xdpDropPrefixLimitsPREFIX_BUCKETS)
+)
+
+// bucketOf is the bucket of an address: its family's base plus its first
+// 16 bits.
+func bucketOf(a netip.Addr) int {
+	b := a.AsSlice()
+	idx := int(b[0])<<8 | int(b[1])
+	if !a.Is4() {
+		idx += buckets
+	}
+	return idx
+}
+
+// prefixKey is the exact-match key of a masked prefix.
+func prefixKey(p netip.Prefix) xdpDropPrefixKey {
+	k := xdpDropPrefixKey{Len: uint32(p.Bits())}
+	b := p.Addr().AsSlice()
+	if !p.Addr().Is4() {
+		k.Len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_V6)
+	}
+	for w := 0; w*4 < len(b); w++ {
+		k.Addr[w] = binary.NativeEndian.Uint32(b[w*4:])
+	}
+	return k
+}
+
+// buildPrefixTables lays out closure masks (per prefix, as closure gives
+// them) for the program; miss is the mask of an address no prefix holds.
+func buildPrefixTables(closed map[netip.Prefix]uint64, miss uint64) prefixTables {
+	t := prefixTables{exact: map[xdpDropPrefixKey]uint64{}, trie4: map[netip.Prefix]uint64{}, trie6: map[netip.Prefix]uint64{}}
+	if len(closed) == 0 {
+		return t
+	}
+	t.buckets = make([]xdpDropPrefixBucket, 2*buckets)
+	for i := range t.buckets {
+		t.buckets[i].Mask = miss
+	}
+	// Short prefixes paint the buckets they cover, shorter first, so
+	// that the longest containing a bucket gives its mask.
+	var short []netip.Prefix
+	long := map[int][]netip.Prefix{}
+	for p := range closed {
+		if p.Bits() <= bucketBits {
+			short = append(short, p)
+		} else {
+			long[bucketOf(p.Addr())] = append(long[bucketOf(p.Addr())], p)
+		}
+	}
+	slices.SortFunc(short, func(a, b netip.Prefix) int { return a.Bits() - b.Bits() })
+	for _, p := range short {
+		first := bucketOf(p.Addr())
+		for i := 0; i < 1<<(bucketBits-p.Bits()); i++ {
+			t.buckets[first+i].Mask = closed[p]
+		}
+	}
+	for idx, ps := range long {
+		var lens []uint8
+		for _, p := range ps {
+			if l := uint8(p.Bits()); !slices.Contains(lens, l) {
+				lens = append(lens, l)
+			}
+		}
+		b := &t.buckets[idx]
+		if len(lens) > bucketLens {
+			b.Trie = 1
+			for _, p := range ps {
+				if p.Addr().Is4() {
+					t.trie4[p] = closed[p]
+				} else {
+					t.trie6[p] = closed[p]
+				}
+			}
+			continue
+		}
+		slices.SortFunc(lens, func(a, b uint8) int { return int(b) - int(a) })
+		b.N = uint8(len(lens))
+		copy(b.Lens[:], lens)
+		for _, p := range ps {
+			t.exact[prefixKey(p)] = closed[p]
+		}
+	}
+	return t
 }

@@ -5,6 +5,7 @@ package bpf_test
 import (
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -230,6 +231,43 @@ func allowListCases() []ruleCase {
 	}
 }
 
+// deep nests nine IPv4 prefixes of eight lengths beyond 16 bits in one
+// bucket (10.0/16: more lengths than a bucket lists, so the trie serves
+// it), two in another (10.1/16: exact matches), under a /8, with a shorter
+// prefix's rule before a longer one's.
+func deep() bpf.Policy {
+	rule := func(name string, drop bool, p string) bpf.Rule {
+		return bpf.Rule{Name: name, Drop: drop, SrcPrefixes: prefixes(p)}
+	}
+	return bpf.Policy{Rules: []bpf.Rule{
+		rule("l32", true, "10.0.0.1/32"), rule("l30", false, "10.0.0.0/30"), rule("l28", true, "10.0.0.0/28"),
+		rule("l26", false, "10.0.0.0/26"), rule("l24", true, "10.0.0.0/24"), rule("l20", true, "10.0.0.0/20"),
+		rule("l22", false, "10.0.0.0/22"), rule("l18", false, "10.0.0.0/18"), rule("b1-30", true, "10.1.2.4/30"),
+		rule("b1-24", false, "10.1.2.0/24"), rule("l8", true, "10.0.0.0/8"),
+		rule("v6-64", true, "2001:db8:0:1::/64"), rule("v6-32", false, "2001:db8::/32"), rule("v6-12", true, "2000::/12"),
+	}}
+}
+
+func deepCases() []ruleCase {
+	const udp = frames.ProtoUDP
+	c := func(src, rule string, drop bool) ruleCase {
+		dst := "198.51.100.1"
+		if strings.Contains(src, ":") {
+			dst = "2001:db8:ff::1"
+		}
+		return rc(src, ruleFrame{src: src, dst: dst, proto: udp}, rule, drop)
+	}
+	return []ruleCase{
+		c("10.0.0.1", "l32", true), c("10.0.0.2", "l30", false), c("10.0.0.5", "l28", true),
+		c("10.0.0.17", "l26", false), c("10.0.0.65", "l24", true), c("10.0.1.1", "l20", true),
+		c("10.0.16.1", "l18", false), c("10.0.64.1", "l8", true), c("10.1.2.5", "b1-30", true),
+		c("10.1.2.9", "b1-24", false), c("10.1.3.1", "l8", true), c("10.255.0.1", "l8", true),
+		c("11.0.0.1", "", false), c("9.255.255.255", "", false),
+		c("2001:db8:0:1::5", "v6-64", true), c("2001:db8:0:2::5", "v6-32", false), c("2001:db9::1", "v6-12", true),
+		c("2010::1", "", false),
+	}
+}
+
 func ruleSets() []ruleSet {
 	dry := reflection()
 	dry.DryRun = true
@@ -238,6 +276,7 @@ func ruleSets() []ruleSet {
 		{"dry run", dry, reflectionCases()},
 		{"overlap", overlap(), overlapCases()},
 		{"allow-list", allowList(), allowListCases()},
+		{"deep prefixes", deep(), deepCases()},
 	}
 }
 

@@ -92,6 +92,7 @@ volatile const enum action action_drop = ACTION_DROP;
 volatile const enum verdict verdict_drop = VERDICT_DROP;
 volatile const enum rule_limits rule_max = RULE_MAX;
 volatile const enum rule_dims rule_dim_ports = RULE_DIM_PORTS;
+volatile const enum prefix_limits prefix_buckets = PREFIX_BUCKETS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -101,11 +102,28 @@ struct {
 } counters SEC(".maps");
 
 /*
- * Prefix tries by family and direction: the value of a prefix is the mask of
- * the rules that prefix satisfies, including every rule with a shorter
- * prefix containing it (a trie returns only the longest match). Sized by the
- * loader; one entry when unused.
+ * Prefixes by direction. The value of a prefix is the mask of the rules it
+ * satisfies, including every rule with a shorter prefix containing it: a
+ * lookup finds only the longest match. Buckets (by family and first 16
+ * bits) hold the masks of short prefixes and the lengths of the longer ones
+ * in them, looked up in a hash by exact match; the tries, by family, serve
+ * the buckets with too many lengths. Sized by the loader; one entry when
+ * unused.
  */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct prefix_bucket);
+	__uint(max_entries, 1);
+} src_bucket SEC(".maps"), dst_bucket SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct prefix_key);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} src_hash SEC(".maps"), dst_hash SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__type(key, struct lpm_v4_key);
@@ -287,42 +305,66 @@ static __always_inline void *ip_header(void *data, void *data_end)
 	return pos;
 }
 
-/* Masks of the rules a frame's addresses satisfy; rule_no_* on a trie miss. */
-static __always_inline __u64 prefix_masks_v4(struct iphdr *iph)
+/*
+ * The mask of the longest prefix containing addr (4 words, network order;
+ * IPv4 in the first), miss when none does.
+ */
+static __always_inline __u64 prefix_mask(void *buckets, void *hash, void *trie4, void *trie6,
+					 const __u32 *addr, int v6, __u64 miss)
 {
-	struct lpm_v4_key key = { .prefixlen = 32 };
-	__u64 m = ~0ULL;
+	__u32 idx = (bpf_ntohl(addr[0]) >> 16) + (v6 ? PREFIX_BUCKETS : 0);
+	struct prefix_bucket *b = bpf_map_lookup_elem(buckets, &idx);
+	struct prefix_key key;
 	__u64 *v;
+	int i, w;
 
-	if (rule_dims & RULE_DIM_SRC) {
-		__builtin_memcpy(key.addr, &iph->saddr, 4);
-		v = bpf_map_lookup_elem(&src_v4, &key);
-		m &= v ? *v : rule_no_src;
+	if (!b)
+		return miss;
+	if (b->trie) {
+		if (v6) {
+			struct lpm_v6_key k = { .prefixlen = 128 };
+
+			__builtin_memcpy(k.addr, addr, 16);
+			v = bpf_map_lookup_elem(trie6, &k);
+		} else {
+			struct lpm_v4_key k = { .prefixlen = 32 };
+
+			__builtin_memcpy(k.addr, addr, 4);
+			v = bpf_map_lookup_elem(trie4, &k);
+		}
+		return v ? *v : b->mask;
 	}
-	if (rule_dims & RULE_DIM_DST) {
-		__builtin_memcpy(key.addr, &iph->daddr, 4);
-		v = bpf_map_lookup_elem(&dst_v4, &key);
-		m &= v ? *v : rule_no_dst;
+#pragma unroll
+	for (i = 0; i < PREFIX_BUCKET_LENS; i++) {
+		__u32 len;
+
+		if (i >= b->n)
+			break;
+		len = b->lens[i];
+		key.len = len | (v6 ? PREFIX_KEY_V6 : 0);
+#pragma unroll
+		for (w = 0; w < 4; w++) {
+			int bits = (int)len - 32 * w;
+			__u32 m = bits >= 32 ? 0xFFFFFFFF : bits <= 0 ? 0 : ~0U << (32 - bits);
+
+			key.addr[w] = addr[w] & bpf_htonl(m);
+		}
+		v = bpf_map_lookup_elem(hash, &key);
+		if (v)
+			return *v;
 	}
-	return m;
+	return b->mask;
 }
 
-static __always_inline __u64 prefix_masks_v6(struct ipv6hdr *ip6h)
+/* Masks of the rules a frame's addresses satisfy. */
+static __always_inline __u64 prefix_masks(const __u32 *src, const __u32 *dst, int v6)
 {
-	struct lpm_v6_key key = { .prefixlen = 128 };
 	__u64 m = ~0ULL;
-	__u64 *v;
 
-	if (rule_dims & RULE_DIM_SRC) {
-		__builtin_memcpy(key.addr, &ip6h->saddr, 16);
-		v = bpf_map_lookup_elem(&src_v6, &key);
-		m &= v ? *v : rule_no_src;
-	}
-	if (rule_dims & RULE_DIM_DST) {
-		__builtin_memcpy(key.addr, &ip6h->daddr, 16);
-		v = bpf_map_lookup_elem(&dst_v6, &key);
-		m &= v ? *v : rule_no_dst;
-	}
+	if (rule_dims & RULE_DIM_SRC)
+		m &= prefix_mask(&src_bucket, &src_hash, &src_v4, &src_v6, src, v6, rule_no_src);
+	if (rule_dims & RULE_DIM_DST)
+		m &= prefix_mask(&dst_bucket, &dst_hash, &dst_v4, &dst_v6, dst, v6, rule_no_dst);
 	return m;
 }
 
@@ -376,19 +418,24 @@ static __always_inline int match_rule(void *data, void *data_end, __u32 class)
 	if (!l3)
 		return -1;
 	if (rule_dims & (RULE_DIM_SRC | RULE_DIM_DST)) {
+		__u32 src[4] = {}, dst[4] = {};
+
 		if (v6) {
 			struct ipv6hdr *ip6h = l3;
 
 			if ((void *)(ip6h + 1) > data_end)
 				return -1;
-			m &= prefix_masks_v6(ip6h);
+			__builtin_memcpy(src, &ip6h->saddr, 16);
+			__builtin_memcpy(dst, &ip6h->daddr, 16);
 		} else {
 			struct iphdr *iph = l3;
 
 			if ((void *)(iph + 1) > data_end)
 				return -1;
-			m &= prefix_masks_v4(iph);
+			src[0] = iph->saddr;
+			dst[0] = iph->daddr;
 		}
+		m &= prefix_masks(src, dst, v6);
 	}
 	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports))
 		m &= port_masks(l3, data_end, v6);

@@ -69,4 +69,30 @@ struct lpm_v6_key {
 	__u8 addr[16];
 };
 
+/*
+ * Prefix buckets: one per family and first 16 address bits. A bucket holds
+ * the mask of the longest prefix of at most 16 bits that contains it, and
+ * the lengths (longest first) of the longer prefixes inside it, which are
+ * looked up by exact match; a bucket with more lengths than fit uses the
+ * trie instead.
+ */
+enum prefix_limits {
+	PREFIX_BUCKETS = 65536,   /* per family */
+	PREFIX_BUCKET_LENS = 6,
+	PREFIX_KEY_V6 = 0x100,    /* in prefix_key.len */
+};
+
+struct prefix_bucket {
+	__u64 mask;
+	__u8 n;
+	__u8 trie;
+	__u8 lens[PREFIX_BUCKET_LENS];
+};
+
+/* An exact prefix: its length (| PREFIX_KEY_V6) and masked address. */
+struct prefix_key {
+	__u32 len;
+	__u32 addr[4];
+};
+
 #endif
