@@ -11,13 +11,13 @@ import (
 
 // FDsPerInterface is how many file descriptors an attached Program holds:
 // the program, its counter map, its read-only policy map and its link.
-// Rules add four per prefix direction they use (buckets, exact prefixes,
-// two tries) and two for ports.
+// Rules add four for prefixes (buckets, exact prefixes, two tries) and one
+// for ports.
 const FDsPerInterface = 4
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// and the ten rule maps, which it closes again when no rule uses them.
-const loadFDs = FDsPerInterface + 10
+// and the five rule maps, which it closes again when no rule uses them.
+const loadFDs = FDsPerInterface + 5
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

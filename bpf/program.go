@@ -5,7 +5,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"slices"
 	"strings"
@@ -131,18 +130,13 @@ type Program struct {
 // objects is what one load of the program gives: one variant of the program,
 // the counters it updates and the maps of its rules.
 type objects struct {
-	Prog      *ebpf.Program
-	Counters  *ebpf.Map
-	SrcBucket *ebpf.Map
-	DstBucket *ebpf.Map
-	SrcHash   *ebpf.Map
-	DstHash   *ebpf.Map
-	SrcV4     *ebpf.Map
-	DstV4     *ebpf.Map
-	SrcV6     *ebpf.Map
-	DstV6     *ebpf.Map
-	SrcPort   *ebpf.Map
-	DstPort   *ebpf.Map
+	Prog          *ebpf.Program
+	Counters      *ebpf.Map
+	PrefixBuckets *ebpf.Map
+	PrefixExact   *ebpf.Map
+	PrefixV4      *ebpf.Map
+	PrefixV6      *ebpf.Map
+	Ports         *ebpf.Map
 }
 
 func (o *objects) Close() error {
@@ -158,12 +152,12 @@ func (o *objects) Close() error {
 // left out.
 func (o *objects) maps() map[string]*ebpf.Map {
 	all := map[string]*ebpf.Map{
-		xdpDropMapCounters:  o.Counters,
-		xdpDropMapSrcBucket: o.SrcBucket, xdpDropMapDstBucket: o.DstBucket,
-		xdpDropMapSrcHash: o.SrcHash, xdpDropMapDstHash: o.DstHash,
-		xdpDropMapSrcV4: o.SrcV4, xdpDropMapDstV4: o.DstV4,
-		xdpDropMapSrcV6: o.SrcV6, xdpDropMapDstV6: o.DstV6,
-		xdpDropMapSrcPort: o.SrcPort, xdpDropMapDstPort: o.DstPort,
+		xdpDropMapCounters:      o.Counters,
+		xdpDropMapPrefixBuckets: o.PrefixBuckets,
+		xdpDropMapPrefixExact:   o.PrefixExact,
+		xdpDropMapPrefixV4:      o.PrefixV4,
+		xdpDropMapPrefixV6:      o.PrefixV6,
+		xdpDropMapPortsMap:      o.Ports,
 	}
 	for name, m := range all {
 		if m == nil {
@@ -175,62 +169,49 @@ func (o *objects) maps() map[string]*ebpf.Map {
 
 // missesRuleMaps reports whether a rule map of a dimension in dims is absent.
 func (o *objects) missesRuleMaps(dims uint8) bool {
-	has := func(dim xdpDropRuleDims, ms ...*ebpf.Map) bool {
-		return dims&uint8(dim) == 0 || !slices.Contains(ms, nil)
-	}
-	return !has(xdpDropRuleDimsRULE_DIM_SRC, o.SrcBucket, o.SrcHash, o.SrcV4, o.SrcV6) ||
-		!has(xdpDropRuleDimsRULE_DIM_DST, o.DstBucket, o.DstHash, o.DstV4, o.DstV6) ||
-		!has(xdpDropRuleDimsRULE_DIM_PORTS, o.SrcPort, o.DstPort)
+	prefixes := dims&uint8(xdpDropRuleDimsRULE_DIM_SRC|xdpDropRuleDimsRULE_DIM_DST) != 0
+	ports := dims&uint8(xdpDropRuleDimsRULE_DIM_PORTS) != 0
+	return prefixes && slices.Contains([]*ebpf.Map{o.PrefixBuckets, o.PrefixExact, o.PrefixV4, o.PrefixV6}, nil) ||
+		ports && o.Ports == nil
 }
 
 // dropUnused closes the rule maps of dimensions no rule uses: the program
 // holds its own references, and an interface then costs no descriptor for
 // them (FDsPerInterface without rules).
 func (o *objects) dropUnused(dims uint8) {
-	unused := func(dim xdpDropRuleDims, ms ...**ebpf.Map) {
-		if dims&uint8(dim) != 0 {
-			return
-		}
-		for _, m := range ms {
-			(*m).Close()
-			*m = nil
-		}
+	var unused []**ebpf.Map
+	if dims&uint8(xdpDropRuleDimsRULE_DIM_SRC|xdpDropRuleDimsRULE_DIM_DST) == 0 {
+		unused = append(unused, &o.PrefixBuckets, &o.PrefixExact, &o.PrefixV4, &o.PrefixV6)
 	}
-	unused(xdpDropRuleDimsRULE_DIM_SRC, &o.SrcBucket, &o.SrcHash, &o.SrcV4, &o.SrcV6)
-	unused(xdpDropRuleDimsRULE_DIM_DST, &o.DstBucket, &o.DstHash, &o.DstV4, &o.DstV6)
-	unused(xdpDropRuleDimsRULE_DIM_PORTS, &o.SrcPort, &o.DstPort)
+	if dims&uint8(xdpDropRuleDimsRULE_DIM_PORTS) == 0 {
+		unused = append(unused, &o.Ports)
+	}
+	for _, m := range unused {
+		(*m).Close()
+		*m = nil
+	}
 }
 
 // singleBufferObjects and multiBufferObjects select the variant a load assigns;
 // cilium/ebpf loads only what is assigned.
 type singleBufferObjects struct {
-	Prog      *ebpf.Program `ebpf:"xdp_drop"`
-	Counters  *ebpf.Map     `ebpf:"counters"`
-	SrcBucket *ebpf.Map     `ebpf:"src_bucket"`
-	DstBucket *ebpf.Map     `ebpf:"dst_bucket"`
-	SrcHash   *ebpf.Map     `ebpf:"src_hash"`
-	DstHash   *ebpf.Map     `ebpf:"dst_hash"`
-	SrcV4     *ebpf.Map     `ebpf:"src_v4"`
-	DstV4     *ebpf.Map     `ebpf:"dst_v4"`
-	SrcV6     *ebpf.Map     `ebpf:"src_v6"`
-	DstV6     *ebpf.Map     `ebpf:"dst_v6"`
-	SrcPort   *ebpf.Map     `ebpf:"src_port"`
-	DstPort   *ebpf.Map     `ebpf:"dst_port"`
+	Prog          *ebpf.Program `ebpf:"xdp_drop"`
+	Counters      *ebpf.Map     `ebpf:"counters"`
+	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
+	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
+	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
+	PrefixV6      *ebpf.Map     `ebpf:"prefix_v6"`
+	Ports         *ebpf.Map     `ebpf:"ports_map"`
 }
 
 type multiBufferObjects struct {
-	Prog      *ebpf.Program `ebpf:"xdp_drop_frags"`
-	Counters  *ebpf.Map     `ebpf:"counters"`
-	SrcBucket *ebpf.Map     `ebpf:"src_bucket"`
-	DstBucket *ebpf.Map     `ebpf:"dst_bucket"`
-	SrcHash   *ebpf.Map     `ebpf:"src_hash"`
-	DstHash   *ebpf.Map     `ebpf:"dst_hash"`
-	SrcV4     *ebpf.Map     `ebpf:"src_v4"`
-	DstV4     *ebpf.Map     `ebpf:"dst_v4"`
-	SrcV6     *ebpf.Map     `ebpf:"src_v6"`
-	DstV6     *ebpf.Map     `ebpf:"dst_v6"`
-	SrcPort   *ebpf.Map     `ebpf:"src_port"`
-	DstPort   *ebpf.Map     `ebpf:"dst_port"`
+	Prog          *ebpf.Program `ebpf:"xdp_drop_frags"`
+	Counters      *ebpf.Map     `ebpf:"counters"`
+	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
+	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
+	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
+	PrefixV6      *ebpf.Map     `ebpf:"prefix_v6"`
+	Ports         *ebpf.Map     `ebpf:"ports_map"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -291,11 +272,11 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
 	sizes := map[string]int{
-		xdpDropMapSrcBucket: len(rules.src.buckets), xdpDropMapDstBucket: len(rules.dst.buckets),
-		xdpDropMapSrcHash: len(rules.src.exact), xdpDropMapDstHash: len(rules.dst.exact),
-		xdpDropMapSrcV4: len(rules.src.trie4), xdpDropMapDstV4: len(rules.dst.trie4),
-		xdpDropMapSrcV6: len(rules.src.trie6), xdpDropMapDstV6: len(rules.dst.trie6),
-		xdpDropMapSrcPort: len(rules.srcPort), xdpDropMapDstPort: len(rules.dstPort),
+		xdpDropMapPrefixBuckets: rules.buckets(),
+		xdpDropMapPrefixExact:   len(rules.src.exact) + len(rules.dst.exact),
+		xdpDropMapPrefixV4:      len(rules.src.trie4) + len(rules.dst.trie4),
+		xdpDropMapPrefixV6:      len(rules.src.trie6) + len(rules.dst.trie6),
+		xdpDropMapPortsMap:      len(rules.srcPort) + len(rules.dstPort),
 	}
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
@@ -312,84 +293,73 @@ func boolByte(b bool) uint8 {
 
 // fillRules writes the rules' prefixes and port masks into the maps.
 func (o *objects) fillRules(t *ruleTables) error {
-	for _, d := range []struct {
-		buckets, exact, trie4, trie6 *ebpf.Map
-		t                            *prefixTables
-	}{{o.SrcBucket, o.SrcHash, o.SrcV4, o.SrcV6, &t.src}, {o.DstBucket, o.DstHash, o.DstV4, o.DstV6, &t.dst}} {
-		if err := fillPrefixes(d.buckets, d.exact, d.trie4, d.trie6, d.t); err != nil {
+	for dir, d := range []*prefixTables{&t.src, &t.dst} {
+		if len(d.buckets) == 0 {
+			continue
+		}
+		if err := fillPrefixes(o, d, dir); err != nil {
 			return err
 		}
 	}
-	for _, a := range []struct {
-		m     *ebpf.Map
-		masks []uint64
-	}{{o.SrcPort, t.srcPort}, {o.DstPort, t.dstPort}} {
-		if len(a.masks) == 0 {
-			continue
-		}
-		keys := make([]uint32, len(a.masks))
-		for i := range keys {
-			keys[i] = uint32(i)
-		}
-		if _, err := a.m.BatchUpdate(keys, a.masks, nil); err != nil {
-			return fmt.Errorf("write port rules: %w", err)
-		}
+	if t.srcPort == nil {
+		return nil
+	}
+	masks := append(slices.Clone(t.srcPort), t.dstPort...)
+	keys := make([]uint32, len(masks))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := o.Ports.BatchUpdate(keys, masks, nil); err != nil {
+		return fmt.Errorf("write port rules: %w", err)
 	}
 	return nil
 }
 
-// fillPrefixes writes one direction's prefix tables into its maps.
-func fillPrefixes(buckets, exact, trie4, trie6 *ebpf.Map, t *prefixTables) error {
-	if len(t.buckets) > 0 {
-		keys := make([]uint32, len(t.buckets))
-		for i := range keys {
-			keys[i] = uint32(i)
-		}
-		if _, err := buckets.BatchUpdate(keys, t.buckets, nil); err != nil {
-			return fmt.Errorf("write prefix buckets: %w", err)
-		}
+// fillPrefixes writes one direction's prefix tables (dir 0: source, 1:
+// destination) into the maps.
+func fillPrefixes(o *objects, t *prefixTables, dir int) error {
+	keys := make([]uint32, len(t.buckets))
+	for i := range keys {
+		keys[i] = uint32(dir*len(t.buckets) + i)
+	}
+	if _, err := o.PrefixBuckets.BatchUpdate(keys, t.buckets, nil); err != nil {
+		return fmt.Errorf("write prefix buckets: %w", err)
 	}
 	if len(t.exact) > 0 {
 		keys := make([]xdpDropPrefixKey, 0, len(t.exact))
 		values := make([]uint64, 0, len(t.exact))
 		for k, v := range t.exact {
+			if dir == int(xdpDropPrefixLimitsPREFIX_DIR_DST) {
+				k.Len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
+			}
 			keys = append(keys, k)
 			values = append(values, v)
 		}
-		if err := batchUpdate(exact, keys, values); err != nil {
+		if err := batchUpdate(o.PrefixExact, keys, values); err != nil {
 			return fmt.Errorf("write prefixes: %w", err)
 		}
 	}
-	if err := fillTrie(trie4, t.trie4); err != nil {
-		return err
-	}
-	return fillTrie(trie6, t.trie6)
-}
-
-// fillTrie writes prefixes into an LPM trie of either family.
-func fillTrie(m *ebpf.Map, entries map[netip.Prefix]uint64) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	values := make([]uint64, 0, len(entries))
-	var err error
-	if m.KeySize() == uint32(unsafe.Sizeof(xdpDropLpmV4Key{})) {
-		keys := make([]xdpDropLpmV4Key, 0, len(entries))
-		for p, mask := range entries {
-			keys = append(keys, xdpDropLpmV4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()})
+	if len(t.trie4) > 0 {
+		keys := make([]xdpDropLpmV4Key, 0, len(t.trie4))
+		values := make([]uint64, 0, len(t.trie4))
+		for p, mask := range t.trie4 {
+			keys = append(keys, xdpDropLpmV4Key{Prefixlen: 8 + uint32(p.Bits()), Dir: uint8(dir), Addr: p.Addr().As4()})
 			values = append(values, mask)
 		}
-		err = batchUpdate(m, keys, values)
-	} else {
-		keys := make([]xdpDropLpmV6Key, 0, len(entries))
-		for p, mask := range entries {
-			keys = append(keys, xdpDropLpmV6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()})
+		if err := batchUpdate(o.PrefixV4, keys, values); err != nil {
+			return fmt.Errorf("write prefix rules: %w", err)
+		}
+	}
+	if len(t.trie6) > 0 {
+		keys := make([]xdpDropLpmV6Key, 0, len(t.trie6))
+		values := make([]uint64, 0, len(t.trie6))
+		for p, mask := range t.trie6 {
+			keys = append(keys, xdpDropLpmV6Key{Prefixlen: 8 + uint32(p.Bits()), Dir: uint8(dir), Addr: p.Addr().As16()})
 			values = append(values, mask)
 		}
-		err = batchUpdate(m, keys, values)
-	}
-	if err != nil {
-		return fmt.Errorf("write prefix rules: %w", err)
+		if err := batchUpdate(o.PrefixV6, keys, values); err != nil {
+			return fmt.Errorf("write prefix rules: %w", err)
+		}
 	}
 	return nil
 }

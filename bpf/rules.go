@@ -152,6 +152,18 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 	return t, nil
 }
 
+// buckets is the size of the prefix bucket table: both families of the
+// source, then of the destination, when rules have them.
+func (t *ruleTables) buckets() int {
+	switch {
+	case len(t.dst.buckets) > 0:
+		return 2 * 2 * buckets
+	case len(t.src.buckets) > 0:
+		return 2 * buckets
+	}
+	return 0
+}
+
 // portMasks is the mask of every port: the rules it satisfies, which
 // include every rule without ports in that direction.
 func portMasks(rules []Rule, ranges func(*Rule) []PortRange) []uint64 {

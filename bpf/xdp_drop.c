@@ -92,7 +92,7 @@ volatile const enum action action_drop = ACTION_DROP;
 volatile const enum verdict verdict_drop = VERDICT_DROP;
 volatile const enum rule_limits rule_max = RULE_MAX;
 volatile const enum rule_dims rule_dim_ports = RULE_DIM_PORTS;
-volatile const enum prefix_limits prefix_buckets = PREFIX_BUCKETS;
+volatile const enum prefix_limits prefix_limit = PREFIX_BUCKETS;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -102,27 +102,27 @@ struct {
 } counters SEC(".maps");
 
 /*
- * Prefixes by direction. The value of a prefix is the mask of the rules it
- * satisfies, including every rule with a shorter prefix containing it: a
- * lookup finds only the longest match. Buckets (by family and first 16
- * bits) hold the masks of short prefixes and the lengths of the longer ones
- * in them, looked up in a hash by exact match; the tries, by family, serve
- * the buckets with too many lengths. Sized by the loader; one entry when
- * unused.
+ * Prefixes, of both directions. The value of a prefix is the mask of the
+ * rules it satisfies, including every rule with a shorter prefix
+ * containing it: a lookup finds only the longest match. Buckets (by
+ * direction, family and first 16 bits) hold the masks of short prefixes and
+ * the lengths of the longer ones in them, looked up by exact match; the
+ * tries, by family, serve the buckets with too many lengths. Sized by the
+ * loader; one entry when unused.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct prefix_bucket);
 	__uint(max_entries, 1);
-} src_bucket SEC(".maps"), dst_bucket SEC(".maps");
+} prefix_buckets SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct prefix_key);
 	__type(value, __u64);
 	__uint(max_entries, 1);
-} src_hash SEC(".maps"), dst_hash SEC(".maps");
+} prefix_exact SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -130,7 +130,7 @@ struct {
 	__type(value, __u64);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 1);
-} src_v4 SEC(".maps"), dst_v4 SEC(".maps");
+} prefix_v4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -138,15 +138,15 @@ struct {
 	__type(value, __u64);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 1);
-} src_v6 SEC(".maps"), dst_v6 SEC(".maps");
+} prefix_v6 SEC(".maps");
 
-/* Masks by port: 65536 entries when some rule has ports, one otherwise. */
+/* Masks by port, source ports then destination ports; one entry when unused. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(max_entries, 1);
-} src_port SEC(".maps"), dst_port SEC(".maps");
+} ports_map SEC(".maps");
 
 /*
  * How to step over an IPv6 extension header, by its next header value; the
@@ -309,11 +309,10 @@ static __always_inline void *ip_header(void *data, void *data_end)
  * The mask of the longest prefix containing addr (4 words, network order;
  * IPv4 in the first), miss when none does.
  */
-static __always_inline __u64 prefix_mask(void *buckets, void *hash, void *trie4, void *trie6,
-					 const __u32 *addr, int v6, __u64 miss)
+static __always_inline __u64 prefix_mask(const __u32 *addr, int v6, const int dir, __u64 miss)
 {
-	__u32 idx = (bpf_ntohl(addr[0]) >> 16) + (v6 ? PREFIX_BUCKETS : 0);
-	struct prefix_bucket *b = bpf_map_lookup_elem(buckets, &idx);
+	__u32 idx = (bpf_ntohl(addr[0]) >> 16) + (v6 ? PREFIX_BUCKETS : 0) + dir * 2 * PREFIX_BUCKETS;
+	struct prefix_bucket *b = bpf_map_lookup_elem(&prefix_buckets, &idx);
 	struct prefix_key key;
 	__u64 *v;
 	int i, w;
@@ -322,15 +321,15 @@ static __always_inline __u64 prefix_mask(void *buckets, void *hash, void *trie4,
 		return miss;
 	if (b->trie) {
 		if (v6) {
-			struct lpm_v6_key k = { .prefixlen = 128 };
+			struct lpm_v6_key k = { .prefixlen = 8 + 128, .dir = dir };
 
 			__builtin_memcpy(k.addr, addr, 16);
-			v = bpf_map_lookup_elem(trie6, &k);
+			v = bpf_map_lookup_elem(&prefix_v6, &k);
 		} else {
-			struct lpm_v4_key k = { .prefixlen = 32 };
+			struct lpm_v4_key k = { .prefixlen = 8 + 32, .dir = dir };
 
 			__builtin_memcpy(k.addr, addr, 4);
-			v = bpf_map_lookup_elem(trie4, &k);
+			v = bpf_map_lookup_elem(&prefix_v4, &k);
 		}
 		return v ? *v : b->mask;
 	}
@@ -341,7 +340,7 @@ static __always_inline __u64 prefix_mask(void *buckets, void *hash, void *trie4,
 		if (i >= b->n)
 			break;
 		len = b->lens[i];
-		key.len = len | (v6 ? PREFIX_KEY_V6 : 0);
+		key.len = len | (v6 ? PREFIX_KEY_V6 : 0) | (dir ? PREFIX_KEY_DST : 0);
 #pragma unroll
 		for (w = 0; w < 4; w++) {
 			int bits = (int)len - 32 * w;
@@ -349,7 +348,7 @@ static __always_inline __u64 prefix_mask(void *buckets, void *hash, void *trie4,
 
 			key.addr[w] = addr[w] & bpf_htonl(m);
 		}
-		v = bpf_map_lookup_elem(hash, &key);
+		v = bpf_map_lookup_elem(&prefix_exact, &key);
 		if (v)
 			return *v;
 	}
@@ -362,9 +361,9 @@ static __always_inline __u64 prefix_masks(const __u32 *src, const __u32 *dst, in
 	__u64 m = ~0ULL;
 
 	if (rule_dims & RULE_DIM_SRC)
-		m &= prefix_mask(&src_bucket, &src_hash, &src_v4, &src_v6, src, v6, rule_no_src);
+		m &= prefix_mask(src, v6, PREFIX_DIR_SRC, rule_no_src);
 	if (rule_dims & RULE_DIM_DST)
-		m &= prefix_mask(&dst_bucket, &dst_hash, &dst_v4, &dst_v6, dst, v6, rule_no_dst);
+		m &= prefix_mask(dst, v6, PREFIX_DIR_DST, rule_no_dst);
 	return m;
 }
 
@@ -398,10 +397,10 @@ static __always_inline __u64 port_masks(void *l3, void *data_end, int v6)
 	if ((void *)(ports + 2) > data_end)
 		return ~rule_ports;
 	key = bpf_ntohs(ports[0]);
-	v = bpf_map_lookup_elem(&src_port, &key);
+	v = bpf_map_lookup_elem(&ports_map, &key);
 	m = v ? *v : 0;
-	key = bpf_ntohs(ports[1]);
-	v = bpf_map_lookup_elem(&dst_port, &key);
+	key = PORTS + bpf_ntohs(ports[1]);
+	v = bpf_map_lookup_elem(&ports_map, &key);
 	return v ? m & *v : 0;
 }
 

@@ -58,19 +58,25 @@ struct counter_block {
 	struct counter rule[RULE_MAX];
 };
 
-/* Keys of the address prefix tries. */
+/*
+ * Keys of the address prefix tries: the direction (PREFIX_DIR_*) comes
+ * first, so prefixlen counts its 8 bits too.
+ */
 struct lpm_v4_key {
 	__u32 prefixlen;
+	__u8 dir;
 	__u8 addr[4];
 };
 
 struct lpm_v6_key {
 	__u32 prefixlen;
+	__u8 dir;
 	__u8 addr[16];
 };
 
 /*
- * Prefix buckets: one per family and first 16 address bits. A bucket holds
+ * Prefix buckets: one per direction, family and first 16 address bits (in
+ * that order: source IPv4, source IPv6, destination IPv4, IPv6). A bucket holds
  * the mask of the longest prefix of at most 16 bits that contains it, and
  * the lengths (longest first) of the longer prefixes inside it, which are
  * looked up by exact match; a bucket with more lengths than fit uses the
@@ -80,6 +86,10 @@ enum prefix_limits {
 	PREFIX_BUCKETS = 65536,   /* per family */
 	PREFIX_BUCKET_LENS = 6,
 	PREFIX_KEY_V6 = 0x100,    /* in prefix_key.len */
+	PREFIX_KEY_DST = 0x200,   /* in prefix_key.len */
+	PREFIX_DIR_SRC = 0,
+	PREFIX_DIR_DST = 1,
+	PORTS = 65536,            /* per direction, source first */
 };
 
 struct prefix_bucket {
@@ -89,7 +99,7 @@ struct prefix_bucket {
 	__u8 lens[PREFIX_BUCKET_LENS];
 };
 
-/* An exact prefix: its length (| PREFIX_KEY_V6) and masked address. */
+/* An exact prefix: its length (| PREFIX_KEY_V6 | PREFIX_KEY_DST) and masked address. */
 struct prefix_key {
 	__u32 len;
 	__u32 addr[4];

@@ -50,13 +50,17 @@ type xdpDropCounterBlock struct {
 type xdpDropLpmV4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
+	Dir       uint8
 	Addr      [4]uint8
+	_         [3]byte
 }
 
 type xdpDropLpmV6Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
+	Dir       uint8
 	Addr      [16]uint8
+	_         [3]byte
 }
 
 type xdpDropPrefixBucket struct {
@@ -79,6 +83,10 @@ const (
 	xdpDropPrefixLimitsPREFIX_BUCKETS     xdpDropPrefixLimits = 65536
 	xdpDropPrefixLimitsPREFIX_BUCKET_LENS xdpDropPrefixLimits = 6
 	xdpDropPrefixLimitsPREFIX_KEY_V6      xdpDropPrefixLimits = 256
+	xdpDropPrefixLimitsPREFIX_KEY_DST     xdpDropPrefixLimits = 512
+	xdpDropPrefixLimitsPREFIX_DIR_SRC     xdpDropPrefixLimits = 0
+	xdpDropPrefixLimitsPREFIX_DIR_DST     xdpDropPrefixLimits = 1
+	xdpDropPrefixLimitsPORTS              xdpDropPrefixLimits = 65536
 )
 
 type xdpDropRuleDims uint32
@@ -106,22 +114,17 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	xdpDropMapCounters      = "counters"
-	xdpDropMapDstBucket     = "dst_bucket"
-	xdpDropMapDstHash       = "dst_hash"
-	xdpDropMapDstPort       = "dst_port"
-	xdpDropMapDstV4         = "dst_v4"
-	xdpDropMapDstV6         = "dst_v6"
-	xdpDropMapSrcBucket     = "src_bucket"
-	xdpDropMapSrcHash       = "src_hash"
-	xdpDropMapSrcPort       = "src_port"
-	xdpDropMapSrcV4         = "src_v4"
-	xdpDropMapSrcV6         = "src_v6"
+	xdpDropMapPortsMap      = "ports_map"
+	xdpDropMapPrefixBuckets = "prefix_buckets"
+	xdpDropMapPrefixExact   = "prefix_exact"
+	xdpDropMapPrefixV4      = "prefix_v4"
+	xdpDropMapPrefixV6      = "prefix_v6"
 	xdpDropProgXdpDrop      = "xdp_drop"
 	xdpDropProgXdpDropFrags = "xdp_drop_frags"
 	xdpDropVarActionDrop    = "action_drop"
 	xdpDropVarClassCount    = "class_count"
 	xdpDropVarDryRun        = "dry_run"
-	xdpDropVarPrefixBuckets = "prefix_buckets"
+	xdpDropVarPrefixLimit   = "prefix_limit"
 	xdpDropVarQueueSlots    = "queue_slots"
 	xdpDropVarRuleCount     = "rule_count"
 	xdpDropVarRuleDimPorts  = "rule_dim_ports"
@@ -186,39 +189,34 @@ type xdpDropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	DstBucket *ebpf.MapSpec `ebpf:"dst_bucket"`
-	DstHash   *ebpf.MapSpec `ebpf:"dst_hash"`
-	DstPort   *ebpf.MapSpec `ebpf:"dst_port"`
-	DstV4     *ebpf.MapSpec `ebpf:"dst_v4"`
-	DstV6     *ebpf.MapSpec `ebpf:"dst_v6"`
-	SrcBucket *ebpf.MapSpec `ebpf:"src_bucket"`
-	SrcHash   *ebpf.MapSpec `ebpf:"src_hash"`
-	SrcPort   *ebpf.MapSpec `ebpf:"src_port"`
-	SrcV4     *ebpf.MapSpec `ebpf:"src_v4"`
-	SrcV6     *ebpf.MapSpec `ebpf:"src_v6"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	PortsMap      *ebpf.MapSpec `ebpf:"ports_map"`
+	PrefixBuckets *ebpf.MapSpec `ebpf:"prefix_buckets"`
+	PrefixExact   *ebpf.MapSpec `ebpf:"prefix_exact"`
+	PrefixV4      *ebpf.MapSpec `ebpf:"prefix_v4"`
+	PrefixV6      *ebpf.MapSpec `ebpf:"prefix_v6"`
 }
 
 // xdpDropVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
-	ActionDrop    *ebpf.VariableSpec `ebpf:"action_drop"`
-	ClassCount    *ebpf.VariableSpec `ebpf:"class_count"`
-	DryRun        *ebpf.VariableSpec `ebpf:"dry_run"`
-	PrefixBuckets *ebpf.VariableSpec `ebpf:"prefix_buckets"`
-	QueueSlots    *ebpf.VariableSpec `ebpf:"queue_slots"`
-	RuleCount     *ebpf.VariableSpec `ebpf:"rule_count"`
-	RuleDimPorts  *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
-	RuleDims      *ebpf.VariableSpec `ebpf:"rule_dims"`
-	RuleDrop      *ebpf.VariableSpec `ebpf:"rule_drop"`
-	RuleMax       *ebpf.VariableSpec `ebpf:"rule_max"`
-	RuleNoDst     *ebpf.VariableSpec `ebpf:"rule_no_dst"`
-	RuleNoSrc     *ebpf.VariableSpec `ebpf:"rule_no_src"`
-	RulePorts     *ebpf.VariableSpec `ebpf:"rule_ports"`
-	RuleProto     *ebpf.VariableSpec `ebpf:"rule_proto"`
-	VerdictDrop   *ebpf.VariableSpec `ebpf:"verdict_drop"`
-	Verdicts      *ebpf.VariableSpec `ebpf:"verdicts"`
+	ActionDrop   *ebpf.VariableSpec `ebpf:"action_drop"`
+	ClassCount   *ebpf.VariableSpec `ebpf:"class_count"`
+	DryRun       *ebpf.VariableSpec `ebpf:"dry_run"`
+	PrefixLimit  *ebpf.VariableSpec `ebpf:"prefix_limit"`
+	QueueSlots   *ebpf.VariableSpec `ebpf:"queue_slots"`
+	RuleCount    *ebpf.VariableSpec `ebpf:"rule_count"`
+	RuleDimPorts *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
+	RuleDims     *ebpf.VariableSpec `ebpf:"rule_dims"`
+	RuleDrop     *ebpf.VariableSpec `ebpf:"rule_drop"`
+	RuleMax      *ebpf.VariableSpec `ebpf:"rule_max"`
+	RuleNoDst    *ebpf.VariableSpec `ebpf:"rule_no_dst"`
+	RuleNoSrc    *ebpf.VariableSpec `ebpf:"rule_no_src"`
+	RulePorts    *ebpf.VariableSpec `ebpf:"rule_ports"`
+	RuleProto    *ebpf.VariableSpec `ebpf:"rule_proto"`
+	VerdictDrop  *ebpf.VariableSpec `ebpf:"verdict_drop"`
+	Verdicts     *ebpf.VariableSpec `ebpf:"verdicts"`
 }
 
 // xdpDropObjects contains all objects after they have been loaded into the kernel.
@@ -241,32 +239,22 @@ func (o *xdpDropObjects) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
-	Counters  *ebpf.Map `ebpf:"counters"`
-	DstBucket *ebpf.Map `ebpf:"dst_bucket"`
-	DstHash   *ebpf.Map `ebpf:"dst_hash"`
-	DstPort   *ebpf.Map `ebpf:"dst_port"`
-	DstV4     *ebpf.Map `ebpf:"dst_v4"`
-	DstV6     *ebpf.Map `ebpf:"dst_v6"`
-	SrcBucket *ebpf.Map `ebpf:"src_bucket"`
-	SrcHash   *ebpf.Map `ebpf:"src_hash"`
-	SrcPort   *ebpf.Map `ebpf:"src_port"`
-	SrcV4     *ebpf.Map `ebpf:"src_v4"`
-	SrcV6     *ebpf.Map `ebpf:"src_v6"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	PortsMap      *ebpf.Map `ebpf:"ports_map"`
+	PrefixBuckets *ebpf.Map `ebpf:"prefix_buckets"`
+	PrefixExact   *ebpf.Map `ebpf:"prefix_exact"`
+	PrefixV4      *ebpf.Map `ebpf:"prefix_v4"`
+	PrefixV6      *ebpf.Map `ebpf:"prefix_v6"`
 }
 
 func (m *xdpDropMaps) Close() error {
 	return _XdpDropClose(
 		m.Counters,
-		m.DstBucket,
-		m.DstHash,
-		m.DstPort,
-		m.DstV4,
-		m.DstV6,
-		m.SrcBucket,
-		m.SrcHash,
-		m.SrcPort,
-		m.SrcV4,
-		m.SrcV6,
+		m.PortsMap,
+		m.PrefixBuckets,
+		m.PrefixExact,
+		m.PrefixV4,
+		m.PrefixV6,
 	)
 }
 
@@ -274,22 +262,22 @@ func (m *xdpDropMaps) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
-	ActionDrop    *ebpf.Variable `ebpf:"action_drop"`
-	ClassCount    *ebpf.Variable `ebpf:"class_count"`
-	DryRun        *ebpf.Variable `ebpf:"dry_run"`
-	PrefixBuckets *ebpf.Variable `ebpf:"prefix_buckets"`
-	QueueSlots    *ebpf.Variable `ebpf:"queue_slots"`
-	RuleCount     *ebpf.Variable `ebpf:"rule_count"`
-	RuleDimPorts  *ebpf.Variable `ebpf:"rule_dim_ports"`
-	RuleDims      *ebpf.Variable `ebpf:"rule_dims"`
-	RuleDrop      *ebpf.Variable `ebpf:"rule_drop"`
-	RuleMax       *ebpf.Variable `ebpf:"rule_max"`
-	RuleNoDst     *ebpf.Variable `ebpf:"rule_no_dst"`
-	RuleNoSrc     *ebpf.Variable `ebpf:"rule_no_src"`
-	RulePorts     *ebpf.Variable `ebpf:"rule_ports"`
-	RuleProto     *ebpf.Variable `ebpf:"rule_proto"`
-	VerdictDrop   *ebpf.Variable `ebpf:"verdict_drop"`
-	Verdicts      *ebpf.Variable `ebpf:"verdicts"`
+	ActionDrop   *ebpf.Variable `ebpf:"action_drop"`
+	ClassCount   *ebpf.Variable `ebpf:"class_count"`
+	DryRun       *ebpf.Variable `ebpf:"dry_run"`
+	PrefixLimit  *ebpf.Variable `ebpf:"prefix_limit"`
+	QueueSlots   *ebpf.Variable `ebpf:"queue_slots"`
+	RuleCount    *ebpf.Variable `ebpf:"rule_count"`
+	RuleDimPorts *ebpf.Variable `ebpf:"rule_dim_ports"`
+	RuleDims     *ebpf.Variable `ebpf:"rule_dims"`
+	RuleDrop     *ebpf.Variable `ebpf:"rule_drop"`
+	RuleMax      *ebpf.Variable `ebpf:"rule_max"`
+	RuleNoDst    *ebpf.Variable `ebpf:"rule_no_dst"`
+	RuleNoSrc    *ebpf.Variable `ebpf:"rule_no_src"`
+	RulePorts    *ebpf.Variable `ebpf:"rule_ports"`
+	RuleProto    *ebpf.Variable `ebpf:"rule_proto"`
+	VerdictDrop  *ebpf.Variable `ebpf:"verdict_drop"`
+	Verdicts     *ebpf.Variable `ebpf:"verdicts"`
 }
 
 // xdpDropPrograms contains all programs after they have been loaded into the kernel.
