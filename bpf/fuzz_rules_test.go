@@ -255,7 +255,7 @@ func (rp *ruleProgram) check(t *testing.T, frame []byte) {
 		c.Packets++
 		c.Bytes += uint64(len(frame))
 	}
-	one(&expect.Class[action][r.class()])
+	one(&expect.Class[r.class()][action])
 	if rule >= 0 {
 		one(&expect.Rule[rule])
 	}

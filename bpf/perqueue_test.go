@@ -46,7 +46,7 @@ func TestPerQueueSlots(t *testing.T) {
 	var b bpf.Block
 	require.NoError(t, p.ReadPerQueue(&b, func(queue, cpu int, b *bpf.Block) {
 		require.Equal(t, -1, cpu)
-		got[queue] = b.Class[bpf.ActionDrop][bpf.IPv4Class(17)].Packets
+		got[queue] = b.Class[bpf.IPv4Class(17)][bpf.ActionDrop].Packets
 	}))
 	require.Equal(t, map[int]uint64{3: 2, 63: 3, 64: 12}, got)
 

@@ -29,28 +29,36 @@ type Counter struct {
 type Counters [ClassCount]Counter
 
 // Block is what a counter block holds: every frame under its class and the
-// action it got, and every frame a rule decided under that rule.
+// action it got (Class[class][action]), and every frame a rule decided
+// under that rule. Its layout is the kernel's.
 type Block struct {
-	Class [ActionCount]Counters
+	Class [ClassCount][ActionCount]Counter
 	Rule  [MaxRules]Counter
 }
+
+// blockWords is a Block as 64-bit counters, for summing blocks word by word.
+const blockWords = int(unsafe.Sizeof(Block{}) / 8)
+
+// The kernel's block and Block must have one layout.
+var _ [unsafe.Sizeof(Block{}) - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
+var _ [unsafe.Sizeof(xdpDropCounterBlock{}) - unsafe.Sizeof(Block{})]struct{}
 
 // Totals sums the class counters over actions into dst.
 func (b *Block) Totals(dst *Counters) {
 	for c := range dst {
 		dst[c] = Counter{}
-		for a := range b.Class {
-			dst[c].Packets += b.Class[a][c].Packets
-			dst[c].Bytes += b.Class[a][c].Bytes
+		for a := range b.Class[c] {
+			dst[c].Packets += b.Class[c][a].Packets
+			dst[c].Bytes += b.Class[c][a].Bytes
 		}
 	}
 }
 
 // empty reports whether no frame was counted in b.
 func (b *Block) empty() bool {
-	for a := range b.Class {
-		for c := range b.Class[a] {
-			if b.Class[a][c].Packets != 0 {
+	for c := range b.Class {
+		for a := range b.Class[c] {
+			if b.Class[c][a].Packets != 0 {
 				return false
 			}
 		}
@@ -58,17 +66,12 @@ func (b *Block) empty() bool {
 	return true
 }
 
-// add adds a kernel counter block to b.
+// add adds a kernel counter block to b, counter by counter.
 func (b *Block) add(k *xdpDropCounterBlock) {
-	for c := range k.Class {
-		for a := range k.Class[c] {
-			b.Class[a][c].Packets += k.Class[c][a].Packets
-			b.Class[a][c].Bytes += k.Class[c][a].Bytes
-		}
-	}
-	for r := range k.Rule {
-		b.Rule[r].Packets += k.Rule[r].Packets
-		b.Rule[r].Bytes += k.Rule[r].Bytes
+	dst := (*[blockWords]uint64)(unsafe.Pointer(b))
+	src := (*[blockWords]uint64)(unsafe.Pointer(k))
+	for i := range dst {
+		dst[i] += src[i]
 	}
 }
 

@@ -39,7 +39,7 @@ func TestReadSkipsEmptyBlocks(t *testing.T) {
 	blocks := func(read func(bpf.BlockFunc) error) []block {
 		var got []block
 		require.NoError(t, read(func(queue, cpu int, b *bpf.Block) {
-			got = append(got, block{queue, cpu, b.Class[bpf.ActionDrop][class].Packets})
+			got = append(got, block{queue, cpu, b.Class[class][bpf.ActionDrop].Packets})
 		}))
 		return got
 	}

@@ -330,8 +330,8 @@ func runRuleCases(t *testing.T, p *bpf.Program, policy bpf.Policy, cases []ruleC
 		if c.drop {
 			action = bpf.ActionDrop
 		}
-		expect.Class[action][c.class].Packets++
-		expect.Class[action][c.class].Bytes += uint64(len(c.frame))
+		expect.Class[c.class][action].Packets++
+		expect.Class[c.class][action].Bytes += uint64(len(c.frame))
 		if c.rule != "" {
 			i, ok := index[c.rule]
 			require.True(t, ok, c.rule)

@@ -667,8 +667,8 @@ func queueTag(queue int) string {
 // appendClasses appends one series per class and action with traffic;
 // queue and cpu are the optional views' tags ("" when off).
 func (x *XDPDrop) appendClasses(series []Series, name string, b *bpf.Block, queue, cpu string) []Series {
-	for a := range b.Class {
-		for i, c := range b.Class[a] {
+	for i := range b.Class {
+		for a, c := range b.Class[i] {
 			if c.Packets == 0 {
 				continue
 			}
