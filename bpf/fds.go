@@ -15,6 +15,26 @@ import (
 // for ports.
 const FDsPerInterface = 4
 
+// FDs is how many file descriptors an attached Program of policy holds at
+// most: FDsPerInterface, four more when its rules use prefixes, one more
+// when they use ports (a program taken over in place holds only
+// FDsPerInterface).
+func (p Policy) FDs() int {
+	n := FDsPerInterface
+	var prefixes, ports bool
+	for _, r := range p.Rules {
+		prefixes = prefixes || len(r.SrcPrefixes)+len(r.DstPrefixes) > 0
+		ports = ports || r.hasPorts()
+	}
+	if prefixes {
+		n += 4
+	}
+	if ports {
+		n++
+	}
+	return n
+}
+
 // loadFDs is how many descriptors a load needs at once: those it keeps,
 // and the five rule maps, which it closes again when no rule uses them.
 const loadFDs = FDsPerInterface + 5

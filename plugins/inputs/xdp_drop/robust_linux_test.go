@@ -236,3 +236,24 @@ func TestFDsPerInterface(t *testing.T) {
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
 }
+
+// TestFDsPerInterfaceWithRules: rules with prefixes and ports keep their
+// maps open, and the out-of-descriptors advice counts them.
+func TestFDsPerInterfaceWithRules(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Log: testutil.Logger{}, Rules: []Rule{
+		{Name: "dns", Action: "drop", Protocol: []any{"udp"}, SrcPrefix: []string{"192.0.2.0/24"}, DstPort: []any{int64(53)}},
+	}}
+	require.NoError(t, p.Init())
+	before := openFDs(t)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Empty(t, acc.Errors)
+	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
+	require.Equal(t, bpf.FDsPerInterface+5, p.policy.FDs())
+	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 9")
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Equal(t, before, openFDs(t), "released")
+}

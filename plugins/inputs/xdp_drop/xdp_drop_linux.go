@@ -492,7 +492,7 @@ func (x *XDPDrop) explain(name string, err error) error {
 		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
 			"stop that instance, or give each instance interfaces and a pin_path of its own", name, err)
 	case errors.Is(err, unix.EMFILE):
-		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice())
+		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice(x.policy.FDs()))
 	case errors.Is(err, bpf.ErrPermission):
 		exe, _ := os.Executable()
 		if exe == "" {
@@ -521,15 +521,15 @@ func (x *XDPDrop) explain(name string, err error) error {
 }
 
 // fdAdvice explains running out of file descriptors: the limit and what
-// each interface needs.
-func fdAdvice() string {
+// each interface needs (perInterface, with the rules' maps).
+func fdAdvice(perInterface int) string {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Sprintf("out of file descriptors: each attached interface holds %d; raise RLIMIT_NOFILE (systemd: LimitNOFILE=)", bpf.FDsPerInterface)
+		return fmt.Sprintf("out of file descriptors: each attached interface holds %d; raise RLIMIT_NOFILE (systemd: LimitNOFILE=)", perInterface)
 	}
 	return fmt.Sprintf("out of file descriptors: RLIMIT_NOFILE is %d (hard limit %d) and each attached interface holds %d; "+
 		"raise the hard limit of the process that starts the binary (systemd: LimitNOFILE= in Telegraf's unit)",
-		lim.Cur, lim.Max, bpf.FDsPerInterface)
+		lim.Cur, lim.Max, perInterface)
 }
 
 // notFoundError says an interface does not exist and which ones do, or
