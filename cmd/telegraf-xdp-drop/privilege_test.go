@@ -54,21 +54,7 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 
 	runAsNobody := func(conf string) (string, string) {
-		cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		var stdout, stderr syncBuffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Start())
-		_, err = io.WriteString(stdin, "\n")
-		require.NoError(t, err)
-		deadline := time.Now().Add(testns.Hang)
-		for !strings.Contains(stdout.String(), "xdp_drop_link") && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		stdin.Close()
-		require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
-		return stdout.String(), stderr.String()
+		return gatherOnce(t, ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled"))
 	}
 
 	out, errOut := runAsNobody(conf)
