@@ -267,6 +267,7 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 		{xdpDropVarRuleNoSrc, rules.noSrc},
 		{xdpDropVarRuleNoDst, rules.noDst},
 		{xdpDropVarRulePorts, rules.ports},
+		{xdpDropVarPrefixHashShift, rules.exact.shift},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
@@ -276,7 +277,7 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
 	sizes := map[string]int{
 		xdpDropMapPrefixBuckets: rules.buckets(),
-		xdpDropMapPrefixExact:   len(rules.src.exact) + len(rules.dst.exact),
+		xdpDropMapPrefixExact:   len(rules.exact.slots),
 		xdpDropMapPrefixV4:      len(rules.src.trie4) + len(rules.dst.trie4),
 		xdpDropMapPrefixV6:      len(rules.src.trie6) + len(rules.dst.trie6),
 		xdpDropMapPortsMap:      len(rules.srcPort) + len(rules.dstPort),
@@ -304,6 +305,20 @@ func (o *objects) fillRules(t *ruleTables) error {
 			return err
 		}
 	}
+	if len(t.exact.slots) > 0 {
+		// The array starts zeroed: empty slots need no write.
+		var keys []uint32
+		var slots []xdpDropPrefixSlot
+		for i, s := range t.exact.slots {
+			if s.Len != 0 {
+				keys = append(keys, uint32(i))
+				slots = append(slots, s)
+			}
+		}
+		if _, err := o.PrefixExact.BatchUpdate(keys, slots, nil); err != nil {
+			return fmt.Errorf("write prefixes: %w", err)
+		}
+	}
 	if t.srcPort == nil {
 		return nil
 	}
@@ -327,20 +342,6 @@ func fillPrefixes(o *objects, t *prefixTables, dir int) error {
 	}
 	if _, err := o.PrefixBuckets.BatchUpdate(keys, t.buckets, nil); err != nil {
 		return fmt.Errorf("write prefix buckets: %w", err)
-	}
-	if len(t.exact) > 0 {
-		keys := make([]xdpDropPrefixKey, 0, len(t.exact))
-		values := make([]uint64, 0, len(t.exact))
-		for k, v := range t.exact {
-			if dir == int(xdpDropPrefixLimitsPREFIX_DIR_DST) {
-				k.Len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
-			}
-			keys = append(keys, k)
-			values = append(values, v)
-		}
-		if err := batchUpdate(o.PrefixExact, keys, values); err != nil {
-			return fmt.Errorf("write prefixes: %w", err)
-		}
 	}
 	if len(t.trie4) > 0 {
 		keys := make([]xdpDropLpmV4Key, 0, len(t.trie4))

@@ -87,6 +87,7 @@ type ruleTables struct {
 	drop, noSrc, noDst     uint64
 	ports                  uint64
 	src, dst               prefixTables
+	exact                  exactTable // both directions' exact prefixes
 	srcPort, dstPort       []uint64 // by port; nil without port rules
 	prefixesV4, prefixesV6 int
 }
@@ -144,8 +145,17 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 	}
 	t.src = buildPrefixTables(src.closure(t.noSrc), t.noSrc)
 	t.dst = buildPrefixTables(dst.closure(t.noDst), t.noDst)
+	t.exact = placeExact(&t.src, &t.dst)
 	if t.ports != 0 {
 		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_PORTS)
+		for i := range rules {
+			if len(rules[i].SrcPorts) > 0 {
+				t.dims |= uint8(xdpDropRuleDimsRULE_DIM_SPORT)
+			}
+			if len(rules[i].DstPorts) > 0 {
+				t.dims |= uint8(xdpDropRuleDimsRULE_DIM_DPORT)
+			}
+		}
 		t.srcPort = portMasks(rules, func(r *Rule) []PortRange { return r.SrcPorts })
 		t.dstPort = portMasks(rules, func(r *Rule) []PortRange { return r.DstPorts })
 	}
@@ -246,8 +256,20 @@ func (s *prefixSet) closure(miss uint64) map[netip.Prefix]uint64 {
 // prefixes of buckets with few lengths, tries for the others.
 type prefixTables struct {
 	buckets      []xdpDropPrefixBucket // nil without prefixes
-	exact        map[xdpDropPrefixKey]uint64
+	exact        map[exactKey]uint64
 	trie4, trie6 map[netip.Prefix]uint64
+	// long are the prefixes of each bucket longer than it, with their
+	// masks: a bucket whose exact prefixes do not fit the hash table moves
+	// them to the trie.
+	long map[int][]netip.Prefix
+	closed map[netip.Prefix]uint64
+}
+
+// exactKey is an exact prefix as the program looks it up: its length (|
+// PREFIX_KEY_V6 | PREFIX_KEY_DST) and masked address, network order words.
+type exactKey struct {
+	len  uint32
+	addr [4]uint32
 }
 
 const (
@@ -267,15 +289,15 @@ func bucketOf(a netip.Addr) int {
 	return idx
 }
 
-// prefixKey is the exact-match key of a masked prefix.
-func prefixKey(p netip.Prefix) xdpDropPrefixKey {
-	k := xdpDropPrefixKey{Len: uint32(p.Bits())}
+// prefixKey is the exact-match key of a masked source prefix.
+func prefixKey(p netip.Prefix) exactKey {
+	k := exactKey{len: uint32(p.Bits())}
 	b := p.Addr().AsSlice()
 	if !p.Addr().Is4() {
-		k.Len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_V6)
+		k.len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_V6)
 	}
 	for w := 0; w*4 < len(b); w++ {
-		k.Addr[w] = binary.NativeEndian.Uint32(b[w*4:])
+		k.addr[w] = binary.NativeEndian.Uint32(b[w*4:])
 	}
 	return k
 }
@@ -283,7 +305,8 @@ func prefixKey(p netip.Prefix) xdpDropPrefixKey {
 // buildPrefixTables lays out closure masks (per prefix, as closure gives
 // them) for the program; miss is the mask of an address no prefix holds.
 func buildPrefixTables(closed map[netip.Prefix]uint64, miss uint64) prefixTables {
-	t := prefixTables{exact: map[xdpDropPrefixKey]uint64{}, trie4: map[netip.Prefix]uint64{}, trie6: map[netip.Prefix]uint64{}}
+	t := prefixTables{exact: map[exactKey]uint64{}, trie4: map[netip.Prefix]uint64{}, trie6: map[netip.Prefix]uint64{},
+		long: map[int][]netip.Prefix{}, closed: closed}
 	if len(closed) == 0 {
 		return t
 	}
@@ -294,7 +317,7 @@ func buildPrefixTables(closed map[netip.Prefix]uint64, miss uint64) prefixTables
 	// Short prefixes paint the buckets they cover, shorter first, so
 	// that the longest containing a bucket gives its mask.
 	var short []netip.Prefix
-	long := map[int][]netip.Prefix{}
+	long := t.long
 	for p := range closed {
 		if p.Bits() <= bucketBits {
 			short = append(short, p)
@@ -318,14 +341,7 @@ func buildPrefixTables(closed map[netip.Prefix]uint64, miss uint64) prefixTables
 		}
 		b := &t.buckets[idx]
 		if len(lens) > bucketLens {
-			b.Trie = 1
-			for _, p := range ps {
-				if p.Addr().Is4() {
-					t.trie4[p] = closed[p]
-				} else {
-					t.trie6[p] = closed[p]
-				}
-			}
+			t.toTrie(idx)
 			continue
 		}
 		slices.SortFunc(lens, func(a, b uint8) int { return int(b) - int(a) })
@@ -336,4 +352,134 @@ func buildPrefixTables(closed map[netip.Prefix]uint64, miss uint64) prefixTables
 		}
 	}
 	return t
+}
+
+// toTrie makes bucket idx look its longer prefixes up in the trie.
+func (t *prefixTables) toTrie(idx int) {
+	t.buckets[idx].Trie = 1
+	for _, p := range t.long[idx] {
+		delete(t.exact, prefixKey(p))
+		if p.Addr().Is4() {
+			t.trie4[p] = t.closed[p]
+		} else {
+			t.trie6[p] = t.closed[p]
+		}
+	}
+}
+
+// prefixHashMul is PREFIX_HASH_MUL of the program.
+const prefixHashMul = 0x9E3779B97F4A7C15
+
+const prefixProbes = int(xdpDropPrefixLimitsPREFIX_PROBES)
+
+// home is the slot where the program's search for k starts in a table of
+// 1<<(64-shift) slots (prefix_home).
+func (k exactKey) home(shift uint32) int {
+	x := uint64(k.len)<<32 | uint64(k.addr[0])
+	if k.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
+		x = x*prefixHashMul + (uint64(k.addr[1])<<32 | uint64(k.addr[2]))
+		x = x*prefixHashMul + uint64(k.addr[3])
+	}
+	return int((x * prefixHashMul) >> shift)
+}
+
+// exactTable is the program's hash table of exact prefixes (prefix_exact):
+// every prefix sits within prefixProbes slots of its home with no empty
+// slot between, so a search ends at the prefix or at a gap.
+type exactTable struct {
+	slots []xdpDropPrefixSlot // nil without exact prefixes
+	shift uint32
+}
+
+// maxExactGrowth bounds how far the table grows past twice the prefixes
+// before buckets give up on it: 1<<4 times.
+const maxExactGrowth = 4
+
+// placeExact lays out both directions' exact prefixes. Placed in order of
+// their home slots, each prefix goes to its home or the first free slot
+// after it (the least displacement there is for the set). A prefix that
+// would sit too far from its home makes the table twice as large; after
+// maxExactGrowth doublings its bucket moves to the trie instead, which
+// costs that bucket speed, not correctness.
+func placeExact(src, dst *prefixTables) exactTable {
+	type entry struct {
+		key  exactKey
+		mask uint64
+		t    *prefixTables
+		home int
+	}
+	for {
+		var entries []entry
+		for _, t := range []*prefixTables{src, dst} {
+			for k, m := range t.exact {
+				if t == dst {
+					k.len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
+				}
+				entries = append(entries, entry{key: k, mask: m, t: t})
+			}
+		}
+		if len(entries) == 0 {
+			return exactTable{}
+		}
+		bits := bitsFor(2 * len(entries))
+		var failed []entry
+		for grow := 0; grow <= maxExactGrowth; grow++ {
+			shift := uint32(64 - bits - grow)
+			for i := range entries {
+				entries[i].home = entries[i].key.home(shift)
+			}
+			slices.SortFunc(entries, func(a, b entry) int {
+				if a.home != b.home {
+					return a.home - b.home
+				}
+				return cmpKeys(a.key, b.key)
+			})
+			slots := make([]xdpDropPrefixSlot, 1<<(bits+grow)+prefixProbes-1)
+			failed = failed[:0]
+			next := 0
+			for _, e := range entries {
+				pos := max(e.home, next)
+				if pos-e.home >= prefixProbes {
+					failed = append(failed, e)
+					continue
+				}
+				slots[pos] = xdpDropPrefixSlot{Len: e.key.len, Addr: e.key.addr, Mask: e.mask}
+				next = pos + 1
+			}
+			if len(failed) == 0 {
+				return exactTable{slots: slots, shift: shift}
+			}
+		}
+		for _, e := range failed {
+			a := netip.AddrFrom4([4]byte{})
+			if e.key.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
+				var b [16]byte
+				for w := range e.key.addr {
+					binary.NativeEndian.PutUint32(b[4*w:], e.key.addr[w])
+				}
+				a = netip.AddrFrom16(b)
+			} else {
+				var b [4]byte
+				binary.NativeEndian.PutUint32(b[:], e.key.addr[0])
+				a = netip.AddrFrom4(b)
+			}
+			e.t.toTrie(bucketOf(a))
+		}
+	}
+}
+
+// bitsFor is the number of bits of the smallest power of two >= n (at least 1).
+func bitsFor(n int) int {
+	b := 1
+	for 1<<b < n {
+		b++
+	}
+	return b
+}
+
+func cmpKeys(a, b exactKey) int {
+	if a.len != b.len {
+		return int(a.len) - int(b.len)
+	}
+	return slices.Compare(a.addr[:], b.addr[:])
 }

@@ -29,9 +29,14 @@
 #define NEXTHDR_AUTH 51
 #define NEXTHDR_DEST 60
 
+/*
+ * Where parsing got to. l3 and later_frag are read by the rules only: in
+ * the program without rules clang drops them.
+ */
 struct hdr_cursor {
-	void *pos;
-	int later_frag; /* an IPv6 fragment past the first: no L4 header (rules only) */
+	void *pos;      /* the header of the frame's class; for IPv6, past the extension headers */
+	void *l3;       /* the IP header */
+	int later_frag; /* an IPv6 fragment past the first: no L4 header */
 };
 
 struct vlan_hdr {
@@ -78,6 +83,7 @@ volatile const __u64 rule_drop;       /* rules whose action is drop */
 volatile const __u64 rule_no_src;     /* rules without a source prefix: a trie miss */
 volatile const __u64 rule_no_dst;     /* rules without a destination prefix */
 volatile const __u64 rule_ports;      /* rules with a port condition */
+volatile const __u32 prefix_hash_shift; /* 64 - log2(slots of prefix_exact's hash) */
 
 /*
  * Per-RX-queue counting: the number of counter blocks, one per queue, the
@@ -106,9 +112,10 @@ struct {
  * rules it satisfies, including every rule with a shorter prefix
  * containing it: a lookup finds only the longest match. Buckets (by
  * direction, family and first 16 bits) hold the masks of short prefixes and
- * the lengths of the longer ones in them, looked up by exact match; the
- * tries, by family, serve the buckets with too many lengths. Sized by the
- * loader; one entry when unused.
+ * the lengths of the longer ones in them, looked up by exact match in
+ * prefix_exact, a hash table in an array (see prefix_find); the tries, by
+ * family, serve the buckets with too many lengths. Sized by the loader; one
+ * entry when unused.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -118,9 +125,9 @@ struct {
 } prefix_buckets SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct prefix_key);
-	__type(value, __u64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct prefix_slot);
 	__uint(max_entries, 1);
 } prefix_exact SEC(".maps");
 
@@ -183,6 +190,7 @@ static __always_inline __u32 classify_ipv4(struct hdr_cursor *nh, void *data_end
 {
 	struct iphdr *iph = nh->pos;
 
+	nh->l3 = iph;
 	if ((void *)(iph + 1) > data_end)
 		return CLASS_IPV4_TRUNCATED;
 	/* Version 4 without options, nearly every packet, needs no length check. */
@@ -197,6 +205,7 @@ static __always_inline __u32 classify_ipv6(struct hdr_cursor *nh, void *data_end
 	__u8 next;
 	int i;
 
+	nh->l3 = ip6h;
 	if ((void *)(ip6h + 1) > data_end)
 		return CLASS_IPV6_TRUNCATED;
 	next = ip6h->nexthdr;
@@ -247,12 +256,11 @@ static __always_inline int skip_vlan(struct hdr_cursor *nh, void *data_end, __be
 	return 0;
 }
 
-static __always_inline __u32 classify(void *data, void *data_end)
+static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cursor *nh)
 {
-	struct hdr_cursor cur = { .pos = data + sizeof(struct ethhdr) };
-	struct hdr_cursor *nh = &cur;
 	__be16 proto;
 
+	nh->pos = data + sizeof(struct ethhdr);
 	if (nh->pos > data_end)
 		return CLASS_L2_TRUNCATED;
 	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
@@ -278,42 +286,59 @@ static __always_inline __u32 classify(void *data, void *data_end)
 	return CLASS_L2_OTHER;
 }
 
+/* Multiplier of the exact-prefix hash (2^64 / golden ratio); the loader hashes alike. */
+#define PREFIX_HASH_MUL 0x9E3779B97F4A7C15ULL
+
 /*
- * The IP header of a frame classified as IP: found again behind up to two
- * VLAN tags, so that frames without rules carry nothing out of classify.
+ * The slot where the search for an exact prefix starts: its length word
+ * and address words (network order; an IPv4 prefix has one) folded by
+ * multiplication, the top bits taken.
  */
-static __always_inline void *ip_header(void *data, void *data_end)
+static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int v6)
 {
-	void *pos = data + sizeof(struct ethhdr);
-	__be16 proto;
-	int i;
+	__u64 x = (__u64)len << 32 | key[0];
 
-	if (pos > data_end)
-		return NULL;
-	proto = ethertype_at(data + __builtin_offsetof(struct ethhdr, h_proto));
-#pragma unroll
-	for (i = 0; i < 2; i++) {
-		struct vlan_hdr *vh = pos;
-
-		if (!is_vlan(proto))
-			break;
-		if ((void *)(vh + 1) > data_end)
-			return NULL;
-		proto = ethertype_at(&vh->h_vlan_encapsulated_proto);
-		pos = vh + 1;
+	if (v6) {
+		x = x * PREFIX_HASH_MUL + ((__u64)key[1] << 32 | key[2]);
+		x = x * PREFIX_HASH_MUL + key[3];
 	}
-	return pos;
+	return (x * PREFIX_HASH_MUL) >> prefix_hash_shift;
 }
 
 /*
- * The mask of the longest prefix containing addr (4 words, network order;
- * IPv4 in the first), miss when none does.
+ * The slot of an exact prefix (len | flags, masked address), NULL when
+ * absent. The loader places every prefix within PREFIX_PROBES slots of its
+ * home and leaves no gap before it, so the search ends there or at a gap.
+ * An array lookup, unlike a hash map's, costs no call.
  */
-static __always_inline __u64 prefix_mask(const __u32 *addr, int v6, const int dir, __u64 miss)
+static __always_inline struct prefix_slot *prefix_find(__u32 len, const __u32 *key, const int v6)
+{
+	__u32 idx = prefix_home(len, key, v6);
+	int i;
+
+	for (i = 0; i < PREFIX_PROBES; i++, idx++) {
+		struct prefix_slot *s = bpf_map_lookup_elem(&prefix_exact, &idx);
+
+		if (!s || !s->len)
+			return NULL;
+		if (s->len == len && s->addr[0] == key[0] &&
+		    (!v6 || (s->addr[1] == key[1] && s->addr[2] == key[2] && s->addr[3] == key[3])))
+			return s;
+	}
+	return NULL;
+}
+
+/*
+ * The mask of the longest prefix containing addr (network order words, one
+ * for IPv4), miss when none does. v6 and dir are constants: each use is
+ * compiled for its family and direction.
+ */
+static __always_inline __u64 prefix_mask(const __u32 *addr, const int v6, const int dir, __u64 miss)
 {
 	__u32 idx = (bpf_ntohl(addr[0]) >> 16) + (v6 ? PREFIX_BUCKETS : 0) + dir * 2 * PREFIX_BUCKETS;
 	struct prefix_bucket *b = bpf_map_lookup_elem(&prefix_buckets, &idx);
-	struct prefix_key key;
+	struct prefix_slot *s;
+	__u32 key[4];
 	__u64 *v;
 	int i, w;
 
@@ -340,122 +365,93 @@ static __always_inline __u64 prefix_mask(const __u32 *addr, int v6, const int di
 		if (i >= b->n)
 			break;
 		len = b->lens[i];
-		key.len = len | (v6 ? PREFIX_KEY_V6 : 0) | (dir ? PREFIX_KEY_DST : 0);
 #pragma unroll
-		for (w = 0; w < 4; w++) {
+		for (w = 0; w < (v6 ? 4 : 1); w++) {
 			int bits = (int)len - 32 * w;
 			__u32 m = bits >= 32 ? 0xFFFFFFFF : bits <= 0 ? 0 : ~0U << (32 - bits);
 
-			key.addr[w] = addr[w] & bpf_htonl(m);
+			key[w] = addr[w] & bpf_htonl(m);
 		}
-		v = bpf_map_lookup_elem(&prefix_exact, &key);
-		if (v)
-			return *v;
+		s = prefix_find(len | (v6 ? PREFIX_KEY_V6 : 0) | (dir ? PREFIX_KEY_DST : 0), key, v6);
+		if (s)
+			return s->mask;
 	}
 	return b->mask;
 }
 
-/* Masks of the rules a frame's addresses satisfy. */
-static __always_inline __u64 prefix_masks(const __u32 *src, const __u32 *dst, int v6)
+/*
+ * Narrows m, the rules a frame's protocol satisfies, by its addresses and
+ * ports: the lookups of dimensions no rule uses are pruned, and a lookup is
+ * skipped when every rule left ignores it. Rules with ports are limited to
+ * TCP, UDP, SCTP and UDP-Lite, which all begin with the two ports; a later
+ * fragment, or a header too short for them, satisfies none of them.
+ */
+static __always_inline __u64 match_ip(struct hdr_cursor *nh, void *data_end, __u64 m, const int v6)
 {
-	__u64 m = ~0ULL;
+	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports)) {
+		__be16 *ports;
+		int later;
+		__u32 key;
+		__u64 *v;
 
-	if (rule_dims & RULE_DIM_SRC)
-		m &= prefix_mask(src, v6, PREFIX_DIR_SRC, rule_no_src);
-	if (rule_dims & RULE_DIM_DST)
-		m &= prefix_mask(dst, v6, PREFIX_DIR_DST, rule_no_dst);
+		if (v6) {
+			ports = nh->pos;
+			later = nh->later_frag;
+		} else {
+			struct iphdr *iph = nh->l3;
+
+			ports = (void *)iph + ((*(__u8 *)iph & 0xF) << 2);
+			later = iph->frag_off & bpf_htons(0x1FFF);
+		}
+		if (later || (void *)(ports + 2) > data_end) {
+			m &= ~rule_ports;
+		} else {
+			if (rule_dims & RULE_DIM_SPORT) {
+				key = bpf_ntohs(ports[0]);
+				v = bpf_map_lookup_elem(&ports_map, &key);
+				m &= v ? *v : 0;
+			}
+			if (rule_dims & RULE_DIM_DPORT) {
+				key = PORTS + bpf_ntohs(ports[1]);
+				v = bpf_map_lookup_elem(&ports_map, &key);
+				m &= v ? *v : 0;
+			}
+		}
+	}
+	if ((rule_dims & RULE_DIM_SRC) && (m & ~rule_no_src)) {
+		if (v6)
+			m &= prefix_mask((__u32 *)&((struct ipv6hdr *)nh->l3)->saddr, 1, PREFIX_DIR_SRC, rule_no_src);
+		else
+			m &= prefix_mask(&((struct iphdr *)nh->l3)->saddr, 0, PREFIX_DIR_SRC, rule_no_src);
+	}
+	if ((rule_dims & RULE_DIM_DST) && (m & ~rule_no_dst)) {
+		if (v6)
+			m &= prefix_mask((__u32 *)&((struct ipv6hdr *)nh->l3)->daddr, 1, PREFIX_DIR_DST, rule_no_dst);
+		else
+			m &= prefix_mask(&((struct iphdr *)nh->l3)->daddr, 0, PREFIX_DIR_DST, rule_no_dst);
+	}
 	return m;
 }
 
 /*
- * Masks of the rules a frame's ports satisfy. Rules with ports are limited
- * to TCP, UDP, SCTP and UDP-Lite, which all begin with the two ports; a
- * later fragment, or a header too short for them, matches none of them.
+ * The decision of the rules on an IP frame of class class whose headers
+ * are whole: 0 when no rule matches, else the verdict (as in verdicts) |
+ * (rule + 1) << 8. The first rule that matches is the lowest bit left.
  */
-static __always_inline __u64 port_masks(void *l3, void *data_end, int v6)
+static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end, __u32 class)
 {
-	__be16 *ports;
-	__u32 key;
-	__u64 m;
-	__u64 *v;
-
-	if (v6) {
-		/* Walk the extension headers again, to the upper layer. */
-		struct hdr_cursor nh = { .pos = l3 };
-
-		classify_ipv6(&nh, data_end);
-		if (nh.later_frag)
-			return ~rule_ports;
-		ports = nh.pos;
-	} else {
-		struct iphdr *iph = l3;
-
-		if ((void *)(iph + 1) > data_end || (iph->frag_off & bpf_htons(0x1FFF)))
-			return ~rule_ports;
-		ports = (void *)iph + (iph->ihl & 0xF) * 4;
-	}
-	if ((void *)(ports + 2) > data_end)
-		return ~rule_ports;
-	key = bpf_ntohs(ports[0]);
-	v = bpf_map_lookup_elem(&ports_map, &key);
-	m = v ? *v : 0;
-	key = PORTS + bpf_ntohs(ports[1]);
-	v = bpf_map_lookup_elem(&ports_map, &key);
-	return v ? m & *v : 0;
-}
-
-/* The first rule that matches an IP frame of class class, or -1. */
-static __always_inline int match_rule(void *data, void *data_end, __u32 class)
-{
-	int v6 = class >= CLASS_IPV6;
 	__u64 m = rule_proto[class & 0xFF];
-	void *l3;
+	__u32 rule, verdict;
 
 	if (!m)
-		return -1;
-	l3 = ip_header(data, data_end);
-	if (!l3)
-		return -1;
-	if (rule_dims & (RULE_DIM_SRC | RULE_DIM_DST)) {
-		__u32 src[4] = {}, dst[4] = {};
-
-		if (v6) {
-			struct ipv6hdr *ip6h = l3;
-
-			if ((void *)(ip6h + 1) > data_end)
-				return -1;
-			__builtin_memcpy(src, &ip6h->saddr, 16);
-			__builtin_memcpy(dst, &ip6h->daddr, 16);
-		} else {
-			struct iphdr *iph = l3;
-
-			if ((void *)(iph + 1) > data_end)
-				return -1;
-			src[0] = iph->saddr;
-			dst[0] = iph->daddr;
-		}
-		m &= prefix_masks(src, dst, v6);
-	}
-	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports))
-		m &= port_masks(l3, data_end, v6);
-	if (!m)
-		return -1;
-	return __builtin_ctzll(m);
-}
-
-/*
- * The decision of the rules on an IP frame: 0 when no rule matches, else
- * the verdict (as in verdicts) | (rule + 1) << 8. Not inlined: the frame's
- * path keeps its registers when there are no rules, and only a frame of a
- * program with rules pays the call.
- */
-static __noinline __u32 rule_verdict(void *data, void *data_end, __u32 class)
-{
-	int rule = match_rule(data, data_end, class);
-	__u32 verdict;
-
-	if (rule < 0)
 		return 0;
+	if (class >= CLASS_IPV6)
+		m = match_ip(nh, data_end, m, 1);
+	else
+		m = match_ip(nh, data_end, m, 0);
+	if (!m)
+		return 0;
+	rule = __builtin_ctzll(m);
 	verdict = (rule_drop >> rule) & 1;
 	if (verdict && !dry_run)
 		verdict |= VERDICT_DROP;
@@ -463,13 +459,16 @@ static __noinline __u32 rule_verdict(void *data, void *data_end, __u32 class)
 }
 
 /*
- * The body of both programs. frags is a constant: each program is compiled
- * with its own branch only.
+ * The body of both programs. frags and rules are constants: each program
+ * is compiled twice, with and without rules, and the verifier keeps the
+ * copy rule_count selects, so a program without rules runs no rule code
+ * and keeps nothing for it.
  */
-static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
+static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	struct hdr_cursor cur = {};
 	struct counter_block *c;
 	struct counter *cc;
 	__u32 key = 0;
@@ -477,17 +476,16 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 	__u64 len;
 
 	/* With fragments, data..data_end is the first buffer: headers are read there. */
-	class = classify(data, data_end);
+	class = classify(data, data_end, &cur);
 	if (class >= CLASS_COUNT)
 		return XDP_PASS;
-	/* Before the rules: data and data_end need not outlive their call. */
+	/* Rules see IP frames whose headers are whole. */
+	if (rules && class < CLASS_IPV4_TRUNCATED)
+		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)
 		len = bpf_xdp_get_buff_len(ctx);
 	else
 		len = data_end - data;
-	/* Rules see IP frames whose headers are whole. */
-	if (rule_count && class < CLASS_IPV4_TRUNCATED)
-		ruled = rule_verdict(data, data_end, class);
 	verdict = ruled ? ruled : verdicts[class];
 
 	if (queue_slots) {
@@ -514,6 +512,13 @@ static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
 	if (verdict & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
+}
+
+static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
+{
+	if (rule_count)
+		return frame_path(ctx, frags, 1);
+	return frame_path(ctx, frags, 0);
 }
 
 /* Single-buffer XDP: every frame is in data..data_end. */

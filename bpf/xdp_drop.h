@@ -45,7 +45,9 @@ enum rule_limits {
 enum rule_dims {
 	RULE_DIM_SRC = 1,
 	RULE_DIM_DST = 2,
-	RULE_DIM_PORTS = 4,
+	RULE_DIM_PORTS = 4,  /* either port */
+	RULE_DIM_SPORT = 8,  /* the source port */
+	RULE_DIM_DPORT = 16, /* the destination port */
 };
 
 /*
@@ -90,6 +92,7 @@ enum prefix_limits {
 	PREFIX_DIR_SRC = 0,
 	PREFIX_DIR_DST = 1,
 	PORTS = 65536,            /* per direction, source first */
+	PREFIX_PROBES = 8,        /* slots an exact prefix may sit past its home */
 };
 
 struct prefix_bucket {
@@ -99,10 +102,16 @@ struct prefix_bucket {
 	__u8 lens[PREFIX_BUCKET_LENS];
 };
 
-/* An exact prefix: its length (| PREFIX_KEY_V6 | PREFIX_KEY_DST) and masked address. */
-struct prefix_key {
+/*
+ * A slot of the exact-prefix hash table: the prefix's length (|
+ * PREFIX_KEY_V6 | PREFIX_KEY_DST; 0 in an empty slot), its masked address
+ * in network order (IPv4 in the first word, the others 0) and its mask.
+ */
+struct prefix_slot {
 	__u32 len;
 	__u32 addr[4];
+	__u32 pad;
+	__u64 mask;
 };
 
 #endif

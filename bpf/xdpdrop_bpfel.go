@@ -71,12 +71,6 @@ type xdpDropPrefixBucket struct {
 	Lens [6]uint8
 }
 
-type xdpDropPrefixKey struct {
-	_    structs.HostLayout
-	Len  uint32
-	Addr [4]uint32
-}
-
 type xdpDropPrefixLimits uint32
 
 const (
@@ -87,7 +81,16 @@ const (
 	xdpDropPrefixLimitsPREFIX_DIR_SRC     xdpDropPrefixLimits = 0
 	xdpDropPrefixLimitsPREFIX_DIR_DST     xdpDropPrefixLimits = 1
 	xdpDropPrefixLimitsPORTS              xdpDropPrefixLimits = 65536
+	xdpDropPrefixLimitsPREFIX_PROBES      xdpDropPrefixLimits = 8
 )
+
+type xdpDropPrefixSlot struct {
+	_    structs.HostLayout
+	Len  uint32
+	Addr [4]uint32
+	Pad  uint32
+	Mask uint64
+}
 
 type xdpDropRuleDims uint32
 
@@ -95,6 +98,8 @@ const (
 	xdpDropRuleDimsRULE_DIM_SRC   xdpDropRuleDims = 1
 	xdpDropRuleDimsRULE_DIM_DST   xdpDropRuleDims = 2
 	xdpDropRuleDimsRULE_DIM_PORTS xdpDropRuleDims = 4
+	xdpDropRuleDimsRULE_DIM_SPORT xdpDropRuleDims = 8
+	xdpDropRuleDimsRULE_DIM_DPORT xdpDropRuleDims = 16
 )
 
 type xdpDropRuleLimits uint32
@@ -113,30 +118,31 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters      = "counters"
-	xdpDropMapPortsMap      = "ports_map"
-	xdpDropMapPrefixBuckets = "prefix_buckets"
-	xdpDropMapPrefixExact   = "prefix_exact"
-	xdpDropMapPrefixV4      = "prefix_v4"
-	xdpDropMapPrefixV6      = "prefix_v6"
-	xdpDropProgXdpDrop      = "xdp_drop"
-	xdpDropProgXdpDropFrags = "xdp_drop_frags"
-	xdpDropVarActionDrop    = "action_drop"
-	xdpDropVarClassCount    = "class_count"
-	xdpDropVarDryRun        = "dry_run"
-	xdpDropVarPrefixLimit   = "prefix_limit"
-	xdpDropVarQueueSlots    = "queue_slots"
-	xdpDropVarRuleCount     = "rule_count"
-	xdpDropVarRuleDimPorts  = "rule_dim_ports"
-	xdpDropVarRuleDims      = "rule_dims"
-	xdpDropVarRuleDrop      = "rule_drop"
-	xdpDropVarRuleMax       = "rule_max"
-	xdpDropVarRuleNoDst     = "rule_no_dst"
-	xdpDropVarRuleNoSrc     = "rule_no_src"
-	xdpDropVarRulePorts     = "rule_ports"
-	xdpDropVarRuleProto     = "rule_proto"
-	xdpDropVarVerdictDrop   = "verdict_drop"
-	xdpDropVarVerdicts      = "verdicts"
+	xdpDropMapCounters        = "counters"
+	xdpDropMapPortsMap        = "ports_map"
+	xdpDropMapPrefixBuckets   = "prefix_buckets"
+	xdpDropMapPrefixExact     = "prefix_exact"
+	xdpDropMapPrefixV4        = "prefix_v4"
+	xdpDropMapPrefixV6        = "prefix_v6"
+	xdpDropProgXdpDrop        = "xdp_drop"
+	xdpDropProgXdpDropFrags   = "xdp_drop_frags"
+	xdpDropVarActionDrop      = "action_drop"
+	xdpDropVarClassCount      = "class_count"
+	xdpDropVarDryRun          = "dry_run"
+	xdpDropVarPrefixHashShift = "prefix_hash_shift"
+	xdpDropVarPrefixLimit     = "prefix_limit"
+	xdpDropVarQueueSlots      = "queue_slots"
+	xdpDropVarRuleCount       = "rule_count"
+	xdpDropVarRuleDimPorts    = "rule_dim_ports"
+	xdpDropVarRuleDims        = "rule_dims"
+	xdpDropVarRuleDrop        = "rule_drop"
+	xdpDropVarRuleMax         = "rule_max"
+	xdpDropVarRuleNoDst       = "rule_no_dst"
+	xdpDropVarRuleNoSrc       = "rule_no_src"
+	xdpDropVarRulePorts       = "rule_ports"
+	xdpDropVarRuleProto       = "rule_proto"
+	xdpDropVarVerdictDrop     = "verdict_drop"
+	xdpDropVarVerdicts        = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -201,22 +207,23 @@ type xdpDropMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
-	ActionDrop   *ebpf.VariableSpec `ebpf:"action_drop"`
-	ClassCount   *ebpf.VariableSpec `ebpf:"class_count"`
-	DryRun       *ebpf.VariableSpec `ebpf:"dry_run"`
-	PrefixLimit  *ebpf.VariableSpec `ebpf:"prefix_limit"`
-	QueueSlots   *ebpf.VariableSpec `ebpf:"queue_slots"`
-	RuleCount    *ebpf.VariableSpec `ebpf:"rule_count"`
-	RuleDimPorts *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
-	RuleDims     *ebpf.VariableSpec `ebpf:"rule_dims"`
-	RuleDrop     *ebpf.VariableSpec `ebpf:"rule_drop"`
-	RuleMax      *ebpf.VariableSpec `ebpf:"rule_max"`
-	RuleNoDst    *ebpf.VariableSpec `ebpf:"rule_no_dst"`
-	RuleNoSrc    *ebpf.VariableSpec `ebpf:"rule_no_src"`
-	RulePorts    *ebpf.VariableSpec `ebpf:"rule_ports"`
-	RuleProto    *ebpf.VariableSpec `ebpf:"rule_proto"`
-	VerdictDrop  *ebpf.VariableSpec `ebpf:"verdict_drop"`
-	Verdicts     *ebpf.VariableSpec `ebpf:"verdicts"`
+	ActionDrop      *ebpf.VariableSpec `ebpf:"action_drop"`
+	ClassCount      *ebpf.VariableSpec `ebpf:"class_count"`
+	DryRun          *ebpf.VariableSpec `ebpf:"dry_run"`
+	PrefixHashShift *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
+	PrefixLimit     *ebpf.VariableSpec `ebpf:"prefix_limit"`
+	QueueSlots      *ebpf.VariableSpec `ebpf:"queue_slots"`
+	RuleCount       *ebpf.VariableSpec `ebpf:"rule_count"`
+	RuleDimPorts    *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
+	RuleDims        *ebpf.VariableSpec `ebpf:"rule_dims"`
+	RuleDrop        *ebpf.VariableSpec `ebpf:"rule_drop"`
+	RuleMax         *ebpf.VariableSpec `ebpf:"rule_max"`
+	RuleNoDst       *ebpf.VariableSpec `ebpf:"rule_no_dst"`
+	RuleNoSrc       *ebpf.VariableSpec `ebpf:"rule_no_src"`
+	RulePorts       *ebpf.VariableSpec `ebpf:"rule_ports"`
+	RuleProto       *ebpf.VariableSpec `ebpf:"rule_proto"`
+	VerdictDrop     *ebpf.VariableSpec `ebpf:"verdict_drop"`
+	Verdicts        *ebpf.VariableSpec `ebpf:"verdicts"`
 }
 
 // xdpDropObjects contains all objects after they have been loaded into the kernel.
@@ -262,22 +269,23 @@ func (m *xdpDropMaps) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
-	ActionDrop   *ebpf.Variable `ebpf:"action_drop"`
-	ClassCount   *ebpf.Variable `ebpf:"class_count"`
-	DryRun       *ebpf.Variable `ebpf:"dry_run"`
-	PrefixLimit  *ebpf.Variable `ebpf:"prefix_limit"`
-	QueueSlots   *ebpf.Variable `ebpf:"queue_slots"`
-	RuleCount    *ebpf.Variable `ebpf:"rule_count"`
-	RuleDimPorts *ebpf.Variable `ebpf:"rule_dim_ports"`
-	RuleDims     *ebpf.Variable `ebpf:"rule_dims"`
-	RuleDrop     *ebpf.Variable `ebpf:"rule_drop"`
-	RuleMax      *ebpf.Variable `ebpf:"rule_max"`
-	RuleNoDst    *ebpf.Variable `ebpf:"rule_no_dst"`
-	RuleNoSrc    *ebpf.Variable `ebpf:"rule_no_src"`
-	RulePorts    *ebpf.Variable `ebpf:"rule_ports"`
-	RuleProto    *ebpf.Variable `ebpf:"rule_proto"`
-	VerdictDrop  *ebpf.Variable `ebpf:"verdict_drop"`
-	Verdicts     *ebpf.Variable `ebpf:"verdicts"`
+	ActionDrop      *ebpf.Variable `ebpf:"action_drop"`
+	ClassCount      *ebpf.Variable `ebpf:"class_count"`
+	DryRun          *ebpf.Variable `ebpf:"dry_run"`
+	PrefixHashShift *ebpf.Variable `ebpf:"prefix_hash_shift"`
+	PrefixLimit     *ebpf.Variable `ebpf:"prefix_limit"`
+	QueueSlots      *ebpf.Variable `ebpf:"queue_slots"`
+	RuleCount       *ebpf.Variable `ebpf:"rule_count"`
+	RuleDimPorts    *ebpf.Variable `ebpf:"rule_dim_ports"`
+	RuleDims        *ebpf.Variable `ebpf:"rule_dims"`
+	RuleDrop        *ebpf.Variable `ebpf:"rule_drop"`
+	RuleMax         *ebpf.Variable `ebpf:"rule_max"`
+	RuleNoDst       *ebpf.Variable `ebpf:"rule_no_dst"`
+	RuleNoSrc       *ebpf.Variable `ebpf:"rule_no_src"`
+	RulePorts       *ebpf.Variable `ebpf:"rule_ports"`
+	RuleProto       *ebpf.Variable `ebpf:"rule_proto"`
+	VerdictDrop     *ebpf.Variable `ebpf:"verdict_drop"`
+	Verdicts        *ebpf.Variable `ebpf:"verdicts"`
 }
 
 // xdpDropPrograms contains all programs after they have been loaded into the kernel.
