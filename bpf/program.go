@@ -195,20 +195,11 @@ func (o *objects) dropUnused(dims uint8) {
 	}
 }
 
-// singleBufferObjects and multiBufferObjects select the variant a load assigns;
-// cilium/ebpf loads only what is assigned.
-type singleBufferObjects struct {
+// programObjects are what a load assigns: the variant loadVariant puts
+// under the name xdp_drop, and the maps; cilium/ebpf loads only what is
+// assigned.
+type programObjects struct {
 	Prog          *ebpf.Program `ebpf:"xdp_drop"`
-	Counters      *ebpf.Map     `ebpf:"counters"`
-	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
-	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
-	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
-	PrefixV6      *ebpf.Map     `ebpf:"prefix_v6"`
-	Ports         *ebpf.Map     `ebpf:"ports_map"`
-}
-
-type multiBufferObjects struct {
-	Prog          *ebpf.Program `ebpf:"xdp_drop_frags"`
 	Counters      *ebpf.Map     `ebpf:"counters"`
 	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
@@ -422,20 +413,28 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 
 // loadVariant loads the single-buffer or the multi-buffer program of spec.
 func loadVariant(spec *ebpf.CollectionSpec, multiBuffer bool, opts *ebpf.CollectionOptions) (objects, error) {
-	var objs objects
-	var err error
-	if multiBuffer {
-		// One kernel name for both variants: tools and other instances know it.
-		spec = spec.Copy()
-		spec.Programs[xdpDropProgXdpDropFrags].Name = ProgramName
-		var o multiBufferObjects
-		err = spec.LoadAndAssign(&o, opts)
-		objs = objects(o)
-	} else {
-		var o singleBufferObjects
-		err = spec.LoadAndAssign(&o, opts)
-		objs = objects(o)
+	var rules uint32
+	if err := spec.Variables[xdpDropVarRuleCount].Get(&rules); err != nil {
+		return objects{}, fmt.Errorf("read rule_count: %w", err)
 	}
+	// The program with rules is compiled apart, so that the one without
+	// them keeps every register for the frame's path.
+	variant := map[[2]bool]string{
+		{false, false}: xdpDropProgXdpDrop,
+		{true, false}:  xdpDropProgXdpDropFrags,
+		{false, true}:  xdpDropProgXdpDropRules,
+		{true, true}:   xdpDropProgXdpDropRulesFrags,
+	}[[2]bool{multiBuffer, rules > 0}]
+	if variant != xdpDropProgXdpDrop {
+		// One kernel name for every variant: tools and other instances know it.
+		spec = spec.Copy()
+		prog := spec.Programs[variant]
+		prog.Name = ProgramName
+		spec.Programs[xdpDropProgXdpDrop] = prog
+	}
+	var o programObjects
+	err := spec.LoadAndAssign(&o, opts)
+	objs := objects(o)
 	if err == nil {
 		return objs, nil
 	}

@@ -88,7 +88,7 @@ type ruleTables struct {
 	ports                  uint64
 	src, dst               prefixTables
 	exact                  exactTable // both directions' exact prefixes
-	srcPort, dstPort       []uint64 // by port; nil without port rules
+	srcPort, dstPort       []uint64   // by port; nil without port rules
 	prefixesV4, prefixesV6 int
 }
 
@@ -261,7 +261,7 @@ type prefixTables struct {
 	// long are the prefixes of each bucket longer than it, with their
 	// masks: a bucket whose exact prefixes do not fit the hash table moves
 	// them to the trie.
-	long map[int][]netip.Prefix
+	long   map[int][]netip.Prefix
 	closed map[netip.Prefix]uint64
 }
 

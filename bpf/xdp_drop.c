@@ -73,8 +73,9 @@ volatile const __u8 dry_run;
  * bit i is set when rule i is satisfied by that value (a rule that does not
  * use a dimension is satisfied by every value of it). The masks of a frame's
  * values are ANDed; the lowest bit left is the first rule that matches.
- * rule_count 0 (the default) lets the verifier prune all of it; rule_dims
- * prunes the lookups of dimensions no rule uses.
+ * Only the programs with rules read them, and the loader loads those only
+ * when there are rules (rule_count, not read by the program, records how
+ * many); rule_dims prunes the lookups of dimensions no rule uses.
  */
 volatile const __u32 rule_count;
 volatile const __u8 rule_dims;
@@ -459,10 +460,9 @@ static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end,
 }
 
 /*
- * The body of both programs. frags and rules are constants: each program
- * is compiled twice, with and without rules, and the verifier keeps the
- * copy rule_count selects, so a program without rules runs no rule code
- * and keeps nothing for it.
+ * The body of the programs. frags and rules are constants: each program is
+ * compiled with its own branches only, so the program without rules runs
+ * no rule code and keeps nothing for it.
  */
 static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules)
 {
@@ -514,18 +514,16 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	return XDP_PASS;
 }
 
-static __always_inline int xdp_drop_frame(struct xdp_md *ctx, const int frags)
-{
-	if (rule_count)
-		return frame_path(ctx, frags, 1);
-	return frame_path(ctx, frags, 0);
-}
+/*
+ * Four programs, of which the loader loads one: with or without rules,
+ * single- or multi-buffer. Each gets the kernel name xdp_drop.
+ */
 
 /* Single-buffer XDP: every frame is in data..data_end. */
 SEC("xdp")
 int xdp_drop(struct xdp_md *ctx)
 {
-	return xdp_drop_frame(ctx, 0);
+	return frame_path(ctx, 0, 0);
 }
 
 /*
@@ -535,7 +533,19 @@ int xdp_drop(struct xdp_md *ctx)
 SEC("xdp.frags")
 int xdp_drop_frags(struct xdp_md *ctx)
 {
-	return xdp_drop_frame(ctx, 1);
+	return frame_path(ctx, 1, 0);
+}
+
+SEC("xdp")
+int xdp_drop_rules(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 1);
+}
+
+SEC("xdp.frags")
+int xdp_drop_rules_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 1);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -118,31 +118,33 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters        = "counters"
-	xdpDropMapPortsMap        = "ports_map"
-	xdpDropMapPrefixBuckets   = "prefix_buckets"
-	xdpDropMapPrefixExact     = "prefix_exact"
-	xdpDropMapPrefixV4        = "prefix_v4"
-	xdpDropMapPrefixV6        = "prefix_v6"
-	xdpDropProgXdpDrop        = "xdp_drop"
-	xdpDropProgXdpDropFrags   = "xdp_drop_frags"
-	xdpDropVarActionDrop      = "action_drop"
-	xdpDropVarClassCount      = "class_count"
-	xdpDropVarDryRun          = "dry_run"
-	xdpDropVarPrefixHashShift = "prefix_hash_shift"
-	xdpDropVarPrefixLimit     = "prefix_limit"
-	xdpDropVarQueueSlots      = "queue_slots"
-	xdpDropVarRuleCount       = "rule_count"
-	xdpDropVarRuleDimPorts    = "rule_dim_ports"
-	xdpDropVarRuleDims        = "rule_dims"
-	xdpDropVarRuleDrop        = "rule_drop"
-	xdpDropVarRuleMax         = "rule_max"
-	xdpDropVarRuleNoDst       = "rule_no_dst"
-	xdpDropVarRuleNoSrc       = "rule_no_src"
-	xdpDropVarRulePorts       = "rule_ports"
-	xdpDropVarRuleProto       = "rule_proto"
-	xdpDropVarVerdictDrop     = "verdict_drop"
-	xdpDropVarVerdicts        = "verdicts"
+	xdpDropMapCounters           = "counters"
+	xdpDropMapPortsMap           = "ports_map"
+	xdpDropMapPrefixBuckets      = "prefix_buckets"
+	xdpDropMapPrefixExact        = "prefix_exact"
+	xdpDropMapPrefixV4           = "prefix_v4"
+	xdpDropMapPrefixV6           = "prefix_v6"
+	xdpDropProgXdpDrop           = "xdp_drop"
+	xdpDropProgXdpDropFrags      = "xdp_drop_frags"
+	xdpDropProgXdpDropRules      = "xdp_drop_rules"
+	xdpDropProgXdpDropRulesFrags = "xdp_drop_rules_frags"
+	xdpDropVarActionDrop         = "action_drop"
+	xdpDropVarClassCount         = "class_count"
+	xdpDropVarDryRun             = "dry_run"
+	xdpDropVarPrefixHashShift    = "prefix_hash_shift"
+	xdpDropVarPrefixLimit        = "prefix_limit"
+	xdpDropVarQueueSlots         = "queue_slots"
+	xdpDropVarRuleCount          = "rule_count"
+	xdpDropVarRuleDimPorts       = "rule_dim_ports"
+	xdpDropVarRuleDims           = "rule_dims"
+	xdpDropVarRuleDrop           = "rule_drop"
+	xdpDropVarRuleMax            = "rule_max"
+	xdpDropVarRuleNoDst          = "rule_no_dst"
+	xdpDropVarRuleNoSrc          = "rule_no_src"
+	xdpDropVarRulePorts          = "rule_ports"
+	xdpDropVarRuleProto          = "rule_proto"
+	xdpDropVarVerdictDrop        = "verdict_drop"
+	xdpDropVarVerdicts           = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -187,8 +189,10 @@ type xdpDropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropProgramSpecs struct {
-	XdpDrop      *ebpf.ProgramSpec `ebpf:"xdp_drop"`
-	XdpDropFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
+	XdpDrop           *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDropFrags      *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
+	XdpDropRules      *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
 }
 
 // xdpDropMapSpecs contains maps before they are loaded into the kernel.
@@ -292,14 +296,18 @@ type xdpDropVariables struct {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropPrograms struct {
-	XdpDrop      *ebpf.Program `ebpf:"xdp_drop"`
-	XdpDropFrags *ebpf.Program `ebpf:"xdp_drop_frags"`
+	XdpDrop           *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDropFrags      *ebpf.Program `ebpf:"xdp_drop_frags"`
+	XdpDropRules      *ebpf.Program `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
 }
 
 func (p *xdpDropPrograms) Close() error {
 	return _XdpDropClose(
 		p.XdpDrop,
 		p.XdpDropFrags,
+		p.XdpDropRules,
+		p.XdpDropRulesFrags,
 	)
 }
 
