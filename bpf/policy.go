@@ -87,3 +87,24 @@ func (p Policy) verdicts() [ClassCount]uint8 {
 	}
 	return v
 }
+
+// ruleDebruijn is RULE_DEBRUIJN of the program.
+const ruleDebruijn = 0x022FDD63CC95386D
+
+// ruleDecisions is the program's rule_decisions: the decision of rule i,
+// its verdict (as in verdicts) | (i + 1) << 8, at the de Bruijn index of
+// bit i.
+func (p Policy) ruleDecisions() [MaxRules]uint32 {
+	var d [MaxRules]uint32
+	for i, r := range p.Rules {
+		v := uint32(0)
+		if r.Drop {
+			v = uint32(ActionDrop)
+			if !p.DryRun {
+				v |= uint32(xdpDropVerdictVERDICT_DROP)
+			}
+		}
+		d[(uint64(1)<<i*ruleDebruijn)>>58] = v | uint32(i+1)<<8
+	}
+	return d
+}

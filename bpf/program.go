@@ -254,7 +254,7 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 		{xdpDropVarRuleCount, rules.count},
 		{xdpDropVarRuleDims, rules.dims},
 		{xdpDropVarRuleProto, rules.proto},
-		{xdpDropVarRuleDrop, rules.drop},
+		{xdpDropVarRuleDecisions, policy.ruleDecisions()},
 		{xdpDropVarRuleNoSrc, rules.noSrc},
 		{xdpDropVarRuleNoDst, rules.noDst},
 		{xdpDropVarRulePorts, rules.ports},

@@ -84,7 +84,7 @@ type ruleTables struct {
 	count                  uint32
 	dims                   uint8
 	proto                  [256]uint64
-	drop, noSrc, noDst     uint64
+	noSrc, noDst           uint64
 	ports                  uint64
 	src, dst               prefixTables
 	exact                  exactTable // both directions' exact prefixes
@@ -105,9 +105,6 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 			return nil, fmt.Errorf("rule %q %w", r.Name, err)
 		}
 		bit := uint64(1) << i
-		if r.Drop {
-			t.drop |= bit
-		}
 		if len(r.Protocols) == 0 {
 			for p := range t.proto {
 				t.proto[p] |= bit
@@ -380,6 +377,7 @@ func (k exactKey) home(shift uint32) int {
 		x = x*prefixHashMul + (uint64(k.addr[1])<<32 | uint64(k.addr[2]))
 		x = x*prefixHashMul + uint64(k.addr[3])
 	}
+	x ^= x >> 32
 	return int((x * prefixHashMul) >> shift)
 }
 
@@ -391,9 +389,13 @@ type exactTable struct {
 	shift uint32
 }
 
-// maxExactGrowth bounds how far the table grows past twice the prefixes
-// before buckets give up on it: 1<<4 times.
-const maxExactGrowth = 4
+// The table starts with at least exactRoom slots per prefix (a power of
+// two) and grows up to 1<<maxExactGrowth times that before buckets give up
+// on it. Variables for tests.
+var (
+	exactRoom      = 2
+	maxExactGrowth = 4
+)
 
 // placeExact lays out both directions' exact prefixes. Placed in order of
 // their home slots, each prefix goes to its home or the first free slot
@@ -421,7 +423,7 @@ func placeExact(src, dst *prefixTables) exactTable {
 		if len(entries) == 0 {
 			return exactTable{}
 		}
-		bits := bitsFor(2 * len(entries))
+		bits := bitsFor(exactRoom * len(entries))
 		var failed []entry
 		for grow := 0; grow <= maxExactGrowth; grow++ {
 			shift := uint32(64 - bits - grow)

@@ -80,7 +80,12 @@ volatile const __u8 dry_run;
 volatile const __u32 rule_count;
 volatile const __u8 rule_dims;
 volatile const __u64 rule_proto[256]; /* by IP protocol */
-volatile const __u64 rule_drop;       /* rules whose action is drop */
+/*
+ * The decision of each rule, verdict (as in verdicts) | (rule + 1) << 8,
+ * indexed by the de Bruijn index of the rule's bit (rule_index): the lowest
+ * bit of a mask finds its rule's decision in one load.
+ */
+volatile const __u32 rule_decisions[RULE_MAX];
 volatile const __u64 rule_no_src;     /* rules without a source prefix: a trie miss */
 volatile const __u64 rule_no_dst;     /* rules without a destination prefix */
 volatile const __u64 rule_ports;      /* rules with a port condition */
@@ -303,6 +308,8 @@ static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int 
 		x = x * PREFIX_HASH_MUL + ((__u64)key[1] << 32 | key[2]);
 		x = x * PREFIX_HASH_MUL + key[3];
 	}
+	/* Folding the high half in keeps keys that differ by a constant from homes a constant apart. */
+	x ^= x >> 32;
 	return (x * PREFIX_HASH_MUL) >> prefix_hash_shift;
 }
 
@@ -389,7 +396,11 @@ static __always_inline __u64 prefix_mask(const __u32 *addr, const int v6, const 
  */
 static __always_inline __u64 match_ip(struct hdr_cursor *nh, void *data_end, __u64 m, const int v6)
 {
-	if ((rule_dims & RULE_DIM_PORTS) && (m & rule_ports)) {
+	/* Each constant read once: clang reads a volatile at every use. */
+	__u8 dims = rule_dims;
+	__u64 with_ports = rule_ports;
+
+	if ((dims & RULE_DIM_PORTS) && (m & with_ports)) {
 		__be16 *ports;
 		int later;
 		__u32 key;
@@ -405,27 +416,27 @@ static __always_inline __u64 match_ip(struct hdr_cursor *nh, void *data_end, __u
 			later = iph->frag_off & bpf_htons(0x1FFF);
 		}
 		if (later || (void *)(ports + 2) > data_end) {
-			m &= ~rule_ports;
+			m &= ~with_ports;
 		} else {
-			if (rule_dims & RULE_DIM_SPORT) {
+			if (dims & RULE_DIM_SPORT) {
 				key = bpf_ntohs(ports[0]);
 				v = bpf_map_lookup_elem(&ports_map, &key);
 				m &= v ? *v : 0;
 			}
-			if (rule_dims & RULE_DIM_DPORT) {
+			if (dims & RULE_DIM_DPORT) {
 				key = PORTS + bpf_ntohs(ports[1]);
 				v = bpf_map_lookup_elem(&ports_map, &key);
 				m &= v ? *v : 0;
 			}
 		}
 	}
-	if ((rule_dims & RULE_DIM_SRC) && (m & ~rule_no_src)) {
+	if ((dims & RULE_DIM_SRC) && (m & ~rule_no_src)) {
 		if (v6)
 			m &= prefix_mask((__u32 *)&((struct ipv6hdr *)nh->l3)->saddr, 1, PREFIX_DIR_SRC, rule_no_src);
 		else
 			m &= prefix_mask(&((struct iphdr *)nh->l3)->saddr, 0, PREFIX_DIR_SRC, rule_no_src);
 	}
-	if ((rule_dims & RULE_DIM_DST) && (m & ~rule_no_dst)) {
+	if ((dims & RULE_DIM_DST) && (m & ~rule_no_dst)) {
 		if (v6)
 			m &= prefix_mask((__u32 *)&((struct ipv6hdr *)nh->l3)->daddr, 1, PREFIX_DIR_DST, rule_no_dst);
 		else
@@ -434,15 +445,23 @@ static __always_inline __u64 match_ip(struct hdr_cursor *nh, void *data_end, __u
 	return m;
 }
 
+/* Multiplier of rule_index: a de Bruijn sequence for 64 bits; the loader indexes alike. */
+#define RULE_DEBRUIJN 0x022FDD63CC95386DULL
+
+/* The index of a single bit, a power of two: a distinct 0..63 for each. */
+static __always_inline __u32 rule_index(__u64 bit)
+{
+	return (bit * RULE_DEBRUIJN) >> 58;
+}
+
 /*
  * The decision of the rules on an IP frame of class class whose headers
- * are whole: 0 when no rule matches, else the verdict (as in verdicts) |
- * (rule + 1) << 8. The first rule that matches is the lowest bit left.
+ * are whole: 0 when no rule matches, else the decision of the first rule
+ * that matches, the lowest bit left.
  */
 static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end, __u32 class)
 {
 	__u64 m = rule_proto[class & 0xFF];
-	__u32 rule, verdict;
 
 	if (!m)
 		return 0;
@@ -452,11 +471,7 @@ static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end,
 		m = match_ip(nh, data_end, m, 0);
 	if (!m)
 		return 0;
-	rule = __builtin_ctzll(m);
-	verdict = (rule_drop >> rule) & 1;
-	if (verdict && !dry_run)
-		verdict |= VERDICT_DROP;
-	return verdict | (rule + 1) << 8;
+	return rule_decisions[rule_index(m & -m)];
 }
 
 /*

@@ -135,9 +135,9 @@ const (
 	xdpDropVarPrefixLimit        = "prefix_limit"
 	xdpDropVarQueueSlots         = "queue_slots"
 	xdpDropVarRuleCount          = "rule_count"
+	xdpDropVarRuleDecisions      = "rule_decisions"
 	xdpDropVarRuleDimPorts       = "rule_dim_ports"
 	xdpDropVarRuleDims           = "rule_dims"
-	xdpDropVarRuleDrop           = "rule_drop"
 	xdpDropVarRuleMax            = "rule_max"
 	xdpDropVarRuleNoDst          = "rule_no_dst"
 	xdpDropVarRuleNoSrc          = "rule_no_src"
@@ -218,9 +218,9 @@ type xdpDropVariableSpecs struct {
 	PrefixLimit     *ebpf.VariableSpec `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.VariableSpec `ebpf:"queue_slots"`
 	RuleCount       *ebpf.VariableSpec `ebpf:"rule_count"`
+	RuleDecisions   *ebpf.VariableSpec `ebpf:"rule_decisions"`
 	RuleDimPorts    *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
 	RuleDims        *ebpf.VariableSpec `ebpf:"rule_dims"`
-	RuleDrop        *ebpf.VariableSpec `ebpf:"rule_drop"`
 	RuleMax         *ebpf.VariableSpec `ebpf:"rule_max"`
 	RuleNoDst       *ebpf.VariableSpec `ebpf:"rule_no_dst"`
 	RuleNoSrc       *ebpf.VariableSpec `ebpf:"rule_no_src"`
@@ -280,9 +280,9 @@ type xdpDropVariables struct {
 	PrefixLimit     *ebpf.Variable `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.Variable `ebpf:"queue_slots"`
 	RuleCount       *ebpf.Variable `ebpf:"rule_count"`
+	RuleDecisions   *ebpf.Variable `ebpf:"rule_decisions"`
 	RuleDimPorts    *ebpf.Variable `ebpf:"rule_dim_ports"`
 	RuleDims        *ebpf.Variable `ebpf:"rule_dims"`
-	RuleDrop        *ebpf.Variable `ebpf:"rule_drop"`
 	RuleMax         *ebpf.Variable `ebpf:"rule_max"`
 	RuleNoDst       *ebpf.Variable `ebpf:"rule_no_dst"`
 	RuleNoSrc       *ebpf.Variable `ebpf:"rule_no_src"`

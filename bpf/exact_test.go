@@ -1,0 +1,159 @@
+package bpf
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// exactFind looks k up in tbl as the program's prefix_find does.
+func exactFind(tbl exactTable, k exactKey) (uint64, bool) {
+	idx := k.home(tbl.shift)
+	for i := 0; i < prefixProbes; i, idx = i+1, idx+1 {
+		if idx >= len(tbl.slots) || tbl.slots[idx].Len == 0 {
+			return 0, false
+		}
+		s := tbl.slots[idx]
+		if s.Len == k.len && s.Addr == k.addr {
+			return s.Mask, true
+		}
+	}
+	return 0, false
+}
+
+// randomLongPrefixes draws n prefixes longer than a bucket of each family.
+func randomLongPrefixes(rng *rand.Rand, n int) []netip.Prefix {
+	ps := make([]netip.Prefix, 0, 2*n)
+	for range n {
+		var b4 [4]byte
+		var b16 [16]byte
+		for i := range b4 {
+			b4[i] = byte(rng.IntN(256))
+		}
+		for i := range b16 {
+			b16[i] = byte(rng.IntN(256))
+		}
+		p4, _ := netip.AddrFrom4(b4).Prefix(17 + rng.IntN(16))
+		p6, _ := netip.AddrFrom16(b16).Prefix(17 + rng.IntN(112))
+		ps = append(ps, p4, p6)
+	}
+	return ps
+}
+
+// TestExactTableLayout: every exact prefix of either direction sits within
+// prefixProbes slots of its home with no empty slot between, so a search
+// from its home finds it; addresses that are not prefixes are not found;
+// the table is a power of two (plus the probe tail) of at least twice the
+// prefixes.
+func TestExactTableLayout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	rules := []Rule{{Name: "a", SrcPrefixes: randomLongPrefixes(rng, 3000)}, {Name: "b", DstPrefixes: randomLongPrefixes(rng, 2000)}}
+	tb, err := compileRules(rules)
+	require.NoError(t, err)
+	n := len(tb.src.exact) + len(tb.dst.exact)
+	require.Greater(t, n, 9000, "nearly every prefix is exact: few buckets hold more than six lengths")
+	size := len(tb.exact.slots) - (prefixProbes - 1)
+	require.Equal(t, size, 1<<(64-tb.exact.shift))
+	require.GreaterOrEqual(t, size, 2*n)
+
+	used := 0
+	for i, s := range tb.exact.slots {
+		if s.Len == 0 {
+			continue
+		}
+		used++
+		home := exactKey{len: s.Len, addr: s.Addr}.home(tb.exact.shift)
+		require.LessOrEqual(t, home, i)
+		require.Less(t, i-home, prefixProbes, "slot %d: %d past its home", i, i-home)
+		for j := home; j < i; j++ {
+			require.NotZero(t, tb.exact.slots[j].Len, "gap at %d before the prefix in slot %d", j, i)
+		}
+	}
+	require.Equal(t, n, used)
+	for dir, d := range []*prefixTables{&tb.src, &tb.dst} {
+		for k, mask := range d.exact {
+			if dir == 1 {
+				k.len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
+			}
+			got, ok := exactFind(tb.exact, k)
+			require.True(t, ok, "%+v", k)
+			require.Equal(t, mask, got)
+		}
+	}
+	// The same addresses in the other direction, or one bit off, are absent.
+	for k := range tb.src.exact {
+		k.len |= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
+		if _, in := tb.dst.exact[exactKey{len: k.len &^ uint32(xdpDropPrefixLimitsPREFIX_KEY_DST), addr: k.addr}]; in {
+			continue
+		}
+		_, ok := exactFind(tb.exact, k)
+		require.False(t, ok)
+		k.len &^= uint32(xdpDropPrefixLimitsPREFIX_KEY_DST)
+		k.addr[0] ^= 1
+		_, in := tb.src.exact[k]
+		_, ok = exactFind(tb.exact, k)
+		require.Equal(t, in, ok, "%+v", k)
+	}
+}
+
+// collidingPrefixes finds n /24s whose exact keys share one home in a table
+// of 1<<bits slots.
+func collidingPrefixes(n, bits int) []netip.Prefix {
+	rng := rand.New(rand.NewPCG(1, 1))
+	shift := uint32(64 - bits)
+	var out []netip.Prefix
+	for len(out) < n {
+		p, _ := netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.IntN(256)), byte(rng.IntN(256)), 0}).Prefix(24)
+		if prefixKey(p).home(shift) == 3 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestExactTableGivesUpToTheTrie: prefixes that cannot be placed near
+// their home even in the largest table move their buckets to the trie;
+// the others stay exact, and every prefix is in one of the two.
+func TestExactTableGivesUpToTheTrie(t *testing.T) {
+	defer SetExactRoom(2, 0)()
+	// 12 prefixes: a table of 32 slots, where all 12 share slot 3.
+	ps := collidingPrefixes(12, bitsFor(2*12))
+	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: ps}})
+	require.NoError(t, err)
+	require.Len(t, tb.src.exact, prefixProbes, "as many as fit near their home stay exact")
+	require.Len(t, tb.src.trie4, 12-prefixProbes)
+	for _, p := range ps {
+		b := tb.src.buckets[bucketOf(p.Addr())]
+		k := prefixKey(p)
+		if _, ok := tb.src.exact[k]; ok {
+			require.Zero(t, b.Trie)
+			_, found := exactFind(tb.exact, k)
+			require.True(t, found, "%s", p)
+			continue
+		}
+		require.Equal(t, uint8(1), b.Trie, "%s", p)
+		require.Contains(t, tb.src.trie4, p)
+	}
+
+	// With growth allowed, a larger table separates them.
+	maxExactGrowth = 4
+	tb, err = compileRules([]Rule{{Name: "a", SrcPrefixes: ps}})
+	require.NoError(t, err)
+	require.Len(t, tb.src.exact, 12)
+	require.Empty(t, tb.src.trie4)
+	require.Greater(t, len(tb.exact.slots), 32)
+}
+
+// TestRuleDecisionIndexes: the de Bruijn index of every bit is distinct, so
+// rule_decisions has a slot for each rule.
+func TestRuleDecisionIndexes(t *testing.T) {
+	seen := map[uint64]int{}
+	for i := range MaxRules {
+		idx := (uint64(1) << i * ruleDebruijn) >> 58
+		j, dup := seen[idx]
+		require.False(t, dup, "bits %d and %d share index %d", i, j, idx)
+		seen[idx] = i
+	}
+}

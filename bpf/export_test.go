@@ -1,0 +1,33 @@
+package bpf
+
+import "net/netip"
+
+// SetExactRoom sets the slots per prefix the exact-prefix table starts
+// with and how far it may grow, for tests that need prefixes to give up on
+// it; the returned func restores them.
+func SetExactRoom(room, growth int) (restore func()) {
+	oldRoom, oldGrowth := exactRoom, maxExactGrowth
+	exactRoom, maxExactGrowth = room, growth
+	return func() { exactRoom, maxExactGrowth = oldRoom, oldGrowth }
+}
+
+// TrieBuckets counts the prefix buckets of rules that use the trie.
+func TrieBuckets(rules []Rule) (int, error) {
+	t, err := compileRules(rules)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range []*prefixTables{&t.src, &t.dst} {
+		for _, b := range d.buckets {
+			n += int(b.Trie)
+		}
+	}
+	return n, nil
+}
+
+// ExactHome is the home slot of source prefix p in the exact table the
+// loader makes first for n exact prefixes.
+func ExactHome(p netip.Prefix, n int) int {
+	return prefixKey(p).home(uint32(64 - bitsFor(exactRoom*n)))
+}
