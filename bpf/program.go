@@ -30,18 +30,76 @@ type Counters [ClassCount]Counter
 
 // Block is what a counter block holds: every frame under its class and the
 // action it got (Class[class][action]), and every frame a rule decided
-// under that rule. Its layout is the kernel's.
+// under that rule.
+//
+// The kernel keeps it in two maps: counters holds, per class, the frames
+// that got the class's own action (every frame, without rules), and
+// rule_counters, which only rules touch, the frames a rule gave the other
+// action and the counters of the rules. A read puts them together.
 type Block struct {
 	Class [ClassCount][ActionCount]Counter
 	Rule  [MaxRules]Counter
 }
 
-// blockWords is a Block as 64-bit counters, for summing blocks word by word.
-const blockWords = int(unsafe.Sizeof(Block{}) / 8)
+// kernelSum is a sum of kernel blocks, in their layout: the counters
+// map's block, then the rule_counters map's.
+type kernelSum struct {
+	class [ClassCount]Counter
+	other [ClassCount]Counter
+	rule  [MaxRules]Counter
+}
 
-// The kernel's block and Block must have one layout.
-var _ [unsafe.Sizeof(Block{}) - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
-var _ [unsafe.Sizeof(xdpDropCounterBlock{}) - unsafe.Sizeof(Block{})]struct{}
+// The kernel's blocks as 64-bit counters, for summing them word by word.
+const (
+	classWords = int(unsafe.Sizeof(xdpDropCounterBlock{}) / 8)
+	ruleWords  = int(unsafe.Sizeof(xdpDropRuleBlock{}) / 8)
+)
+
+// The kernel's blocks and kernelSum must have one layout.
+var (
+	_ [unsafe.Sizeof(kernelSum{}.class) - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
+	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - unsafe.Sizeof(kernelSum{}.class)]struct{}
+	_ [unsafe.Sizeof(kernelSum{}) - unsafe.Offsetof(kernelSum{}.other) - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
+	_ [unsafe.Sizeof(xdpDropRuleBlock{}) + unsafe.Offsetof(kernelSum{}.other) - unsafe.Sizeof(kernelSum{})]struct{}
+)
+
+// addClasses adds a counters block to s, word by word.
+func (s *kernelSum) addClasses(k *xdpDropCounterBlock) {
+	dst := (*[classWords]uint64)(unsafe.Pointer(&s.class))
+	src := (*[classWords]uint64)(unsafe.Pointer(k))
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// addRules adds a rule_counters block to s, word by word.
+func (s *kernelSum) addRules(k *xdpDropRuleBlock) {
+	dst := (*[ruleWords]uint64)(unsafe.Pointer(&s.other))
+	src := (*[ruleWords]uint64)(unsafe.Pointer(k))
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// empty reports whether no frame was counted in s.
+func (s *kernelSum) empty() bool {
+	for c := range s.class {
+		if s.class[c].Packets != 0 || s.other[c].Packets != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// block writes s into dst: class c's own action is defaults[c].
+func (s *kernelSum) block(dst *Block, defaults *[ClassCount]uint8) {
+	for c := range dst.Class {
+		own := defaults[c] & 1
+		dst.Class[c][own] = s.class[c]
+		dst.Class[c][1-own] = s.other[c]
+	}
+	dst.Rule = s.rule
+}
 
 // Totals sums the class counters over actions into dst.
 func (b *Block) Totals(dst *Counters) {
@@ -51,27 +109,6 @@ func (b *Block) Totals(dst *Counters) {
 			dst[c].Packets += b.Class[c][a].Packets
 			dst[c].Bytes += b.Class[c][a].Bytes
 		}
-	}
-}
-
-// empty reports whether no frame was counted in b.
-func (b *Block) empty() bool {
-	for c := range b.Class {
-		for a := range b.Class[c] {
-			if b.Class[c][a].Packets != 0 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// add adds a kernel counter block to b, counter by counter.
-func (b *Block) add(k *xdpDropCounterBlock) {
-	dst := (*[blockWords]uint64)(unsafe.Pointer(b))
-	src := (*[blockWords]uint64)(unsafe.Pointer(k))
-	for i := range dst {
-		dst[i] += src[i]
 	}
 }
 
@@ -122,19 +159,26 @@ type Program struct {
 	link        link.Link
 	mode        Mode
 	id          ebpf.ProgramID
-	perCPU      []xdpDropCounterBlock
-	slots       uint32  // counter blocks: 1, or QueueSlots with per-queue counting
-	sums        []Block // per-CPU sums over queues, reused between reads
-	rules       *ruleTables
+	perCPU      []xdpDropCounterBlock // one slot of counters, read by lookup
+	perCPURules []xdpDropRuleBlock    // one slot of rule_counters; nil without rules
+	slots       uint32                // counter blocks: 1, or QueueSlots with per-queue counting
+	sum         kernelSum             // sum of one read, reused between reads
+	sums        []kernelSum           // per-CPU sums over queues, reused between reads
+	scratch     Block                 // what ReadPerCPU passes on
+	// defaults is, per class, the action (bit 0) of the frames the
+	// counters map counts: the class's own, as the verdict table gives it.
+	defaults [ClassCount]uint8
+	rules    *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
 }
 
 // objects is what one load of the program gives: one variant of the program,
-// the counters it updates and the maps of its rules.
+// the counters it updates and the maps of its rules (rule_counters among them).
 type objects struct {
 	Prog          *ebpf.Program
 	Counters      *ebpf.Map
+	RuleCounters  *ebpf.Map
 	PrefixBuckets *ebpf.Map
 	PrefixExact   *ebpf.Map
 	PrefixV4      *ebpf.Map
@@ -156,6 +200,7 @@ func (o *objects) Close() error {
 func (o *objects) maps() map[string]*ebpf.Map {
 	all := map[string]*ebpf.Map{
 		xdpDropMapCounters:      o.Counters,
+		xdpDropMapRuleCounters:  o.RuleCounters,
 		xdpDropMapPrefixBuckets: o.PrefixBuckets,
 		xdpDropMapPrefixExact:   o.PrefixExact,
 		xdpDropMapPrefixV4:      o.PrefixV4,
@@ -178,11 +223,14 @@ func (o *objects) missesRuleMaps(dims uint8) bool {
 		ports && o.Ports == nil
 }
 
-// dropUnused closes the rule maps of dimensions no rule uses: the program
-// holds its own references, and an interface then costs no descriptor for
-// them (FDsPerInterface without rules).
-func (o *objects) dropUnused(dims uint8) {
+// dropUnused closes the rule maps of dimensions no rule uses, and
+// rule_counters without rules: the program holds its own references, and an
+// interface then costs no descriptor for them (FDsPerInterface without rules).
+func (o *objects) dropUnused(count uint32, dims uint8) {
 	var unused []**ebpf.Map
+	if count == 0 {
+		unused = append(unused, &o.RuleCounters)
+	}
 	if dims&uint8(xdpDropRuleDimsRULE_DIM_SRC|xdpDropRuleDimsRULE_DIM_DST) == 0 {
 		unused = append(unused, &o.PrefixBuckets, &o.PrefixExact, &o.PrefixV4, &o.PrefixV6)
 	}
@@ -200,6 +248,7 @@ func (o *objects) dropUnused(dims uint8) {
 type singleBufferObjects struct {
 	Prog          *ebpf.Program `ebpf:"xdp_drop"`
 	Counters      *ebpf.Map     `ebpf:"counters"`
+	RuleCounters  *ebpf.Map     `ebpf:"rule_counters"`
 	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
 	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
@@ -210,6 +259,7 @@ type singleBufferObjects struct {
 type multiBufferObjects struct {
 	Prog          *ebpf.Program `ebpf:"xdp_drop_frags"`
 	Counters      *ebpf.Map     `ebpf:"counters"`
+	RuleCounters  *ebpf.Map     `ebpf:"rule_counters"`
 	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
 	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
@@ -274,6 +324,15 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 		}
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
+	ruleCounters := spec.Maps[xdpDropMapRuleCounters]
+	if rules.count > 0 {
+		ruleCounters.MaxEntries = policy.queueSlots()
+	} else {
+		// Never touched: the verifier removes the rules' path, so the
+		// map need not be able to hold a block.
+		ruleCounters.Key, ruleCounters.Value = nil, nil
+		ruleCounters.ValueSize = 8
+	}
 	sizes := map[string]int{
 		xdpDropMapPrefixBuckets: rules.buckets(),
 		xdpDropMapPrefixExact:   len(rules.src.exact) + len(rules.dst.exact),
@@ -394,7 +453,10 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
-	p := &Program{slots: policy.queueSlots(), spec: spec, fingerprint: policy.fingerprint()}
+	p, err := newProgram(policy, spec, rules)
+	if err != nil {
+		return nil, err
+	}
 	objs, err := loadVariant(spec, false, opts)
 	if err != nil {
 		return nil, err
@@ -404,18 +466,30 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		p.objs.Close()
 		return nil, err
 	}
-	p.objs.dropUnused(rules.dims)
-	p.rules = rules
+	p.objs.dropUnused(rules.count, rules.dims)
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err
 	}
+	return p, nil
+}
+
+// newProgram makes a Program for policy and its rules, without objects.
+func newProgram(policy Policy, spec *ebpf.CollectionSpec, rules *ruleTables) (*Program, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
-		p.objs.Close()
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	p.perCPU = make([]xdpDropCounterBlock, cpus)
+	p := &Program{
+		slots: policy.queueSlots(), spec: spec, rules: rules, fingerprint: policy.fingerprint(),
+		perCPU: make([]xdpDropCounterBlock, cpus),
+	}
+	if rules.count > 0 {
+		p.perCPURules = make([]xdpDropRuleBlock, cpus)
+	}
+	for c, v := range policy.verdicts() {
+		p.defaults[c] = v & 1
+	}
 	return p, nil
 }
 
@@ -687,16 +761,18 @@ type BlockFunc func(queue, cpu int, b *Block)
 // ReadSum sums the counters over CPUs and queues into dst and calls f with
 // them unless they are all empty.
 func (p *Program) ReadSum(dst *Block, f BlockFunc) error {
-	*dst = Block{}
-	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			dst.add(&blocks[cpu])
-		}
+	s := &p.sum
+	*s = kernelSum{}
+	err := p.eachSlot(func(int) {
+		p.addCPUs(s)
 	})
 	if err != nil {
 		return err
 	}
-	emit(dst, -1, -1, f)
+	s.block(dst, &p.defaults)
+	if !s.empty() {
+		f(-1, -1, dst)
+	}
 	return nil
 }
 
@@ -706,32 +782,34 @@ func (p *Program) ReadPerQueue(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadSum(dst, f)
 	}
-	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
-		*dst = Block{}
-		for cpu := range blocks {
-			dst.add(&blocks[cpu])
-		}
-		emit(dst, q, -1, f)
+	s := &p.sum
+	return p.eachSlot(func(q int) {
+		*s = kernelSum{}
+		p.addCPUs(s)
+		p.emit(s, dst, q, -1, f)
 	})
 }
 
 // ReadPerCPU calls f for every CPU with traffic, summed over queues.
 func (p *Program) ReadPerCPU(f BlockFunc) error {
 	if len(p.sums) != len(p.perCPU) {
-		p.sums = make([]Block, len(p.perCPU))
+		p.sums = make([]kernelSum, len(p.perCPU))
 	}
 	clear(p.sums)
 	sums := p.sums
-	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			sums[cpu].add(&blocks[cpu])
+	err := p.eachSlot(func(int) {
+		for cpu := range sums {
+			sums[cpu].addClasses(&p.perCPU[cpu])
+		}
+		for cpu := range p.perCPURules {
+			sums[cpu].addRules(&p.perCPURules[cpu])
 		}
 	})
 	if err != nil {
 		return err
 	}
 	for cpu := range sums {
-		emit(&sums[cpu], -1, cpu, f)
+		p.emit(&sums[cpu], &p.scratch, -1, cpu, f)
 	}
 	return nil
 }
@@ -742,28 +820,49 @@ func (p *Program) ReadPerQueueCPU(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadPerCPU(f)
 	}
-	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			*dst = Block{}
-			dst.add(&blocks[cpu])
-			emit(dst, q, cpu, f)
+	s := &p.sum
+	return p.eachSlot(func(q int) {
+		for cpu := range p.perCPU {
+			*s = kernelSum{}
+			s.addClasses(&p.perCPU[cpu])
+			if p.perCPURules != nil {
+				s.addRules(&p.perCPURules[cpu])
+			}
+			p.emit(s, dst, q, cpu, f)
 		}
 	})
 }
 
-// eachSlot reads the counter blocks of every queue slot, one per CPU, and
-// passes them to f; they are overwritten by the next slot's.
-func (p *Program) eachSlot(f func(slot int, blocks []xdpDropCounterBlock)) error {
+// addCPUs adds the blocks of every CPU that eachSlot read to s.
+func (p *Program) addCPUs(s *kernelSum) {
+	for cpu := range p.perCPU {
+		s.addClasses(&p.perCPU[cpu])
+	}
+	for cpu := range p.perCPURules {
+		s.addRules(&p.perCPURules[cpu])
+	}
+}
+
+// eachSlot reads the counter blocks of every queue slot, one per CPU, into
+// p.perCPU, and those of rule_counters into p.perCPURules when the program
+// has rules, and calls f; they are overwritten by the next slot's.
+func (p *Program) eachSlot(f func(slot int)) error {
 	for q := uint32(0); q < p.slots; q++ {
-		if err := p.lookup(q); err != nil {
+		if err := lookup(p.objs.Counters, q, unsafe.Pointer(&p.perCPU[0])); err != nil {
 			return fmt.Errorf("read counters: %w", err)
 		}
-		f(int(q), p.perCPU)
+		runtime.KeepAlive(p.perCPU)
+		if p.perCPURules != nil {
+			if err := lookup(p.objs.RuleCounters, q, unsafe.Pointer(&p.perCPURules[0])); err != nil {
+				return fmt.Errorf("read rule counters: %w", err)
+			}
+			runtime.KeepAlive(p.perCPURules)
+		}
+		f(int(q))
 	}
 	return nil
 }
 
-// add adds one CPU's counter block to c.
 // mapLookupAttr is the BPF_MAP_LOOKUP_ELEM part of union bpf_attr.
 type mapLookupAttr struct {
 	mapFd uint32
@@ -773,28 +872,29 @@ type mapLookupAttr struct {
 	flags uint64
 }
 
-// lookup reads the counter blocks of slot q, one per CPU, into p.perCPU with
-// one BPF_MAP_LOOKUP_ELEM: the kernel writes them back to back (their size is
-// a multiple of 8), which is the layout of the slice. cilium/ebpf's per-CPU
-// Lookup would allocate a buffer as large and unmarshal it through reflection
-// at every call, most of the cost of a gather.
-func (p *Program) lookup(q uint32) error {
+// lookup reads the blocks of key q of the per-CPU array m, one per CPU, into
+// value with one BPF_MAP_LOOKUP_ELEM: the kernel writes them back to back
+// (their size is a multiple of 8), which is the layout of a slice of them;
+// the caller keeps that slice alive. cilium/ebpf's per-CPU Lookup would
+// allocate a buffer as large and unmarshal it through reflection at every
+// call, most of the cost of a gather.
+func lookup(m *ebpf.Map, q uint32, value unsafe.Pointer) error {
 	attr := mapLookupAttr{
-		mapFd: uint32(p.objs.Counters.FD()),
+		mapFd: uint32(m.FD()),
 		key:   unsafe.Pointer(&q),
-		value: unsafe.Pointer(&p.perCPU[0]),
+		value: value,
 	}
 	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(p.perCPU)
 	if errno != 0 {
 		return errno
 	}
 	return nil
 }
 
-// emit calls f for a block that has seen traffic.
-func emit(b *Block, queue, cpu int, f BlockFunc) {
-	if !b.empty() {
+// emit calls f with s as a Block, in b, when s has seen traffic.
+func (p *Program) emit(s *kernelSum, b *Block, queue, cpu int, f BlockFunc) {
+	if !s.empty() {
+		s.block(b, &p.defaults)
 		f(queue, cpu, b)
 	}
 }
@@ -814,8 +914,8 @@ func (p *Program) ReadCounters(dst *Counters) error {
 	return nil
 }
 
-// RuleMemory is the kernel memory the program's rule maps take, as the
-// kernel accounts it (memlock), 0 without rules.
+// RuleMemory is the kernel memory the program's rule maps (rule_counters
+// among them) take, as the kernel accounts it (memlock), 0 without rules.
 func (p *Program) RuleMemory() (uint64, error) {
 	var total uint64
 	for name, m := range p.objs.maps() {
