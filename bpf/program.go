@@ -41,64 +41,65 @@ type Block struct {
 	Rule  [MaxRules]Counter
 }
 
-// kernelSum is a sum of kernel blocks, in their layout: the counters
-// map's block, then the rule_counters map's.
-type kernelSum struct {
-	class [ClassCount]Counter
-	other [ClassCount]Counter
-	rule  [MaxRules]Counter
-}
+// The kernel's blocks must be the counters they hold, back to back.
+const counterSize = unsafe.Sizeof(Counter{})
 
-// The kernel's blocks as 64-bit counters, for summing them word by word.
-const (
-	classWords = int(unsafe.Sizeof(xdpDropCounterBlock{}) / 8)
-	ruleWords  = int(unsafe.Sizeof(xdpDropRuleBlock{}) / 8)
-)
-
-// The kernel's blocks and kernelSum must have one layout.
 var (
-	_ [unsafe.Sizeof(kernelSum{}.class) - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
-	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - unsafe.Sizeof(kernelSum{}.class)]struct{}
-	_ [unsafe.Sizeof(kernelSum{}) - unsafe.Offsetof(kernelSum{}.other) - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
-	_ [unsafe.Sizeof(xdpDropRuleBlock{}) + unsafe.Offsetof(kernelSum{}.other) - unsafe.Sizeof(kernelSum{})]struct{}
+	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - uintptr(ClassCount)*counterSize]struct{}
+	_ [uintptr(ClassCount)*counterSize - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
+	_ [unsafe.Sizeof(xdpDropRuleBlock{}) - uintptr(ClassCount+MaxRules)*counterSize]struct{}
+	_ [uintptr(ClassCount+MaxRules)*counterSize - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
 )
 
-// addClasses adds a counters block to s, word by word.
-func (s *kernelSum) addClasses(k *xdpDropCounterBlock) {
-	dst := (*[classWords]uint64)(unsafe.Pointer(&s.class))
-	src := (*[classWords]uint64)(unsafe.Pointer(k))
-	for i := range dst {
-		dst[i] += src[i]
+// set makes b what one CPU counted: k, the counters map's block, holds
+// each class c under its own action own[c]; r, the rule_counters block
+// (nil without rules), the other action and the rules.
+func (b *Block) set(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := own[c] & 1
+		b.Class[c][a] = Counter{k.Class[c].Packets, k.Class[c].Bytes}
+		b.Class[c][1-a] = Counter{}
+	}
+	b.Rule = [MaxRules]Counter{}
+	if r != nil {
+		b.addRules(r, own)
 	}
 }
 
-// addRules adds a rule_counters block to s, word by word.
-func (s *kernelSum) addRules(k *xdpDropRuleBlock) {
-	dst := (*[ruleWords]uint64)(unsafe.Pointer(&s.other))
-	src := (*[ruleWords]uint64)(unsafe.Pointer(k))
-	for i := range dst {
-		dst[i] += src[i]
+// add adds what one CPU counted to b, as set.
+func (b *Block) add(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := own[c] & 1
+		b.Class[c][a].Packets += k.Class[c].Packets
+		b.Class[c][a].Bytes += k.Class[c].Bytes
+	}
+	if r != nil {
+		b.addRules(r, own)
 	}
 }
 
-// empty reports whether no frame was counted in s.
-func (s *kernelSum) empty() bool {
-	for c := range s.class {
-		if s.class[c].Packets != 0 || s.other[c].Packets != 0 {
-			return false
+func (b *Block) addRules(r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := 1 - own[c]&1
+		b.Class[c][a].Packets += r.Other[c].Packets
+		b.Class[c][a].Bytes += r.Other[c].Bytes
+	}
+	for i := range b.Rule {
+		b.Rule[i].Packets += r.Rule[i].Packets
+		b.Rule[i].Bytes += r.Rule[i].Bytes
+	}
+}
+
+// empty reports whether no frame was counted in b.
+func (b *Block) empty() bool {
+	for c := range b.Class {
+		for a := range b.Class[c] {
+			if b.Class[c][a].Packets != 0 {
+				return false
+			}
 		}
 	}
 	return true
-}
-
-// block writes s into dst: class c's own action is defaults[c].
-func (s *kernelSum) block(dst *Block, defaults *[ClassCount]uint8) {
-	for c := range dst.Class {
-		own := defaults[c] & 1
-		dst.Class[c][own] = s.class[c]
-		dst.Class[c][1-own] = s.other[c]
-	}
-	dst.Rule = s.rule
 }
 
 // Totals sums the class counters over actions into dst.
@@ -162,13 +163,11 @@ type Program struct {
 	perCPU      []xdpDropCounterBlock // one slot of counters, read by lookup
 	perCPURules []xdpDropRuleBlock    // one slot of rule_counters; nil without rules
 	slots       uint32                // counter blocks: 1, or QueueSlots with per-queue counting
-	sum         kernelSum             // sum of one read, reused between reads
-	sums        []kernelSum           // per-CPU sums over queues, reused between reads
-	scratch     Block                 // what ReadPerCPU passes on
-	// defaults is, per class, the action (bit 0) of the frames the
-	// counters map counts: the class's own, as the verdict table gives it.
-	defaults [ClassCount]uint8
-	rules    *ruleTables
+	sums        []Block               // per-CPU sums over queues, reused between reads
+	// own is, per class, the action (bit 0) of the frames the counters map
+	// counts: the class's own, as the verdict table gives it.
+	own   [ClassCount]uint8
+	rules *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
 }
@@ -488,7 +487,7 @@ func newProgram(policy Policy, spec *ebpf.CollectionSpec, rules *ruleTables) (*P
 		p.perCPURules = make([]xdpDropRuleBlock, cpus)
 	}
 	for c, v := range policy.verdicts() {
-		p.defaults[c] = v & 1
+		p.own[c] = v & 1
 	}
 	return p, nil
 }
@@ -761,18 +760,19 @@ type BlockFunc func(queue, cpu int, b *Block)
 // ReadSum sums the counters over CPUs and queues into dst and calls f with
 // them unless they are all empty.
 func (p *Program) ReadSum(dst *Block, f BlockFunc) error {
-	s := &p.sum
-	*s = kernelSum{}
-	err := p.eachSlot(func(int) {
-		p.addCPUs(s)
+	err := p.eachSlot(func(q int) {
+		for cpu := range p.perCPU {
+			if q == 0 && cpu == 0 {
+				dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				dst.add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
+		}
 	})
 	if err != nil {
 		return err
 	}
-	s.block(dst, &p.defaults)
-	if !s.empty() {
-		f(-1, -1, dst)
-	}
+	emit(dst, -1, -1, f)
 	return nil
 }
 
@@ -782,34 +782,38 @@ func (p *Program) ReadPerQueue(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadSum(dst, f)
 	}
-	s := &p.sum
 	return p.eachSlot(func(q int) {
-		*s = kernelSum{}
-		p.addCPUs(s)
-		p.emit(s, dst, q, -1, f)
+		for cpu := range p.perCPU {
+			if cpu == 0 {
+				dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				dst.add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
+		}
+		emit(dst, q, -1, f)
 	})
 }
 
 // ReadPerCPU calls f for every CPU with traffic, summed over queues.
 func (p *Program) ReadPerCPU(f BlockFunc) error {
 	if len(p.sums) != len(p.perCPU) {
-		p.sums = make([]kernelSum, len(p.perCPU))
+		p.sums = make([]Block, len(p.perCPU))
 	}
-	clear(p.sums)
 	sums := p.sums
-	err := p.eachSlot(func(int) {
+	err := p.eachSlot(func(q int) {
 		for cpu := range sums {
-			sums[cpu].addClasses(&p.perCPU[cpu])
-		}
-		for cpu := range p.perCPURules {
-			sums[cpu].addRules(&p.perCPURules[cpu])
+			if q == 0 {
+				sums[cpu].set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				sums[cpu].add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
 		}
 	})
 	if err != nil {
 		return err
 	}
 	for cpu := range sums {
-		p.emit(&sums[cpu], &p.scratch, -1, cpu, f)
+		emit(&sums[cpu], -1, cpu, f)
 	}
 	return nil
 }
@@ -820,27 +824,20 @@ func (p *Program) ReadPerQueueCPU(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadPerCPU(f)
 	}
-	s := &p.sum
 	return p.eachSlot(func(q int) {
 		for cpu := range p.perCPU {
-			*s = kernelSum{}
-			s.addClasses(&p.perCPU[cpu])
-			if p.perCPURules != nil {
-				s.addRules(&p.perCPURules[cpu])
-			}
-			p.emit(s, dst, q, cpu, f)
+			dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			emit(dst, q, cpu, f)
 		}
 	})
 }
 
-// addCPUs adds the blocks of every CPU that eachSlot read to s.
-func (p *Program) addCPUs(s *kernelSum) {
-	for cpu := range p.perCPU {
-		s.addClasses(&p.perCPU[cpu])
+// ruleBlock is the rule_counters block eachSlot read for cpu, nil without rules.
+func (p *Program) ruleBlock(cpu int) *xdpDropRuleBlock {
+	if p.perCPURules == nil {
+		return nil
 	}
-	for cpu := range p.perCPURules {
-		s.addRules(&p.perCPURules[cpu])
-	}
+	return &p.perCPURules[cpu]
 }
 
 // eachSlot reads the counter blocks of every queue slot, one per CPU, into
@@ -891,10 +888,9 @@ func lookup(m *ebpf.Map, q uint32, value unsafe.Pointer) error {
 	return nil
 }
 
-// emit calls f with s as a Block, in b, when s has seen traffic.
-func (p *Program) emit(s *kernelSum, b *Block, queue, cpu int, f BlockFunc) {
-	if !s.empty() {
-		s.block(b, &p.defaults)
+// emit calls f for a block that has seen traffic.
+func emit(b *Block, queue, cpu int, f BlockFunc) {
+	if !b.empty() {
 		f(queue, cpu, b)
 	}
 }
