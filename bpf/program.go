@@ -41,9 +41,9 @@ type Block struct {
 	Rule  [MaxRules]Counter
 }
 
-// The kernel's blocks must be the counters they hold, back to back.
 const counterSize = unsafe.Sizeof(Counter{})
 
+// The kernel's blocks must be the counters they hold, back to back.
 var (
 	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - uintptr(ClassCount)*counterSize]struct{}
 	_ [uintptr(ClassCount)*counterSize - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
@@ -78,6 +78,8 @@ func (b *Block) add(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCoun
 	}
 }
 
+// addRules adds a rule_counters block to b: other[c] under the action that
+// is not class c's own, and the rules.
 func (b *Block) addRules(r *xdpDropRuleBlock, own *[ClassCount]uint8) {
 	for c := range b.Class {
 		a := 1 - own[c]&1
