@@ -105,8 +105,8 @@ struct {
 
 /*
  * Counters of the frames rules decided, keyed as counters. Only the rules'
- * path reads it: a program without rules gets one entry, and the loader
- * closes it after load.
+ * path touches it: for a program without rules the loader makes it one
+ * 8-byte entry, and closes it after load.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -3,11 +3,12 @@
 // Package handover passes a stopping instance's XDP attachments to the
 // instance that follows it, so that a reload never leaves an interface
 // unfiltered. The stopping instance hands the descriptors (link, program,
-// counters, and rule counters with rules) to a small holder process, the same binary re-executed, over a
-// unix socket with SCM_RIGHTS; the holder offers each interface on a socket
-// of its own and passes the descriptors on to the first successor that asks,
-// the way hot-restarting proxies pass listening sockets. When everything
-// holding the descriptors is gone, the kernel detaches: nothing is pinned.
+// counters, and rule counters with rules) to a small holder process, the
+// same binary re-executed, over a unix socket with SCM_RIGHTS; the holder
+// offers each interface on a socket of its own and passes the descriptors
+// on to the first successor that asks, the way hot-restarting proxies pass
+// listening sockets. When everything holding the descriptors is gone, the
+// kernel detaches: nothing is pinned.
 //
 // The package knows nothing of BPF: it moves descriptors and a header.
 package handover
