@@ -5,7 +5,6 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -19,7 +18,8 @@ import (
 func (p *Program) Fingerprint() string { return p.fingerprint }
 
 // FDs returns the descriptors of the attachment, the program and its
-// counters, for handing over; they stay owned by p.
+// counters, for handing over; they stay owned by p. A program with rules
+// hands over RuleCountersFD too.
 func (p *Program) FDs() (linkFD, progFD, countersFD int, err error) {
 	raw, ok := p.link.(interface{ FD() int })
 	if p.link == nil || !ok {
@@ -30,6 +30,15 @@ func (p *Program) FDs() (linkFD, progFD, countersFD int, err error) {
 
 // CountersFD returns the descriptor of the program's counters, owned by p.
 func (p *Program) CountersFD() int { return p.objs.Counters.FD() }
+
+// RuleCountersFD returns the descriptor of the program's rule counters,
+// owned by p; ok is false for a program without rules, which holds none.
+func (p *Program) RuleCountersFD() (fd int, ok bool) {
+	if p.objs.RuleCounters == nil {
+		return 0, false
+	}
+	return p.objs.RuleCounters.FD(), true
+}
 
 // ForeignError says a handed-over descriptor is not what a successor may
 // take: an xdp_drop XDP link on the interface it manages.
@@ -46,7 +55,11 @@ var ErrModeChanged = errors.New("the attachment is in another XDP mode")
 // Handed is what a stopping instance handed over for one interface.
 type Handed struct {
 	LinkFD, ProgFD, CountersFD int
-	Fingerprint                string
+	// RuleCountersFD is the program's rule counters, when HasRuleCounters
+	// (a program with rules).
+	RuleCountersFD  int
+	HasRuleCounters bool
+	Fingerprint     string
 	// MultiBuffer says the program is the multi-buffer variant, which its
 	// kernel info does not tell.
 	MultiBuffer bool
@@ -60,7 +73,7 @@ type Handed struct {
 // descriptors: on any error they are closed, and a *ForeignError says
 // they were not an xdp_drop attachment of this interface.
 func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Program, error)) (p *Program, continued bool, err error) {
-	l, prog, counters, err := wrapHanded(h)
+	l, prog, counters, ruleCounters, err := wrapHanded(h)
 	if err != nil {
 		return nil, false, err
 	}
@@ -70,9 +83,12 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 			l.Close()
 			prog.Close()
 			counters.Close()
+			if ruleCounters != nil {
+				ruleCounters.Close()
+			}
 		}
 	}()
-	id, err := verifyHanded(l, prog, counters, ifindex)
+	id, err := verifyHanded(l, prog, counters, ruleCounters, ifindex)
 	if err != nil {
 		return nil, false, err
 	}
@@ -84,15 +100,15 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if err != nil {
 		return nil, false, err
 	}
-	if h.Fingerprint == policy.fingerprint() && spec.Maps[xdpDropMapCounters].Compatible(counters) == nil {
-		p, err := newProgram(policy, spec)
+	if h.Fingerprint == policy.fingerprint() && continuable(spec, rules, counters, ruleCounters) {
+		p, err := newProgram(policy, spec, rules)
 		if err != nil {
 			return nil, false, err
 		}
 		// The handed-over program holds its rule maps; a variant loaded
 		// later gets maps of its own, filled from these tables.
-		p.rules = rules
-		p.objs.Prog, p.objs.Counters, p.id, p.multiBuffer = prog, counters, id, h.MultiBuffer
+		p.objs.Prog, p.objs.Counters, p.objs.RuleCounters = prog, counters, ruleCounters
+		p.id, p.multiBuffer = id, h.MultiBuffer
 		p.adopted(l, cur, mode)
 		owned = false
 		return p, true, nil
@@ -107,10 +123,25 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 		return nil, false, fmt.Errorf("replace the program of the handed-over link: %w", err)
 	}
 	p.adopted(l, cur, mode)
+	owned = false
 	prog.Close()
 	counters.Close()
-	owned = false
+	if ruleCounters != nil {
+		ruleCounters.Close()
+	}
 	return p, false, nil
+}
+
+// continuable reports whether handed-over counters fit the program of spec
+// and its rules: rule counters with rules, none without.
+func continuable(spec *ebpf.CollectionSpec, rules *ruleTables, counters, ruleCounters *ebpf.Map) bool {
+	if spec.Maps[xdpDropMapCounters].Compatible(counters) != nil {
+		return false
+	}
+	if rules.count == 0 || ruleCounters == nil {
+		return rules.count == 0 && ruleCounters == nil
+	}
+	return spec.Maps[xdpDropMapRuleCounters].Compatible(ruleCounters) == nil
 }
 
 // adopted makes l, attached in mode cur, the attachment of p.
@@ -121,12 +152,17 @@ func (p *Program) adopted(l link.Link, cur, configured Mode) {
 	}
 }
 
-func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
+func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, *ebpf.Map, error) {
 	l, lerr := link.NewFromFD(h.LinkFD)
 	prog, perr := ebpf.NewProgramFromFD(h.ProgFD)
 	counters, merr := ebpf.NewMapFromFD(h.CountersFD)
-	if lerr == nil && perr == nil && merr == nil {
-		return l, prog, counters, nil
+	var ruleCounters *ebpf.Map
+	var rerr error
+	if h.HasRuleCounters {
+		ruleCounters, rerr = ebpf.NewMapFromFD(h.RuleCountersFD)
+	}
+	if lerr == nil && perr == nil && merr == nil && rerr == nil {
+		return l, prog, counters, ruleCounters, nil
 	}
 	if l != nil {
 		l.Close()
@@ -137,22 +173,26 @@ func wrapHanded(h Handed) (link.Link, *ebpf.Program, *ebpf.Map, error) {
 	if counters != nil {
 		counters.Close()
 	}
+	if ruleCounters != nil {
+		ruleCounters.Close()
+	}
 	// A descriptor that was not wrapped is closed already: cilium/ebpf's
 	// constructors own the descriptor they are given, and close it when it
 	// is not what they make. Closing it again could close what another
 	// goroutine has opened under the number meanwhile.
 	var reasons []string
-	for _, err := range []error{lerr, perr, merr} {
+	for _, err := range []error{lerr, perr, merr, rerr} {
 		if err != nil {
 			reasons = append(reasons, err.Error())
 		}
 	}
-	return nil, nil, nil, &ForeignError{Reason: strings.Join(reasons, "; ")}
+	return nil, nil, nil, nil, &ForeignError{Reason: strings.Join(reasons, "; ")}
 }
 
 // verifyHanded checks that l is an XDP link on ifindex running prog, an
-// XDP program named xdp_drop that uses counters, and returns the program's id.
-func verifyHanded(l link.Link, prog *ebpf.Program, counters *ebpf.Map, ifindex int) (ebpf.ProgramID, error) {
+// XDP program named xdp_drop that uses counters (and ruleCounters, when
+// handed over), and returns the program's id.
+func verifyHanded(l link.Link, prog *ebpf.Program, counters, ruleCounters *ebpf.Map, ifindex int) (ebpf.ProgramID, error) {
 	info, err := l.Info()
 	if err != nil {
 		return 0, &ForeignError{Reason: fmt.Sprintf("read link info: %v", err)}
@@ -177,6 +217,9 @@ func verifyHanded(l link.Link, prog *ebpf.Program, counters *ebpf.Map, ifindex i
 	}
 	if !usesMap(pinfo, counters) {
 		return 0, &ForeignError{Reason: fmt.Sprintf("program %d does not use the handed-over counters", id)}
+	}
+	if ruleCounters != nil && !usesMap(pinfo, ruleCounters) {
+		return 0, &ForeignError{Reason: fmt.Sprintf("program %d does not use the handed-over rule counters", id)}
 	}
 	return id, nil
 }
@@ -216,41 +259,54 @@ func linkMode(ifindex int, id ebpf.ProgramID, mode Mode) (Mode, error) {
 	return cur, fmt.Errorf("%w: %s, configured %s", ErrModeChanged, cur, mode)
 }
 
-// newProgram makes a Program for policy around objects set by the caller.
-func newProgram(policy Policy, spec *ebpf.CollectionSpec) (*Program, error) {
-	cpus, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, fmt.Errorf("count possible CPUs: %w", err)
-	}
-	return &Program{slots: policy.queueSlots(), spec: spec, perCPU: make([]xdpDropCounterBlock, cpus), fingerprint: policy.fingerprint()}, nil
-}
-
-// PinCounters pins the counters in dir under the fingerprint's name,
-// replacing counters pinned there under any other, as LoadPinned would
-// have: for an adopted program whose counters continue.
+// PinCounters pins the counters (and the rule counters of a program with
+// rules) in dir under the fingerprint's names, replacing counters pinned
+// there under any other, as LoadPinned would have: for an adopted program
+// whose counters continue.
 func (p *Program) PinCounters(dir string) error {
-	name := "counters_" + p.fingerprint
-	path := filepath.Join(dir, name)
-	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
-		same := sameMap(m, p.objs.Counters)
+	pins := p.counterPins()
+	same := true
+	for _, pin := range pins {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pin.name), nil)
+		if err != nil {
+			same = false
+			break
+		}
+		same = sameMap(m, pin.m)
 		m.Close()
-		if same {
-			return nil
+		if !same {
+			break
 		}
 	}
-	stale, _ := filepath.Glob(filepath.Join(dir, "counters_*"))
-	for _, s := range stale {
-		if !isOurPin(filepath.Base(s)) {
-			continue
-		}
-		if err := os.Remove(s); err != nil {
-			return fmt.Errorf("unpin stale counters %s: %w", s, err)
-		}
+	if same {
+		return nil
 	}
-	if err := p.objs.Counters.Pin(path); err != nil {
-		return fmt.Errorf("pin counters at %s: %w", path, err)
+	if _, err := removeCounterPins(dir, nil); err != nil {
+		return err
+	}
+	for _, pin := range pins {
+		path := filepath.Join(dir, pin.name)
+		if err := pin.m.Pin(path); err != nil {
+			return fmt.Errorf("pin %s at %s: %w", pin.what, path, err)
+		}
 	}
 	return nil
+}
+
+// counterPin is a counter map of p and the name it is pinned under.
+type counterPin struct {
+	name, what string
+	m          *ebpf.Map
+}
+
+// counterPins are the maps a pin keeps of p: its counters, and its rule
+// counters when it has rules.
+func (p *Program) counterPins() []counterPin {
+	pins := []counterPin{{countersPin + p.fingerprint, "counters", p.objs.Counters}}
+	if p.objs.RuleCounters != nil {
+		pins = append(pins, counterPin{ruleCountersPin + p.fingerprint, "rule counters", p.objs.RuleCounters})
+	}
+	return pins
 }
 
 func sameMap(a, b *ebpf.Map) bool {

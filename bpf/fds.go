@@ -9,22 +9,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FDsPerInterface is how many file descriptors an attached Program holds:
-// the program, its counter map, its read-only policy map and its link.
-// Rules add four for prefixes (buckets, exact prefixes, two tries) and one
-// for ports.
+// FDsPerInterface is how many file descriptors an attached Program without
+// rules holds: the program, its counter map, its read-only policy map and
+// its link. Rules add one for their counters, four for prefixes (buckets,
+// exact prefixes, two tries) and one for ports.
 const FDsPerInterface = 4
 
 // FDs is how many file descriptors an attached Program of policy holds at
-// most: FDsPerInterface, four more when its rules use prefixes, one more
-// when they use ports (a program taken over in place holds only
-// FDsPerInterface).
+// most: FDsPerInterface, one more for the rule counters when it has rules,
+// four more when its rules use prefixes, one more when they use ports (a
+// program taken over in place holds no prefix or port map).
 func (p Policy) FDs() int {
 	n := FDsPerInterface
 	var prefixes, ports bool
 	for _, r := range p.Rules {
 		prefixes = prefixes || len(r.SrcPrefixes)+len(r.DstPrefixes) > 0
 		ports = ports || r.hasPorts()
+	}
+	if len(p.Rules) > 0 {
+		n++
 	}
 	if prefixes {
 		n += 4
@@ -36,8 +39,9 @@ func (p Policy) FDs() int {
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// and the five rule maps, which it closes again when no rule uses them.
-const loadFDs = FDsPerInterface + 5
+// and the six rule maps (rule counters among them), which it closes again
+// when no rule uses them.
+const loadFDs = FDsPerInterface + 6
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

@@ -151,64 +151,109 @@ func pinnedKind(path string) string {
 	return "a file"
 }
 
-// LoadPinned loads the program like Load, with its counters pinned in dir:
-// counters pinned there by an earlier run with the same program and policy
-// are continued; counters pinned under another program or policy are
-// unpinned and replaced, and note says so.
+// LoadPinned loads the program like Load, with its counters (and, with
+// rules, its rule counters) pinned in dir: counters pinned there by an
+// earlier run with the same program and policy are continued; counters
+// pinned under another program or policy are unpinned and replaced, and
+// note says so.
 func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("create pin directory: %w", err)
 	}
-	name := "counters_" + policy.fingerprint()
+	fp := policy.fingerprint()
 	spec, rules, err := configuredSpec(policy)
 	if err != nil {
 		return nil, "", err
 	}
-	path := filepath.Join(dir, name)
-	var pinned *ebpf.Map
-	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
-		if err := spec.Maps[xdpDropMapCounters].Compatible(m); err != nil {
+	wanted := map[string]string{xdpDropMapCounters: countersPin + fp}
+	if rules.count > 0 {
+		wanted[xdpDropMapRuleCounters] = ruleCountersPin + fp
+	}
+	pinned := map[string]*ebpf.Map{}
+	defer func() {
+		for _, m := range pinned {
 			m.Close()
+		}
+	}()
+	for mapName, name := range wanted {
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("open pinned counters %s: %w", path, err)
+		}
+		pinned[mapName] = m
+		if err := spec.Maps[mapName].Compatible(m); err != nil {
 			return nil, "", fmt.Errorf("pinned counters %s do not fit this program: %w; remove the pin", path, err)
 		}
-		pinned = m
-		defer m.Close()
+	}
+	// Counters continue only together: the frames of a class are split
+	// between them by the action they got.
+	if len(pinned) != len(wanted) {
+		for _, m := range pinned {
+			m.Close()
+		}
+		clear(pinned)
+	}
+	if len(pinned) > 0 {
 		note = "continuing pinned counters"
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("open pinned counters %s: %w", path, err)
 	}
 
 	var opts *ebpf.CollectionOptions
-	if pinned != nil {
-		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{xdpDropMapCounters: pinned}}
+	if len(pinned) > 0 {
+		opts = &ebpf.CollectionOptions{MapReplacements: pinned}
 	}
 	p, err = load(spec, policy, rules, opts)
 	if err != nil {
 		return nil, "", err
 	}
 	// Only now that the program is loaded: a failed load keeps the old pins.
-	stale, err := filepath.Glob(filepath.Join(dir, "counters_*"))
+	keep := map[string]bool{}
+	if len(pinned) > 0 {
+		for _, name := range wanted {
+			keep[name] = true
+		}
+	}
+	removed, err := removeCounterPins(dir, keep)
 	if err != nil {
 		p.Close()
-		return nil, "", fmt.Errorf("list pinned counters in %s: %w", dir, err)
+		return nil, "", err
 	}
-	for _, s := range stale {
-		if filepath.Base(s) == name || !isOurPin(filepath.Base(s)) {
-			continue
-		}
-		if err := os.Remove(s); err != nil {
-			p.Close()
-			return nil, "", fmt.Errorf("unpin stale counters %s: %w", s, err)
-		}
+	if removed > 0 {
 		note = "counters pinned under another policy or program version were dropped; counting starts from zero"
 	}
-	if pinned == nil {
-		if err := p.objs.Counters.Pin(path); err != nil {
-			p.Close()
-			return nil, "", fmt.Errorf("pin counters at %s: %w", path, err)
+	if len(pinned) == 0 {
+		for _, pin := range p.counterPins() {
+			path := filepath.Join(dir, pin.name)
+			if err := pin.m.Pin(path); err != nil {
+				p.Close()
+				return nil, "", fmt.Errorf("pin %s at %s: %w", pin.what, path, err)
+			}
 		}
 	}
 	return p, note, nil
+}
+
+// removeCounterPins unpins the counters this package pinned in dir, but
+// those named in keep, and returns how many it unpinned.
+func removeCounterPins(dir string, keep map[string]bool) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("list pinned counters in %s: %w", dir, err)
+	}
+	removed := 0
+	for _, e := range entries {
+		if e.Name() == linkPin || keep[e.Name()] || !isOurPin(e.Name()) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return removed, fmt.Errorf("unpin stale counters %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+		removed++
+	}
+	return removed, nil
 }
 
 const linkPin = "link"
@@ -320,13 +365,23 @@ func ReleaseKept(dir string) (bool, error) {
 	return true, nil
 }
 
+// Counter pins are named by the map and the fingerprint of what they count.
+const (
+	countersPin     = "counters_"
+	ruleCountersPin = "rule_counters_"
+)
+
 // isOurPin reports whether a file name in an interface's pin directory is
-// one this package pins: the link, or counters named by a fingerprint.
+// one this package pins: the link, or counters or rule counters named by a
+// fingerprint.
 func isOurPin(name string) bool {
 	if name == linkPin {
 		return true
 	}
-	fp, ok := strings.CutPrefix(name, "counters_")
+	fp, ok := strings.CutPrefix(name, countersPin)
+	if !ok {
+		fp, ok = strings.CutPrefix(name, ruleCountersPin)
+	}
 	if !ok || len(fp) != 16 {
 		return false
 	}

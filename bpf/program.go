@@ -30,27 +30,65 @@ type Counters [ClassCount]Counter
 
 // Block is what a counter block holds: every frame under its class and the
 // action it got (Class[class][action]), and every frame a rule decided
-// under that rule. Its layout is the kernel's.
+// under that rule.
+//
+// The kernel keeps it in two maps: counters holds, per class, the frames
+// that got the class's own action (every frame, without rules), and
+// rule_counters, which only rules touch, the frames a rule gave the other
+// action and the counters of the rules. A read puts them together.
 type Block struct {
 	Class [ClassCount][ActionCount]Counter
 	Rule  [MaxRules]Counter
 }
 
-// blockWords is a Block as 64-bit counters, for summing blocks word by word.
-const blockWords = int(unsafe.Sizeof(Block{}) / 8)
+const counterSize = unsafe.Sizeof(Counter{})
 
-// The kernel's block and Block must have one layout.
-var _ [unsafe.Sizeof(Block{}) - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
-var _ [unsafe.Sizeof(xdpDropCounterBlock{}) - unsafe.Sizeof(Block{})]struct{}
+// The kernel's blocks must be the counters they hold, back to back.
+var (
+	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - uintptr(ClassCount)*counterSize]struct{}
+	_ [uintptr(ClassCount)*counterSize - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
+	_ [unsafe.Sizeof(xdpDropRuleBlock{}) - uintptr(ClassCount+MaxRules)*counterSize]struct{}
+	_ [uintptr(ClassCount+MaxRules)*counterSize - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
+)
 
-// Totals sums the class counters over actions into dst.
-func (b *Block) Totals(dst *Counters) {
-	for c := range dst {
-		dst[c] = Counter{}
-		for a := range b.Class[c] {
-			dst[c].Packets += b.Class[c][a].Packets
-			dst[c].Bytes += b.Class[c][a].Bytes
-		}
+// set makes b what one CPU counted: k, the counters map's block, holds
+// each class c under its own action own[c]; r, the rule_counters block
+// (nil without rules), the other action and the rules.
+func (b *Block) set(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := own[c] & 1
+		b.Class[c][a] = Counter{k.Class[c].Packets, k.Class[c].Bytes}
+		b.Class[c][1-a] = Counter{}
+	}
+	b.Rule = [MaxRules]Counter{}
+	if r != nil {
+		b.addRules(r, own)
+	}
+}
+
+// add adds what one CPU counted to b, as set.
+func (b *Block) add(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := own[c] & 1
+		b.Class[c][a].Packets += k.Class[c].Packets
+		b.Class[c][a].Bytes += k.Class[c].Bytes
+	}
+	if r != nil {
+		b.addRules(r, own)
+	}
+}
+
+// addRules adds a rule_counters block to b: other[c] under the action that
+// is not class c's own, and the rules.
+func (b *Block) addRules(r *xdpDropRuleBlock, own *[ClassCount]uint8) {
+	for c := range b.Class {
+		a := 1 - own[c]&1
+		b.Class[c][a].Packets += r.Other[c].Packets
+		b.Class[c][a].Bytes += r.Other[c].Bytes
+	}
+	for i := range b.Rule {
+		b.Rule[i].Packets += r.Rule[i].Packets
+		b.Rule[i].Bytes += r.Rule[i].Bytes
 	}
 }
 
@@ -66,12 +104,14 @@ func (b *Block) empty() bool {
 	return true
 }
 
-// add adds a kernel counter block to b, counter by counter.
-func (b *Block) add(k *xdpDropCounterBlock) {
-	dst := (*[blockWords]uint64)(unsafe.Pointer(b))
-	src := (*[blockWords]uint64)(unsafe.Pointer(k))
-	for i := range dst {
-		dst[i] += src[i]
+// Totals sums the class counters over actions into dst.
+func (b *Block) Totals(dst *Counters) {
+	for c := range dst {
+		dst[c] = Counter{}
+		for a := range b.Class[c] {
+			dst[c].Packets += b.Class[c][a].Packets
+			dst[c].Bytes += b.Class[c][a].Bytes
+		}
 	}
 }
 
@@ -122,19 +162,24 @@ type Program struct {
 	link        link.Link
 	mode        Mode
 	id          ebpf.ProgramID
-	perCPU      []xdpDropCounterBlock
-	slots       uint32  // counter blocks: 1, or QueueSlots with per-queue counting
-	sums        []Block // per-CPU sums over queues, reused between reads
-	rules       *ruleTables
+	perCPU      []xdpDropCounterBlock // one slot of counters, read by lookup
+	perCPURules []xdpDropRuleBlock    // one slot of rule_counters; nil without rules
+	slots       uint32                // counter blocks: 1, or QueueSlots with per-queue counting
+	sums        []Block               // per-CPU sums over queues, reused between reads
+	// own is, per class, the action (bit 0) of the frames the counters map
+	// counts: the class's own, as the verdict table gives it.
+	own   [ClassCount]uint8
+	rules *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
 }
 
 // objects is what one load of the program gives: one variant of the program,
-// the counters it updates and the maps of its rules.
+// the counters it updates and the maps of its rules (rule_counters among them).
 type objects struct {
 	Prog          *ebpf.Program
 	Counters      *ebpf.Map
+	RuleCounters  *ebpf.Map
 	PrefixBuckets *ebpf.Map
 	PrefixExact   *ebpf.Map
 	PrefixV4      *ebpf.Map
@@ -156,6 +201,7 @@ func (o *objects) Close() error {
 func (o *objects) maps() map[string]*ebpf.Map {
 	all := map[string]*ebpf.Map{
 		xdpDropMapCounters:      o.Counters,
+		xdpDropMapRuleCounters:  o.RuleCounters,
 		xdpDropMapPrefixBuckets: o.PrefixBuckets,
 		xdpDropMapPrefixExact:   o.PrefixExact,
 		xdpDropMapPrefixV4:      o.PrefixV4,
@@ -178,11 +224,14 @@ func (o *objects) missesRuleMaps(dims uint8) bool {
 		ports && o.Ports == nil
 }
 
-// dropUnused closes the rule maps of dimensions no rule uses: the program
-// holds its own references, and an interface then costs no descriptor for
-// them (FDsPerInterface without rules).
-func (o *objects) dropUnused(dims uint8) {
+// dropUnused closes the rule maps of dimensions no rule uses, and
+// rule_counters without rules: the program holds its own references, and an
+// interface then costs no descriptor for them (FDsPerInterface without rules).
+func (o *objects) dropUnused(count uint32, dims uint8) {
 	var unused []**ebpf.Map
+	if count == 0 {
+		unused = append(unused, &o.RuleCounters)
+	}
 	if dims&uint8(xdpDropRuleDimsRULE_DIM_SRC|xdpDropRuleDimsRULE_DIM_DST) == 0 {
 		unused = append(unused, &o.PrefixBuckets, &o.PrefixExact, &o.PrefixV4, &o.PrefixV6)
 	}
@@ -201,6 +250,7 @@ func (o *objects) dropUnused(dims uint8) {
 type programObjects struct {
 	Prog          *ebpf.Program `ebpf:"xdp_drop"`
 	Counters      *ebpf.Map     `ebpf:"counters"`
+	RuleCounters  *ebpf.Map     `ebpf:"rule_counters"`
 	PrefixBuckets *ebpf.Map     `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.Map     `ebpf:"prefix_exact"`
 	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
@@ -266,6 +316,15 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 		}
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
+	ruleCounters := spec.Maps[xdpDropMapRuleCounters]
+	if rules.count > 0 {
+		ruleCounters.MaxEntries = policy.queueSlots()
+	} else {
+		// Not used by the program without rules, and closed after
+		// load: it need not be able to hold a block.
+		ruleCounters.Key, ruleCounters.Value = nil, nil
+		ruleCounters.ValueSize = 8
+	}
 	sizes := map[string]int{
 		xdpDropMapPrefixBuckets: rules.buckets(),
 		xdpDropMapPrefixExact:   len(rules.exact.slots),
@@ -386,7 +445,10 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
-	p := &Program{slots: policy.queueSlots(), spec: spec, fingerprint: policy.fingerprint()}
+	p, err := newProgram(policy, spec, rules)
+	if err != nil {
+		return nil, err
+	}
 	objs, err := loadVariant(spec, false, opts)
 	if err != nil {
 		return nil, err
@@ -396,18 +458,30 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		p.objs.Close()
 		return nil, err
 	}
-	p.objs.dropUnused(rules.dims)
-	p.rules = rules
+	p.objs.dropUnused(rules.count, rules.dims)
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err
 	}
+	return p, nil
+}
+
+// newProgram makes a Program for policy and its rules, without objects.
+func newProgram(policy Policy, spec *ebpf.CollectionSpec, rules *ruleTables) (*Program, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
-		p.objs.Close()
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
-	p.perCPU = make([]xdpDropCounterBlock, cpus)
+	p := &Program{
+		slots: policy.queueSlots(), spec: spec, rules: rules, fingerprint: policy.fingerprint(),
+		perCPU: make([]xdpDropCounterBlock, cpus),
+	}
+	if rules.count > 0 {
+		p.perCPURules = make([]xdpDropRuleBlock, cpus)
+	}
+	for c, v := range policy.verdicts() {
+		p.own[c] = v & 1
+	}
 	return p, nil
 }
 
@@ -687,10 +761,13 @@ type BlockFunc func(queue, cpu int, b *Block)
 // ReadSum sums the counters over CPUs and queues into dst and calls f with
 // them unless they are all empty.
 func (p *Program) ReadSum(dst *Block, f BlockFunc) error {
-	*dst = Block{}
-	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			dst.add(&blocks[cpu])
+	err := p.eachSlot(func(q int) {
+		for cpu := range p.perCPU {
+			if q == 0 && cpu == 0 {
+				dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				dst.add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
 		}
 	})
 	if err != nil {
@@ -706,10 +783,13 @@ func (p *Program) ReadPerQueue(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadSum(dst, f)
 	}
-	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
-		*dst = Block{}
-		for cpu := range blocks {
-			dst.add(&blocks[cpu])
+	return p.eachSlot(func(q int) {
+		for cpu := range p.perCPU {
+			if cpu == 0 {
+				dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				dst.add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
 		}
 		emit(dst, q, -1, f)
 	})
@@ -720,11 +800,14 @@ func (p *Program) ReadPerCPU(f BlockFunc) error {
 	if len(p.sums) != len(p.perCPU) {
 		p.sums = make([]Block, len(p.perCPU))
 	}
-	clear(p.sums)
 	sums := p.sums
-	err := p.eachSlot(func(_ int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			sums[cpu].add(&blocks[cpu])
+	err := p.eachSlot(func(q int) {
+		for cpu := range sums {
+			if q == 0 {
+				sums[cpu].set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			} else {
+				sums[cpu].add(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
+			}
 		}
 	})
 	if err != nil {
@@ -742,28 +825,42 @@ func (p *Program) ReadPerQueueCPU(dst *Block, f BlockFunc) error {
 	if p.slots == 1 {
 		return p.ReadPerCPU(f)
 	}
-	return p.eachSlot(func(q int, blocks []xdpDropCounterBlock) {
-		for cpu := range blocks {
-			*dst = Block{}
-			dst.add(&blocks[cpu])
+	return p.eachSlot(func(q int) {
+		for cpu := range p.perCPU {
+			dst.set(&p.perCPU[cpu], p.ruleBlock(cpu), &p.own)
 			emit(dst, q, cpu, f)
 		}
 	})
 }
 
-// eachSlot reads the counter blocks of every queue slot, one per CPU, and
-// passes them to f; they are overwritten by the next slot's.
-func (p *Program) eachSlot(f func(slot int, blocks []xdpDropCounterBlock)) error {
+// ruleBlock is the rule_counters block eachSlot read for cpu, nil without rules.
+func (p *Program) ruleBlock(cpu int) *xdpDropRuleBlock {
+	if p.perCPURules == nil {
+		return nil
+	}
+	return &p.perCPURules[cpu]
+}
+
+// eachSlot reads the counter blocks of every queue slot, one per CPU, into
+// p.perCPU, and those of rule_counters into p.perCPURules when the program
+// has rules, and calls f; they are overwritten by the next slot's.
+func (p *Program) eachSlot(f func(slot int)) error {
 	for q := uint32(0); q < p.slots; q++ {
-		if err := p.lookup(q); err != nil {
+		if err := lookup(p.objs.Counters, q, unsafe.Pointer(&p.perCPU[0])); err != nil {
 			return fmt.Errorf("read counters: %w", err)
 		}
-		f(int(q), p.perCPU)
+		runtime.KeepAlive(p.perCPU)
+		if p.perCPURules != nil {
+			if err := lookup(p.objs.RuleCounters, q, unsafe.Pointer(&p.perCPURules[0])); err != nil {
+				return fmt.Errorf("read rule counters: %w", err)
+			}
+			runtime.KeepAlive(p.perCPURules)
+		}
+		f(int(q))
 	}
 	return nil
 }
 
-// add adds one CPU's counter block to c.
 // mapLookupAttr is the BPF_MAP_LOOKUP_ELEM part of union bpf_attr.
 type mapLookupAttr struct {
 	mapFd uint32
@@ -773,19 +870,19 @@ type mapLookupAttr struct {
 	flags uint64
 }
 
-// lookup reads the counter blocks of slot q, one per CPU, into p.perCPU with
-// one BPF_MAP_LOOKUP_ELEM: the kernel writes them back to back (their size is
-// a multiple of 8), which is the layout of the slice. cilium/ebpf's per-CPU
-// Lookup would allocate a buffer as large and unmarshal it through reflection
-// at every call, most of the cost of a gather.
-func (p *Program) lookup(q uint32) error {
+// lookup reads the blocks of key q of the per-CPU array m, one per CPU, into
+// value with one BPF_MAP_LOOKUP_ELEM: the kernel writes them back to back
+// (their size is a multiple of 8), which is the layout of a slice of them;
+// the caller keeps that slice alive. cilium/ebpf's per-CPU Lookup would
+// allocate a buffer as large and unmarshal it through reflection at every
+// call, most of the cost of a gather.
+func lookup(m *ebpf.Map, q uint32, value unsafe.Pointer) error {
 	attr := mapLookupAttr{
-		mapFd: uint32(p.objs.Counters.FD()),
+		mapFd: uint32(m.FD()),
 		key:   unsafe.Pointer(&q),
-		value: unsafe.Pointer(&p.perCPU[0]),
+		value: value,
 	}
 	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_ELEM, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(p.perCPU)
 	if errno != 0 {
 		return errno
 	}
@@ -814,8 +911,8 @@ func (p *Program) ReadCounters(dst *Counters) error {
 	return nil
 }
 
-// RuleMemory is the kernel memory the program's rule maps take, as the
-// kernel accounts it (memlock), 0 without rules.
+// RuleMemory is the kernel memory the program's rule maps (rule_counters
+// among them) take, as the kernel accounts it (memlock), 0 without rules.
 func (p *Program) RuleMemory() (uint64, error) {
 	var total uint64
 	for name, m := range p.objs.maps() {

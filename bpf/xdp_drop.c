@@ -4,8 +4,10 @@
 /*
  * xdp_drop: classify every frame (Ethernet, up to two VLAN tags, IPv4 or IPv6
  * past its extension headers, then the IP protocol), count packets and bytes
- * per class and action in a per-CPU block, and drop or pass it by a load-time
- * policy: the first rule that matches it, else the verdict of its class.
+ * per class in a per-CPU block, and drop or pass it by a load-time policy:
+ * the first rule that matches it, else the verdict of its class. Frames a rule
+ * decided are counted by rule too, and those it gave the other action than
+ * their class's in a second block, which a program without rules never touches.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -112,6 +114,18 @@ struct {
 	__type(value, struct counter_block);
 	__uint(max_entries, 1);
 } counters SEC(".maps");
+
+/*
+ * Counters of the frames rules decided, keyed as counters. Only the rules'
+ * path touches it: for a program without rules the loader makes it one
+ * 8-byte entry, and closes it after load.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct rule_block);
+	__uint(max_entries, 1);
+} rule_counters SEC(".maps");
 
 /*
  * Prefixes, of both directions. The value of a prefix is the mask of the
@@ -475,6 +489,36 @@ static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end,
 }
 
 /*
+ * Counts a frame a rule decided (ruled as rule_verdict returns it) and
+ * returns its action: under its class in c when the rule gave it its
+ * class's action, else under other[class] of the rule block; and under the
+ * rule, always.
+ */
+static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u32 class, __u32 ruled, __u64 len)
+{
+	struct rule_block *rc = bpf_map_lookup_elem(&rule_counters, key);
+	struct counter *cc;
+	__u32 r = (ruled >> 8) - 1;
+
+	if (!rc)
+		return XDP_PASS;
+	if ((ruled ^ verdicts[class]) & 1)
+		cc = &rc->other[class];
+	else
+		cc = &c->class[class];
+	cc->packets++;
+	cc->bytes += len;
+	/* Hide what clang knows of r, so the bound the verifier needs stays. */
+	asm volatile("" : "+r"(r));
+	r &= RULE_MAX - 1;
+	rc->rule[r].packets++;
+	rc->rule[r].bytes += len;
+	if (ruled & VERDICT_DROP)
+		return XDP_DROP;
+	return XDP_PASS;
+}
+
+/*
  * The body of the programs. frags and rules are constants: each program is
  * compiled with its own branches only, so the program without rules runs
  * no rule code and keeps nothing for it.
@@ -485,9 +529,8 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	void *data_end = (void *)(long)ctx->data_end;
 	struct hdr_cursor cur = {};
 	struct counter_block *c;
-	struct counter *cc;
 	__u32 key = 0;
-	__u32 class, verdict, ruled = 0;
+	__u32 class, ruled = 0;
 	__u64 len;
 
 	/* With fragments, data..data_end is the first buffer: headers are read there. */
@@ -501,7 +544,6 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 		len = bpf_xdp_get_buff_len(ctx);
 	else
 		len = data_end - data;
-	verdict = ruled ? ruled : verdicts[class];
 
 	if (queue_slots) {
 		key = ctx->rx_queue_index;
@@ -511,20 +553,12 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		return XDP_PASS;
-	cc = &c->class[class][verdict & 1];
-	cc->packets++;
-	cc->bytes += len;
-	if (ruled) {
-		__u32 r = (ruled >> 8) - 1;
-
-		/* Hide what clang knows of r, so the bound the verifier needs stays. */
-		asm volatile("" : "+r"(r));
-		r &= RULE_MAX - 1;
-		c->rule[r].packets++;
-		c->rule[r].bytes += len;
-	}
-
-	if (verdict & VERDICT_DROP)
+	if (ruled)
+		return count_ruled(c, &key, class, ruled, len);
+	/* Its class's action: the counter's address needs no verdict. */
+	c->class[class].packets++;
+	c->class[class].bytes += len;
+	if (verdicts[class] & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
 }

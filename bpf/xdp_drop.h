@@ -51,12 +51,22 @@ enum rule_dims {
 };
 
 /*
- * The whole per-CPU block lives under one key, so a gather is one lookup:
- * every frame under its class and the action it got, and every frame a rule
- * decided under that rule.
+ * The per-CPU block of the counters map, under one key (or one per RX
+ * queue), so a gather is one lookup: every frame under its class, when it
+ * got its class's own action (bit 0 of its verdict). Without rules that is
+ * every frame, and the address of its counter is known from its class alone.
  */
 struct counter_block {
-	struct counter class[CLASS_COUNT][ACTION_COUNT];
+	struct counter class[CLASS_COUNT];
+};
+
+/*
+ * The per-CPU block of rule_counters, touched by frames a rule decided
+ * only: under other[class], those a rule gave the other action than their
+ * class's; under rule[], every frame each rule decided.
+ */
+struct rule_block {
+	struct counter other[CLASS_COUNT];
 	struct counter rule[RULE_MAX];
 };
 

@@ -43,8 +43,7 @@ type xdpDropCounter struct {
 
 type xdpDropCounterBlock struct {
 	_     structs.HostLayout
-	Class [518][2]xdpDropCounter
-	Rule  [64]xdpDropCounter
+	Class [518]xdpDropCounter
 }
 
 type xdpDropLpmV4Key struct {
@@ -92,6 +91,12 @@ type xdpDropPrefixSlot struct {
 	Mask uint64
 }
 
+type xdpDropRuleBlock struct {
+	_     structs.HostLayout
+	Other [518]xdpDropCounter
+	Rule  [64]xdpDropCounter
+}
+
 type xdpDropRuleDims uint32
 
 const (
@@ -124,6 +129,7 @@ const (
 	xdpDropMapPrefixExact        = "prefix_exact"
 	xdpDropMapPrefixV4           = "prefix_v4"
 	xdpDropMapPrefixV6           = "prefix_v6"
+	xdpDropMapRuleCounters       = "rule_counters"
 	xdpDropProgXdpDrop           = "xdp_drop"
 	xdpDropProgXdpDropFrags      = "xdp_drop_frags"
 	xdpDropProgXdpDropRules      = "xdp_drop_rules"
@@ -205,6 +211,7 @@ type xdpDropMapSpecs struct {
 	PrefixExact   *ebpf.MapSpec `ebpf:"prefix_exact"`
 	PrefixV4      *ebpf.MapSpec `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.MapSpec `ebpf:"prefix_v6"`
+	RuleCounters  *ebpf.MapSpec `ebpf:"rule_counters"`
 }
 
 // xdpDropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -256,6 +263,7 @@ type xdpDropMaps struct {
 	PrefixExact   *ebpf.Map `ebpf:"prefix_exact"`
 	PrefixV4      *ebpf.Map `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.Map `ebpf:"prefix_v6"`
+	RuleCounters  *ebpf.Map `ebpf:"rule_counters"`
 }
 
 func (m *xdpDropMaps) Close() error {
@@ -266,6 +274,7 @@ func (m *xdpDropMaps) Close() error {
 		m.PrefixExact,
 		m.PrefixV4,
 		m.PrefixV6,
+		m.RuleCounters,
 	)
 }
 

@@ -551,6 +551,9 @@ func TestHandoverRules(t *testing.T) {
 			cs, _ := counts(ms)
 			require.Equal(t, wantRule, ruleCount(ms, "dns"), "packets of rule dns under B")
 			require.Equal(t, wantDrop, cs[key{testns.Dev, "ipv4", "udp", "drop"}][0], "UDP dropped under B")
+			// The frames the rule passed against the drop list are counted
+			// apart from the class's own action, and continue with it.
+			require.Equal(t, wantRule, cs[key{testns.Dev, "ipv4", "udp", "pass"}][0], "UDP passed by the rule under B")
 			require.Equal(t, !c.changed, int64(idA) == idB, "same program kept only with the same rules")
 			if c.changed {
 				waitLog(t, b, fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed", testns.Dev, idB, idA))

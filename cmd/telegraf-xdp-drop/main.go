@@ -52,7 +52,7 @@ func run() int {
 	pollDisabled := flag.Bool("poll_interval_disabled", false,
 		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
 	debug := flag.Bool("debug", false, "log debug messages")
-	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface and protocol every second until Ctrl-C, instead of line protocol")
+	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
 	if *showVersion {

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,16 +31,28 @@ func tagsOf(iface, family, protocol, action string, extra ...string) xdp_drop.Se
 	return k
 }
 
+func rulePoint(iface, rule, action string, packets, bytes uint64) xdp_drop.RuleSeries {
+	return xdp_drop.RuleSeries{Interface: iface, Rule: rule, Action: action, Packets: packets, Bytes: bytes}
+}
+
+// requireFits fails on any line of screen wider than the view's width.
+func requireFits(t *testing.T, screen string) {
+	t.Helper()
+	for _, line := range strings.Split(screen, "\n") {
+		require.LessOrEqual(t, utf8.RuneCountInString(line), width, "line wider than %d columns: %q", width, line)
+	}
+}
+
 // TestRenderScreen checks one screen of the watch view against a snapshot
 // worked out by hand: rates from the previous totals over 2 s, a counter
 // that went back (a restarted program) counted from zero, a series seen for
 // the first time, per-queue and per-CPU rows, totals per action, and the
-// link lines, a long error cut to 80 columns.
+// link lines, a long error cut to the width.
 func TestRenderScreen(t *testing.T) {
 	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
-	prev := map[xdp_drop.SeriesKey]sample{}
+	h := newHistory()
 	setPrev := func(k xdp_drop.SeriesKey, packets, bytes uint64) {
-		prev[k] = sample{packets, bytes}
+		h.series[k] = sample{packets, bytes}
 	}
 	setPrev(tagsOf("eth1", "ipv4", "udp", "drop"), 1000, 60000)
 	setPrev(tagsOf("eth1", "ipv4", "tcp", "pass"), 40, 2400)
@@ -55,23 +71,24 @@ func TestRenderScreen(t *testing.T) {
 	}}
 	want := strings.Join([]string{
 		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
-		"INTERFACE    FAMILY PROTOCOL    ACTION           PKTS/S    BYTES/S  TOTAL PKTS",
-		"eth1         ipv4   udp         drop              1,000  60.0 kB/s       3,000",
-		"eth1         ipv6   ipv6-icmp   drop                  5  590.0 B/s          10",
-		"eth1         ipv4   tcp         pass                  0    0.0 B/s          40",
-		"eth2/q3/c0   l2     arp         pass                  3  126.0 B/s           6",
-		"eth2/q3/c1   ipv4   udp         drop         10,000,000 600.0 MB/s  20,000,000",
-		"total                           drop         10,001,005 600.1 MB/s",
-		"total                           pass                  3  126.0 B/s",
+		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         ipv4   udp           drop             1,000  60.0 kB/s       3,000",
+		"eth1         ipv6   ipv6-icmp     drop                 5  590.0 B/s          10",
+		"eth1         ipv4   tcp           pass                 0    0.0 B/s          40",
+		"eth2/q3/c0   l2     arp           pass                 3  126.0 B/s           6",
+		"eth2/q3/c1   ipv4   udp           drop        10,000,000 600.0 MB/s  20,000,000",
+		"total                             drop        10,001,005 600.1 MB/s",
+		"total                             pass                 3  126.0 B/s",
 		"link eth1: attached, native mode, program id 42",
 		`link eth3: NOT attached: interface "eth3" not found (interfaces here: eth0, ...`,
 		"",
 	}, "\n")
-	got := render(points, prev, 2*time.Second, now, time.Second)
+	got := render(points, h, 2*time.Second, now, time.Second)
 	require.Equal(t, want, got)
+	requireFits(t, got)
 
-	// prev now holds these totals: the same counters again are 0/s.
-	again := render(points, prev, time.Second, now, time.Second)
+	// h now holds these totals: the same counters again are 0/s.
+	again := render(points, h, time.Second, now, time.Second)
 	for _, line := range strings.Split(again, "\n")[2:9] {
 		require.Regexp(t, `\s0\s+0\.0 B/s(\s|$)`, line)
 	}
@@ -84,6 +101,240 @@ func TestRenderWouldDrop(t *testing.T) {
 		counterPoint(tagsOf("eth1", "ipv4", "udp", "would_drop"), 10, 1000),
 		counterPoint(tagsOf("eth1", "ipv4", "tcp", "pass"), 4, 400),
 	}}
-	got := render(points, map[xdp_drop.SeriesKey]sample{}, time.Second, time.Time{}, time.Second)
-	require.Contains(t, got, "\ntotal                           would_drop           10   1.0 kB/s\ntotal                           pass                  4  400.0 B/s\n")
+	got := render(points, newHistory(), time.Second, time.Time{}, time.Second)
+	require.Contains(t, got, "\ntotal                             would_drop          10   1.0 kB/s\ntotal                             pass                 4  400.0 B/s\n")
+}
+
+// longRule is a rule name of the most characters a name may have.
+const longRule = "shed-reflection-from-the-upstream-transit-provider-at-site-ams-1"
+
+// TestRenderRules checks the rule section over two screens worked out by
+// hand: per interface (sorted as the class rows are) the rules in config
+// order, not by name or rate; a rule that never matched at zero; rates from
+// the first screen's totals over 2 s; a counter that went back counted from
+// zero, as one whose bytes alone went back; a 64-character name that keeps
+// both ends; and an interface name too long for its column on a line of its
+// own.
+func TestRenderRules(t *testing.T) {
+	require.Len(t, longRule, 64)
+	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
+	const wide = "enp129s0f1np1" // 13 characters: one more than the column
+	snap := func(mgmt, memcached, dns, widePkts, wideBytes uint64) xdp_drop.Snapshot {
+		return xdp_drop.Snapshot{
+			Series: []xdp_drop.Series{
+				counterPoint(tagsOf("eth1", "ipv4", "udp", "drop"), memcached+500, (memcached+500)*60),
+				counterPoint(tagsOf("eth1", "ipv4", "udp", "pass"), mgmt+dns, (mgmt+dns)*100),
+			},
+			Rules: []xdp_drop.RuleSeries{
+				// Snapshot's order: interfaces as configured, rules as configured.
+				rulePoint("eth2", "mgmt", "pass", 0, 0),
+				rulePoint("eth2", longRule, "drop", 0, 0),
+				rulePoint(wide, "mgmt", "pass", widePkts, wideBytes),
+				rulePoint(wide, longRule, "drop", 0, 0),
+				rulePoint("eth1", "mgmt", "pass", mgmt, mgmt*100),
+				rulePoint("eth1", "memcached-reflection", "drop", memcached, memcached*60),
+				rulePoint("eth1", longRule, "drop", 0, 0),
+				rulePoint("eth1", "dns-to-resolver", "pass", dns, dns*100),
+			},
+			Links: []xdp_drop.Link{{Interface: "eth1", Mode: "native", Attached: true, ProgramID: 42}},
+		}
+	}
+	h := newHistory()
+	first := render(snap(100, 4000, 30, 1000, 100_000), h, time.Second, now, time.Second)
+	want := strings.Join([]string{
+		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
+		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         ipv4   udp           drop             4,500 270.0 kB/s       4,500",
+		"eth1         ipv4   udp           pass               130  13.0 kB/s         130",
+		"total                             drop             4,500 270.0 kB/s",
+		"total                             pass               130  13.0 kB/s",
+		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"enp129s0f1np1",
+		"             mgmt                 pass             1,000 100.0 kB/s       1,000",
+		"             shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"eth1         mgmt                 pass               100  10.0 kB/s         100",
+		"eth1         memcached-reflection drop             4,000 240.0 kB/s       4,000",
+		"eth1         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"eth1         dns-to-resolver      pass                30   3.0 kB/s          30",
+		"eth2         mgmt                 pass                 0    0.0 B/s           0",
+		"eth2         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"link eth1: attached, native mode, program id 42",
+		"",
+	}, "\n")
+	require.Equal(t, want, first)
+
+	// 2 s later: mgmt +300, memcached restarted at 30 (a new program) and
+	// with it the dropped UDP, dns +0, the wide interface's mgmt +1000
+	// frames but fewer bytes (restarted and counted more since): resets
+	// count from zero.
+	second := render(snap(400, 30, 30, 2000, 50_000), h, 2*time.Second, now, time.Second)
+	want = strings.Join([]string{
+		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
+		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         ipv4   udp           drop               265  15.9 kB/s         530",
+		"eth1         ipv4   udp           pass               150  15.0 kB/s         430",
+		"total                             drop               265  15.9 kB/s",
+		"total                             pass               150  15.0 kB/s",
+		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"enp129s0f1np1",
+		"             mgmt                 pass             1,000  25.0 kB/s       2,000",
+		"             shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"eth1         mgmt                 pass               150  15.0 kB/s         400",
+		"eth1         memcached-reflection drop                15  900.0 B/s          30",
+		"eth1         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"eth1         dns-to-resolver      pass                 0    0.0 B/s          30",
+		"eth2         mgmt                 pass                 0    0.0 B/s           0",
+		"eth2         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"link eth1: attached, native mode, program id 42",
+		"",
+	}, "\n")
+	require.Equal(t, want, second)
+	requireFits(t, first)
+	requireFits(t, second)
+}
+
+// TestRenderRulesDryRun: in a dry run a drop rule shows would_drop, as its
+// xdp_drop_rule point's action tag says.
+func TestRenderRulesDryRun(t *testing.T) {
+	snap := xdp_drop.Snapshot{Rules: []xdp_drop.RuleSeries{
+		rulePoint("eth1", "mgmt", xdp_drop.ActionPass, 7, 700),
+		rulePoint("eth1", "memcached-reflection", xdp_drop.ActionWouldDrop, 11, 660),
+	}}
+	got := render(snap, newHistory(), time.Second, time.Time{}, time.Second)
+	require.Contains(t, got, "\n"+strings.Join([]string{
+		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         mgmt                 pass                 7  700.0 B/s           7",
+		"eth1         memcached-reflection would_drop          11  660.0 B/s          11",
+	}, "\n")+"\n")
+}
+
+// TestRenderHugeTotals: totals and rates up to 2^64-1 keep their columns,
+// exact while they fit and with three significant digits and an SI prefix
+// past that, rounded up into the next prefix where rounding carries.
+func TestRenderHugeTotals(t *testing.T) {
+	const max = math.MaxUint64
+	h := newHistory()
+	key := func(proto string) xdp_drop.SeriesKey { return tagsOf("eth1", "ipv4", proto, "drop") }
+	// The last screen's totals, for the rates of 1 s.
+	h.series[key("udp")] = sample{0, 0}
+	h.series[key("tcp")] = sample{1, 40}
+	h.series[key("gre")] = sample{0, 0}
+	h.series[key("sctp")] = sample{0, 0}
+	h.series[key("icmp")] = sample{0, 0}
+	snap := xdp_drop.Snapshot{
+		Series: []xdp_drop.Series{
+			counterPoint(key("udp"), max, max),                              // rates of 2^64-1 per second
+			counterPoint(key("tcp"), 1_000_000_000, 999_960_040),            // 999,999,999/s: still exact; 999.96 MB/s rounds to 1.0 GB/s
+			counterPoint(key("gre"), 999_999_999, 999_950),                  // 999.95 kB/s rounds to 1.0 MB/s
+			counterPoint(key("sctp"), 999_999_999_999, 123_456_789_012_345), // 999,999,999,999 rounds up into T
+			counterPoint(key("icmp"), 1_234_567_890_123, 1_000),
+		},
+		Rules: []xdp_drop.RuleSeries{rulePoint("eth1", "all", "drop", max, max)},
+	}
+	got := render(snap, h, time.Second, time.Time{}, time.Second)
+	want := strings.Join([]string{
+		"xdp_drop watch  0001-01-01 00:00:00  every 1s  (Ctrl-C detaches and quits)",
+		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         ipv4   udp           drop             18.4E  18.4 EB/s       18.4E",
+		"eth1         ipv4   icmp          drop             1.23T   1.0 kB/s       1.23T",
+		"eth1         ipv4   sctp          drop             1.00T 123.5 TB/s       1.00T",
+		"eth1         ipv4   gre           drop       999,999,999   1.0 MB/s 999,999,999",
+		"eth1         ipv4   tcp           drop       999,999,999   1.0 GB/s       1.00G",
+		"total                             drop             18.4E  18.4 EB/s",
+		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         all                  drop             18.4E  18.4 EB/s       18.4E",
+		"",
+	}, "\n")
+	require.Equal(t, want, got)
+	requireFits(t, got)
+}
+
+// TestRenderFits is a property test: for random snapshots (counters
+// anywhere up to 2^64-1, resets, elapsed times from 1 ns to an hour, long
+// interface names with queue and CPU, protocol keywords, 64-character rule
+// names, long errors) no line is wider than the view, every table row is
+// exactly as wide (its columns aligned), and every interface label is shown
+// whole.
+func TestRenderFits(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	counter := func() uint64 { // every magnitude equally likely
+		return rnd.Uint64() >> rnd.UintN(65)
+	}
+	text := func(alphabet string, n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	ifname := func() string {
+		var b strings.Builder
+		for range 1 + rnd.IntN(15) {
+			if rnd.IntN(4) == 0 { // a byte tagName escaped
+				fmt.Fprintf(&b, `\x%02x`, rnd.IntN(256))
+			} else {
+				b.WriteString(text("abcdefghijklmnopqrstuvwxyz0123456789_.-", 1))
+			}
+		}
+		return b.String()
+	}
+	protocols := []string{"udp", "tcp", "ipv6-icmp", "rsvp-e2e-ignore", "mobility-header", "vlan_overflow", "truncated", "253"}
+	for range 2000 {
+		h := newHistory()
+		var snap xdp_drop.Snapshot
+		var labels []string
+		for range rnd.IntN(12) {
+			k := xdp_drop.SeriesKey{
+				Interface: ifname(),
+				Family:    []string{"ipv4", "ipv6", "l2"}[rnd.IntN(3)],
+				Protocol:  protocols[rnd.IntN(len(protocols))],
+				Action:    xdp_drop.Actions[rnd.IntN(len(xdp_drop.Actions))],
+			}
+			if rnd.IntN(2) == 0 {
+				k.RxQueue = []string{"0", "63", "overflow"}[rnd.IntN(3)]
+			}
+			if rnd.IntN(2) == 0 {
+				k.CPU = fmt.Sprint(rnd.IntN(8192))
+			}
+			if rnd.IntN(2) == 0 {
+				h.series[k] = sample{counter(), counter()}
+			}
+			snap.Series = append(snap.Series, counterPoint(k, counter(), counter()))
+			labels = append(labels, seriesLabel(k))
+		}
+		for range rnd.IntN(6) {
+			name := text("abcdefghijklmnopqrstuvwxyz0123456789_.-", 1+rnd.IntN(64))
+			iface := ifname()
+			if rnd.IntN(2) == 0 {
+				h.rules[ruleKey{iface, name}] = sample{counter(), counter()}
+			}
+			snap.Rules = append(snap.Rules, rulePoint(iface, name, xdp_drop.Actions[rnd.IntN(3)], counter(), counter()))
+			labels = append(labels, iface)
+		}
+		for range rnd.IntN(3) {
+			snap.Links = append(snap.Links, xdp_drop.Link{
+				Interface: ifname(), Mode: "generic", Attached: rnd.IntN(2) == 0, Fallback: rnd.IntN(2) == 0,
+				ProgramID: rnd.Int64(), Error: text("abcdefghij ", rnd.IntN(300)),
+			})
+		}
+		elapsed := time.Duration(1 + rnd.Int64N(int64(time.Hour)))
+		screen := render(snap, h, elapsed, time.Now(), time.Second)
+		requireFits(t, screen)
+		lines := strings.Split(strings.TrimSuffix(screen, "\n"), "\n")
+		for _, line := range lines[1:] {
+			if strings.HasPrefix(line, "total ") || strings.HasPrefix(line, "link ") || !strings.Contains(line, " ") {
+				continue // not a row: a total, a link, a label on its own line
+			}
+			require.Equal(t, width, utf8.RuneCountInString(line), "row not as wide as the view: %q", line)
+		}
+		for _, label := range labels {
+			shown := false
+			for _, line := range lines {
+				shown = shown || line == label || strings.HasPrefix(line, label+" ")
+			}
+			require.True(t, shown, "label %q not shown whole in\n%s", label, screen)
+		}
+	}
 }

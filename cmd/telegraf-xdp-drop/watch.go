@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
 	"golang.org/x/sys/unix"
@@ -20,7 +23,8 @@ import (
 
 // watch attaches per the config and prints, every interval, drops and passes
 // per second per interface and protocol, the way samples/bpf/xdp1 printed
-// "proto 17: 20403027 drops/s", until SIGINT or SIGTERM; then it detaches.
+// "proto 17: 20403027 drops/s", and per rule, until SIGINT or SIGTERM; then
+// it detaches.
 func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log *levelWriter) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -32,7 +36,7 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 	defer plugin.Stop()
 
 	clear := isTerminal(out)
-	prev := map[xdp_drop.SeriesKey]sample{}
+	prev := newHistory()
 	last := time.Now()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -64,33 +68,77 @@ type sample struct{ packets, bytes uint64 }
 // rates are packets and bytes per second.
 type rates struct{ pps, bps float64 }
 
-// render draws one screen, at most 80 columns wide, and updates prev to the
+// ruleKey names one rule's series: rule names are unique per instance.
+type ruleKey struct{ iface, rule string }
+
+// history holds the counters of the last screen, from which the next one
+// computes its rates.
+type history struct {
+	series map[xdp_drop.SeriesKey]sample
+	rules  map[ruleKey]sample
+}
+
+func newHistory() *history {
+	return &history{series: map[xdp_drop.SeriesKey]sample{}, rules: map[ruleKey]sample{}}
+}
+
+// since returns the rates of counters now that were at was (if seen) the
+// given seconds ago. Counters below their last value restarted (a new
+// program) and count from zero, as do counters not seen before.
+func since(was sample, seen bool, now sample, seconds float64) rates {
+	if !seen || now.packets < was.packets || now.bytes < was.bytes {
+		was = sample{}
+	}
+	if seconds <= 0 {
+		return rates{}
+	}
+	return rates{float64(now.packets-was.packets) / seconds, float64(now.bytes-was.bytes) / seconds}
+}
+
+// The view's columns. A line takes at most width columns: one short of 80,
+// since a line that fills the last column makes some terminals wrap it.
+const (
+	width         = 79
+	labelWidth    = 12 // interface, with its queue and CPU; longer goes on a line of its own
+	protocolWidth = 13 // vlan_overflow; a longer keyword is cut
+	ruleWidth     = 20 // a longer rule name loses its middle
+	pktsWidth     = 11 // PKTS/S: exact up to 999,999,999
+	totalWidth    = 11 // TOTAL PKTS: exact up to 999,999,999
+)
+
+// The rows after the label column, with the widths above: class rows and,
+// in their own section, rule rows, ending in the same number columns. Each
+// row is exactly width columns (TestRenderFits).
+const (
+	classRow = "%-6.6s %-13s %-10.10s %11s %10s %11s"
+	ruleRow  = "%-20s %-10.10s %11s %10s %11s"
+)
+
+// render draws one screen, at most width columns wide, and updates h to the
 // current totals.
-func render(snap xdp_drop.Snapshot, prev map[xdp_drop.SeriesKey]sample, elapsed time.Duration, now time.Time, interval time.Duration) string {
+func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.Time, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (Ctrl-C detaches and quits)\n", now.Format("2006-01-02 15:04:05"), interval)
-	const row = "%-12.12s %-6s %-11.11s %-10s %12s %10s %11s\n"
-	fmt.Fprintf(&b, row, "INTERFACE", "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS")
+	t := table{b: &b}
+	t.row("INTERFACE", fmt.Sprintf(classRow, "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS"))
 
 	type line struct {
 		key   xdp_drop.SeriesKey
 		label string
 		rates
-		total float64
+		total uint64
 	}
 	lines := make([]line, 0, len(snap.Series))
 	totals := map[string]rates{}
 	seconds := elapsed.Seconds()
 	for _, s := range snap.Series {
-		was, seen := prev[s.SeriesKey]
-		if !seen || s.Packets < was.packets { // new series, or counters restarted
-			was = sample{}
-		}
-		r := rates{float64(s.Packets-was.packets) / seconds, float64(s.Bytes-was.bytes) / seconds}
-		prev[s.SeriesKey] = sample{s.Packets, s.Bytes}
-		lines = append(lines, line{s.SeriesKey, seriesLabel(s.SeriesKey), r, float64(s.Packets)})
-		t := totals[s.Action]
-		totals[s.Action] = rates{t.pps + r.pps, t.bps + r.bps}
+		was, seen := h.series[s.SeriesKey]
+		cur := sample{s.Packets, s.Bytes}
+		r := since(was, seen, cur, seconds)
+		h.series[s.SeriesKey] = cur
+		lines = append(lines, line{s.SeriesKey, seriesLabel(s.SeriesKey), r, s.Packets})
+		sum := totals[s.Action]
+		totals[s.Action] = rates{sum.pps + r.pps, sum.bps + r.bps}
 	}
 	sort.Slice(lines, func(i, j int) bool {
 		if lines[i].label != lines[j].label {
@@ -99,17 +147,63 @@ func render(snap xdp_drop.Snapshot, prev map[xdp_drop.SeriesKey]sample, elapsed 
 		return lines[i].pps > lines[j].pps || lines[i].pps == lines[j].pps && lines[i].key.Protocol < lines[j].key.Protocol
 	})
 	for _, l := range lines {
-		fmt.Fprintf(&b, row, l.label, l.key.Family, l.key.Protocol, l.key.Action, count(l.pps), rate(l.bps), count(l.total))
+		t.row(l.label, fmt.Sprintf(classRow, l.key.Family, clip(l.key.Protocol, protocolWidth), l.key.Action,
+			perSecond(l.pps, pktsWidth), rate(l.bps), number(l.total, totalWidth)))
 	}
 	for _, action := range xdp_drop.Actions {
-		if t, ok := totals[action]; ok {
-			b.WriteString(strings.TrimRight(fmt.Sprintf(row, "total", "", "", action, count(t.pps), rate(t.bps), ""), " \n") + "\n")
+		if r, ok := totals[action]; ok {
+			t.row("total", strings.TrimRight(fmt.Sprintf(classRow, "", "", action, perSecond(r.pps, pktsWidth), rate(r.bps), ""), " "))
 		}
 	}
+	renderRules(&t, snap.Rules, h, seconds)
 	for _, l := range snap.Links {
 		b.WriteString(linkText(l) + "\n")
 	}
 	return b.String()
+}
+
+// renderRules adds the rule section: per interface, the rules in the order
+// of the config, which is the order they are checked in, every rule also
+// when it never matched.
+func renderRules(t *table, rules []xdp_drop.RuleSeries, h *history, seconds float64) {
+	if len(rules) == 0 {
+		return
+	}
+	// Snapshot lists each interface's rules in config order: a stable sort
+	// keeps it.
+	rules = slices.Clone(rules)
+	sort.SliceStable(rules, func(i, j int) bool { return rules[i].Interface < rules[j].Interface })
+	t.row("INTERFACE", fmt.Sprintf(ruleRow, "RULE", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS"))
+	for _, r := range rules {
+		key := ruleKey{r.Interface, r.Rule}
+		was, seen := h.rules[key]
+		cur := sample{r.Packets, r.Bytes}
+		rt := since(was, seen, cur, seconds)
+		h.rules[key] = cur
+		t.row(r.Interface, fmt.Sprintf(ruleRow, clipMiddle(r.Rule, ruleWidth), r.Action,
+			perSecond(rt.pps, pktsWidth), rate(rt.bps), number(r.Packets, totalWidth)))
+	}
+}
+
+// table writes rows after a label column. A label too long for the column
+// (a long interface name with its queue and CPU) gets a line of its own,
+// whole, and the rows it labels follow with the column blank.
+type table struct {
+	b     *strings.Builder
+	above string // the long label on a line of its own above, if any
+}
+
+func (t *table) row(label, rest string) {
+	if utf8.RuneCountInString(label) <= labelWidth {
+		t.above = ""
+		fmt.Fprintf(t.b, "%-12s %s\n", label, rest)
+		return
+	}
+	if label != t.above {
+		t.b.WriteString(clip(label, width) + "\n")
+		t.above = label
+	}
+	fmt.Fprintf(t.b, "%-12s %s\n", "", rest)
 }
 
 // seriesLabel names a series' interface, with its queue and CPU when the
@@ -131,33 +225,86 @@ func linkText(l xdp_drop.Link) string {
 		if l.Fallback {
 			mode += " (auto fell back)"
 		}
-		return fmt.Sprintf("link %s: attached, %s, program id %d", l.Interface, mode, l.ProgramID)
+		return clip(fmt.Sprintf("link %s: attached, %s, program id %d", l.Interface, mode, l.ProgramID), width)
 	}
-	msg := fmt.Sprintf("link %s: NOT attached: %s", l.Interface, l.Error)
-	if len(msg) > 79 {
-		msg = msg[:76] + "..."
-	}
-	return msg
+	return clip(fmt.Sprintf("link %s: NOT attached: %s", l.Interface, l.Error), width)
 }
 
-// count formats a number with thousands separators.
-func count(v float64) string {
-	s := strconv.FormatUint(uint64(v+0.5), 10)
+// clip shortens s to at most w columns, ending it with "..." when it cut.
+func clip(s string, w int) string {
+	r := []rune(s)
+	if len(r) <= w {
+		return s
+	}
+	return string(r[:w-3]) + "..."
+}
+
+// clipMiddle shortens s to at most w columns by putting "..." in place of
+// its middle: names that differ at either end stay apart.
+func clipMiddle(s string, w int) string {
+	r := []rune(s)
+	if len(r) <= w {
+		return s
+	}
+	head := (w - 3 + 1) / 2
+	tail := w - 3 - head
+	return string(r[:head]) + "..." + string(r[len(r)-tail:])
+}
+
+// number formats n with thousands separators when that fits in w columns,
+// else with three significant digits and an SI prefix (1.23G, 18.4E).
+func number(n uint64, w int) string {
+	s := strconv.FormatUint(n, 10)
 	for i := len(s) - 3; i > 0; i -= 3 {
 		s = s[:i] + "," + s[i:]
 	}
-	return s
+	if len(s) <= w {
+		return s
+	}
+	return short(float64(n))
 }
 
-// rate formats bytes per second with a binary-free SI unit.
-func rate(bps float64) string {
-	for _, u := range []string{"B/s", "kB/s", "MB/s", "GB/s"} {
-		if bps < 1000 || u == "GB/s" {
-			return fmt.Sprintf("%.1f %s", bps, u)
-		}
-		bps /= 1000
+// perSecond formats a rate as number does its count, rounded to a whole.
+func perSecond(v float64, w int) string {
+	if v < 1e18 { // well inside a uint64
+		return number(uint64(math.Round(v)), w)
 	}
-	return ""
+	return short(v)
+}
+
+// siPrefixes are the SI prefixes of the powers of 1000, from 1000^0.
+var siPrefixes = []string{"", "k", "M", "G", "T", "P", "E", "Z", "Y", "R", "Q"}
+
+// short formats v >= 1000 with three significant digits and an SI prefix,
+// in at most 5 columns; past the prefixes, in 7 ("1.2e+33").
+func short(v float64) string {
+	if v < 1000 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	e := strconv.FormatFloat(v, 'e', 2, 64) // "1.23e+09", rounded
+	exp, err := strconv.Atoi(e[5:])
+	if err != nil || exp/3 >= len(siPrefixes) {
+		return strconv.FormatFloat(v, 'e', 1, 64)
+	}
+	digits, point := e[:1]+e[2:4], exp%3+1
+	s := digits[:point]
+	if point < len(digits) {
+		s += "." + digits[point:]
+	}
+	return s + siPrefixes[exp/3]
+}
+
+// rate formats bytes per second with an SI prefix, one decimal, in at most
+// 10 columns.
+func rate(bps float64) string {
+	m := bps
+	for _, p := range siPrefixes {
+		if s := strconv.FormatFloat(m, 'f', 1, 64); len(s) <= len("999.9") {
+			return s + " " + p + "B/s"
+		}
+		m /= 1000
+	}
+	return strconv.FormatFloat(bps, 'e', 0, 64) + " B/s"
 }
 
 func isTerminal(w io.Writer) bool {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -116,4 +118,111 @@ func TestWatchStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("watch view still running %v after SIGTERM", testns.Hang)
 	}
 	require.NotContains(t, errOut.String(), "E! ")
+}
+
+// TestWatchRules runs the console view on a config with rules and known
+// traffic: the rule section lists the rules in config order (the order they
+// are checked in), with the exact frames each decided, a rule that matched
+// nothing at 0, a 64-character name shortened in its column, and the
+// rule's action as xdp_drop_rule reports it (would_drop in a dry run).
+func TestWatchRules(t *testing.T) {
+	const long = "shed-reflection-from-the-upstream-transit-provider-at-site-ams-1"
+	require.Len(t, long, 64)
+	udp := func(src, dst string, sport, dport uint16) []byte {
+		l4 := frames.Ports(frames.UDP(18), sport, dport)
+		return frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, l4), netip.MustParseAddr(src), netip.MustParseAddr(dst)))
+	}
+	flows := []struct {
+		frame []byte
+		count int
+	}{
+		{udp("192.0.2.7", "198.51.100.9", 11211, 9), 7},        // mgmt, first of the two that match
+		{udp("203.0.113.5", "198.51.100.9", 11211, 40000), 11}, // memcached-reflection
+		{udp("203.0.113.5", "198.51.100.53", 40000, 53), 13},   // dns-to-resolver
+		{udp("203.0.113.5", "198.51.100.9", 5, 9), 17},         // no rule: drop = ["udp"]
+	}
+	for _, dry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
+			drop := "drop"
+			if dry {
+				drop = "would_drop"
+			}
+			ns := testns.New(t)
+			require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+			conf := writeConfig(t, fmt.Sprintf(`[[inputs.xdp_drop]]
+  interfaces = [%q]
+  drop = ["udp"]
+  dry_run = %v
+  [[inputs.xdp_drop.rule]]
+    name = "mgmt"
+    action = "pass"
+    src_prefix = ["192.0.2.0/24"]
+  [[inputs.xdp_drop.rule]]
+    name = "memcached-reflection"
+    action = "drop"
+    protocol = ["udp"]
+    src_port = [11211]
+  [[inputs.xdp_drop.rule]]
+    name = %q
+    action = "drop"
+    protocol = ["gre"]
+  [[inputs.xdp_drop.rule]]
+    name = "dns-to-resolver"
+    action = "pass"
+    protocol = ["udp"]
+    dst_prefix = ["198.51.100.53/32"]
+    dst_port = [53]
+`, testns.Dev, dry, long))
+			cmd := ns.Exec(binary, "-config", conf, "-watch")
+			var out, errOut syncBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { cmd.Process.Kill() })
+			waitAttached(t, ns, testns.Dev)
+
+			gen, err := txgen.New()
+			require.NoError(t, err)
+			defer gen.Close()
+			require.NoError(t, ns.Do(func() error {
+				for _, f := range flows {
+					if err := gen.Send(ns.PeerIdx, f.frame, f.count); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+
+			// The rule section, in config order, right after its header.
+			const rates = `\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+`
+			section := regexp.MustCompile(`(?m)^INTERFACE\s+RULE\s+ACTION\s+PKTS/S\s+BYTES/S\s+TOTAL PKTS\n` +
+				`xdpt0\s+mgmt\s+pass` + rates + `7\n` +
+				`xdpt0\s+memcached-reflection\s+` + drop + rates + `11\n` +
+				`xdpt0\s+shed-refl\.\.\.te-ams-1\s+` + drop + `\s+0\s+0\.0 B/s\s+0\n` +
+				`xdpt0\s+dns-to-resolver\s+pass` + rates + `13\n`)
+			deadline := time.Now().Add(testns.Hang)
+			for !section.MatchString(lastScreen(out.String())) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			screen := lastScreen(out.String())
+			require.Regexp(t, section, screen)
+			// The classes count the same frames by the action they got.
+			require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+udp\s+`+drop+rates+`28$`, screen)
+			require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+udp\s+pass`+rates+`20$`, screen)
+			for _, line := range strings.Split(out.String(), "\n") {
+				require.LessOrEqual(t, len(line), width, "line wider than %d columns: %q", width, line)
+			}
+			t.Logf("watch view:\n%s", screen)
+
+			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+			requireDetached(t, ns, "SIGINT to the watch view")
+			select {
+			case err := <-done:
+				require.NoError(t, err, "stderr: %s", errOut.String())
+			case <-time.After(testns.Hang):
+				t.Fatalf("watch view still running %v after SIGINT", testns.Hang)
+			}
+		})
+	}
 }

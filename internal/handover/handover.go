@@ -3,11 +3,12 @@
 // Package handover passes a stopping instance's XDP attachments to the
 // instance that follows it, so that a reload never leaves an interface
 // unfiltered. The stopping instance hands the descriptors (link, program,
-// counters) to a small holder process, the same binary re-executed, over a
-// unix socket with SCM_RIGHTS; the holder offers each interface on a socket
-// of its own and passes the descriptors on to the first successor that asks,
-// the way hot-restarting proxies pass listening sockets. When everything
-// holding the descriptors is gone, the kernel detaches: nothing is pinned.
+// counters, and rule counters with rules) to a small holder process, the
+// same binary re-executed, over a unix socket with SCM_RIGHTS; the holder
+// offers each interface on a socket of its own and passes the descriptors
+// on to the first successor that asks, the way hot-restarting proxies pass
+// listening sockets. When everything holding the descriptors is gone, the
+// kernel detaches: nothing is pinned.
 //
 // The package knows nothing of BPF: it moves descriptors and a header.
 package handover
@@ -43,14 +44,22 @@ type Header struct {
 }
 
 // Offer is one interface's attachment: its header and its descriptors, in
-// the order link, program, counters.
+// the order link, program, counters, and rule counters for a program with
+// rules.
 type Offer struct {
 	Header
 	FDs []int
 }
 
-// FDCount is the number of descriptors of an offer.
-const FDCount = 3
+// FDCount is the number of descriptors every offer has; MaxFDs the number
+// an offer with rule counters has.
+const (
+	FDCount = 3
+	MaxFDs  = FDCount + 1
+)
+
+// validFDs reports whether an offer may have n descriptors.
+func validFDs(n int) bool { return n >= FDCount && n <= MaxFDs }
 
 // CurrentNetNS returns the key part that names the calling thread's network
 // namespace. The caller must hold its OS thread when it has moved it.
@@ -189,7 +198,7 @@ func send(c *net.UnixConn, m message, fds []int) error {
 // closes any descriptor beyond want.
 func receive(c *net.UnixConn, want int) (message, []int, error) {
 	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*(FDCount+1)))
+	oob := make([]byte, unix.CmsgSpace(4*(MaxFDs+1)))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return message{}, nil, err

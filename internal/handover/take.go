@@ -54,7 +54,7 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 		c.Close()
 		return nil, err
 	}
-	m, fds, err := receive(c, FDCount)
+	m, fds, err := receive(c, MaxFDs)
 	if err != nil {
 		c.Close()
 		if errors.Is(err, errClosed) {
@@ -62,7 +62,7 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 		}
 		return nil, fmt.Errorf("receive the handover: %w", err)
 	}
-	if m.Offer == nil || len(fds) != FDCount {
+	if m.Offer == nil || !validFDs(len(fds)) {
 		closeAll(fds)
 		c.Close()
 		return nil, fmt.Errorf("malformed handover: %d descriptors", len(fds))

@@ -32,6 +32,10 @@ func (x *XDPDrop) handOver() {
 		if err != nil {
 			continue
 		}
+		fds := []int{l, p, m}
+		if r, ok := ifc.prog.RuleCountersFD(); ok {
+			fds = append(fds, r)
+		}
 		offers = append(offers, handover.Offer{
 			Header: handover.Header{
 				Key:         handover.Key{NetNS: ifc.netns, Ifindex: ifc.ifindex},
@@ -41,7 +45,7 @@ func (x *XDPDrop) handOver() {
 				ProgramID:   uint32(ifc.prog.ID()),
 				MultiBuffer: ifc.prog.MultiBuffer(),
 			},
-			FDs: []int{l, p, m},
+			FDs: fds,
 		})
 		names = append(names, ifc)
 	}
@@ -84,6 +88,9 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 		return false, nil
 	}
 	handed := bpf.Handed{LinkFD: t.FDs[0], ProgFD: t.FDs[1], CountersFD: t.FDs[2], Fingerprint: t.Fingerprint, MultiBuffer: t.MultiBuffer}
+	if len(t.FDs) > handover.FDCount {
+		handed.RuleCountersFD, handed.HasRuleCounters = t.FDs[handover.FDCount], true
+	}
 	prog, continued, err := bpf.Adopt(handed, ifindex, x.mode, x.policy, func() (*bpf.Program, error) {
 		prog, _, err := x.load(ifc.name)
 		if err == nil && x.singleBufferOnly {

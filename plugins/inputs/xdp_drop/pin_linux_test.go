@@ -96,6 +96,65 @@ func TestPinnedCountersSurviveRestart(t *testing.T) {
 	require.Len(t, pins, 1, "the old policy's counters are unpinned")
 }
 
+// TestPinnedRuleCountersSurviveRestart: with rules, the rule counters are
+// pinned beside the counters and continue with them, so that a class whose
+// frames a rule gave the other action (TCP, dropped by a rule, passed by
+// the drop list) keeps both its actions exact; without rules, nothing but
+// the counters is pinned.
+func TestPinnedRuleCountersSurviveRestart(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	mix := traffic.Mix()
+	n := uint64(traffic.Total(mix))
+	log := &captureLog{}
+	conf := func(rules ...Rule) *XDPDrop {
+		log.infos = nil
+		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Rules: rules, PinPath: dir, Log: log}
+	}
+	tcp := Rule{Name: "tcp", Action: "drop", Protocol: []any{"tcp"}}
+	pins := func(pattern string) []string {
+		got, err := filepath.Glob(filepath.Join(dir, testns.Dev, pattern))
+		require.NoError(t, err)
+		return got
+	}
+
+	runOnce(t, ns, conf(tcp), mix, n)
+	require.Len(t, pins("counters_*"), 1)
+	require.Len(t, pins("rule_counters_*"), 1)
+	acc := runOnce(t, ns, conf(tcp), mix, 2*n)
+	require.Contains(t, log.infos, fmt.Sprintf("interface %q: continuing pinned counters (%s)", testns.Dev, filepath.Join(dir, testns.Dev)))
+	want := expectedMetrics(testns.Dev, append(append([]traffic.Flow{}, mix...), mix...), func(c bpf.Class) string {
+		if p, ok := c.Protocol(); ok && (p == 17 || p == 6) {
+			return "drop"
+		}
+		return "pass"
+	})
+	var got []telegraf.Metric
+	var ruled uint64
+	for _, m := range acc.GetTelegrafMetrics() {
+		switch m.Name() {
+		case "xdp_drop":
+			got = append(got, m)
+		case "xdp_drop_rule":
+			p, _ := m.GetField("packets")
+			ruled = p.(uint64)
+		}
+	}
+	testutil.RequireMetricsEqual(t, want, got, testutil.IgnoreTime(), testutil.SortMetrics())
+	var tcpFrames uint64
+	for _, f := range mix {
+		if p, ok := f.Class.Protocol(); ok && p == 6 {
+			tcpFrames += uint64(f.Count)
+		}
+	}
+	require.Equal(t, 2*tcpFrames, ruled, "the rule's counter continues")
+
+	acc = runOnce(t, ns, conf(), mix, n)
+	require.Equal(t, n, packetsOf(acc, testns.Dev), "without the rule: counting starts anew")
+	require.Len(t, pins("counters_*"), 1)
+	require.Empty(t, pins("rule_counters_*"), "no rules, no rule counters pinned")
+}
+
 // TestKeepAttached: with keep_attached the program stays attached after
 // Stop and keeps dropping and counting; the next run takes the attachment
 // over without a gap; turning keep_attached off releases it.

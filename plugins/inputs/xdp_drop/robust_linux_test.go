@@ -238,7 +238,8 @@ func TestFDsPerInterface(t *testing.T) {
 }
 
 // TestFDsPerInterfaceWithRules: rules with prefixes and ports keep their
-// maps open, and the out-of-descriptors advice counts them.
+// maps and the rule counters open, and the out-of-descriptors advice counts
+// them.
 func TestFDsPerInterfaceWithRules(t *testing.T) {
 	ns := testns.New(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
@@ -252,8 +253,8 @@ func TestFDsPerInterfaceWithRules(t *testing.T) {
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Empty(t, acc.Errors)
 	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
-	require.Equal(t, bpf.FDsPerInterface+5, p.policy.FDs())
-	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 9")
+	require.Equal(t, bpf.FDsPerInterface+6, p.policy.FDs())
+	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 10")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
 }
