@@ -113,7 +113,7 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		if err != nil {
 			return nil, fmt.Errorf("rules: %w", err)
 		}
-		rep.rulesThroughput = &t
+		rep.rulesThroughput = t
 		s, err := rulesStartup()
 		if err != nil {
 			return nil, fmt.Errorf("rules start-up: %w", err)
