@@ -495,19 +495,33 @@ func ruleCount(ms []telegraf.Metric, rule string) int64 {
 }
 
 // TestHandoverRules: a successor with the same rules keeps the program and
-// continues its rule counters; one with changed rules swaps the program in
-// place, and its rules hold from the swap with counters from zero.
+// continues its rule counters; one with changed rules, or with rules where
+// there were none or none where there were (a program compiled apart),
+// swaps the program in place, and its rules hold from the swap with
+// counters from zero.
 func TestHandoverRules(t *testing.T) {
 	dns := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.Ports(frames.UDP(18), 40000, 53)))
+	// config passes UDP to port (none: 0) by a rule and drops other UDP.
 	config := func(port int) string {
-		return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n"+
-			"  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = [%d]\n", testns.Dev, port)
+		c := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev)
+		if port != 0 {
+			c += fmt.Sprintf("  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = [%d]\n", port)
+		}
+		return c
 	}
 	for _, c := range []struct {
-		name    string
-		portB   int
-		changed bool
-	}{{"same rules", 53, false}, {"rule changed", 54, true}} {
+		name         string
+		portA, portB int
+		changed      bool
+		// B's counts after A's 10 DNS and 10 other UDP frames, and 5
+		// DNS frames under B.
+		wantRule, wantDrop int64
+	}{
+		{"same rules", 53, 53, false, 15, 10},
+		{"rule changed", 53, 54, true, 0, 5},
+		{"rules added", 0, 53, true, 5, 0},
+		{"rules removed", 53, 0, true, 0, 5},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := testns.New(t)
 			gen, err := txgen.New()
@@ -516,12 +530,17 @@ func TestHandoverRules(t *testing.T) {
 			send := func(frame []byte, n int) {
 				require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, frame, n) }))
 			}
-			a := start(t, ns, config(53))
+			a := start(t, ns, config(c.portA))
 			idA := waitAttached(t, ns, testns.Dev)
 			send(dns, 10)
 			send(udpFrame, 10)
-			for deadline := time.Now().Add(5 * time.Second); ruleCount(a.gather(t, testns.Dev), "dns") < 10; time.Sleep(20 * time.Millisecond) {
-				require.True(t, time.Now().Before(deadline), "A never counted the DNS frames")
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				ms := a.gather(t, testns.Dev)
+				cs, _ := counts(ms)
+				if max(ruleCount(ms, "dns"), 0)+cs[key{testns.Dev, "ipv4", "udp", "drop"}][0] >= 20 {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "A never counted the frames")
 			}
 
 			require.NoError(t, a.stdin.Close())
@@ -537,19 +556,20 @@ func TestHandoverRules(t *testing.T) {
 			require.NoError(t, a.wait(t), "A's exit status; stderr: %s", a.stderr)
 			send(dns, 5)
 
-			wantRule, wantDrop := int64(15), int64(10)
-			if c.changed {
-				wantRule, wantDrop = 0, 5
-			}
+			wantRule, wantDrop := c.wantRule, c.wantDrop
 			var ms []telegraf.Metric
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				ms = b.gather(t, testns.Dev)
-				if cs, _ := counts(ms); ruleCount(ms, "dns")+cs[key{testns.Dev, "ipv4", "udp", "drop"}][0] >= wantRule+wantDrop {
+				if cs, _ := counts(ms); max(ruleCount(ms, "dns"), 0)+cs[key{testns.Dev, "ipv4", "udp", "drop"}][0] >= wantRule+wantDrop {
 					break
 				}
 			}
 			cs, _ := counts(ms)
-			require.Equal(t, wantRule, ruleCount(ms, "dns"), "packets of rule dns under B")
+			if c.portB == 0 {
+				require.Equal(t, int64(-1), ruleCount(ms, "dns"), "B has no rules: no rule points")
+			} else {
+				require.Equal(t, wantRule, ruleCount(ms, "dns"), "packets of rule dns under B")
+			}
 			require.Equal(t, wantDrop, cs[key{testns.Dev, "ipv4", "udp", "drop"}][0], "UDP dropped under B")
 			// The frames the rule passed against the drop list are counted
 			// apart from the class's own action, and continue with it.
