@@ -103,6 +103,9 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	if len(r.Protocol)+len(r.SrcPrefix)+len(r.DstPrefix)+len(r.SrcPort)+len(r.DstPort) == 0 {
 		return out, fail(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_port, dst_port (for every frame use drop = ["all"])`)
 	}
+	if err := checkPrefixFamilies(&out); err != nil {
+		return out, fail("%w", err)
+	}
 	if err := checkPortProtocols(&out, r); err != nil {
 		return out, fail("%w", err)
 	}
@@ -177,6 +180,35 @@ func parsePrefixes(list []string) ([]netip.Prefix, error) {
 		return nil, nil
 	}
 	return out, nil
+}
+
+// checkPrefixFamilies refuses a rule whose source and destination prefixes
+// have no family in common: both addresses of a frame are of one family, so
+// it could never match.
+func checkPrefixFamilies(out *bpf.Rule) error {
+	src4, src6 := prefixFamilies(out.SrcPrefixes)
+	dst4, dst6 := prefixFamilies(out.DstPrefixes)
+	if len(out.SrcPrefixes) == 0 || len(out.DstPrefixes) == 0 || src4 && dst4 || src6 && dst6 {
+		return nil
+	}
+	srcFamily, dstFamily := "IPv4", "IPv6"
+	if src6 {
+		srcFamily, dstFamily = dstFamily, srcFamily
+	}
+	return fmt.Errorf("src_prefix holds only %s prefixes and dst_prefix only %s ones, so no frame can match (its source and destination are of one family); "+
+		"list prefixes of the same family in both fields, or, to match either field alone, write two rules", srcFamily, dstFamily)
+}
+
+// prefixFamilies reports which families the prefixes hold.
+func prefixFamilies(ps []netip.Prefix) (v4, v6 bool) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	return v4, v6
 }
 
 // parsePorts reads port numbers and "lo-hi" ranges.

@@ -87,6 +87,10 @@ func TestInitRuleErrors(t *testing.T) {
 		{"host bits v6", []Rule{{Name: "x", Action: "pass", DstPrefix: []string{"2001:db8::1/32"}}}, []string{`rule "x"`, "dst_prefix", `"2001:db8::1/32"`, `"2001:db8::/32"`}},
 		{"prefix too long", []Rule{{Name: "x", Action: "drop", DstPrefix: []string{"192.0.2.0/33"}}}, []string{`rule "x"`, "dst_prefix", `"192.0.2.0/33"`}},
 		{"mapped prefix", []Rule{{Name: "x", Action: "drop", DstPrefix: []string{"::ffff:192.0.2.0/120"}}}, []string{`rule "x"`, "dst_prefix", "IPv4-mapped"}},
+		{"IPv4 source, IPv6 destination", []Rule{{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2.0/24", "198.51.100.7"}, DstPrefix: []string{"2001:db8::/32"}}},
+			[]string{`rule "x": src_prefix holds only IPv4 prefixes and dst_prefix only IPv6 ones, so no frame can match`, "same family in both fields", "two rules"}},
+		{"IPv6 source, IPv4 destination", []Rule{ok, {Name: "y", Action: "pass", Protocol: udp, SrcPrefix: []string{"2001:db8::/32"}, DstPrefix: []string{"192.0.2.0/24"}, DstPort: []any{int64(53)}}},
+			[]string{`rule "y": src_prefix holds only IPv6 prefixes and dst_prefix only IPv4 ones, so no frame can match`}},
 		{"port out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{int64(65536)}}}, []string{`rule "x"`, "dst_port", "65536", "0-65535"}},
 		{"negative port", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{int64(-1)}}}, []string{`rule "x"`, "src_port", "-1", "0-65535"}},
 		{"range out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1000-70000"}}}, []string{`rule "x"`, "dst_port", `"1000-70000"`, "0-65535"}},
@@ -112,6 +116,11 @@ func TestInitRuleErrors(t *testing.T) {
 		})
 	}
 	require.NoError(t, withRules(nil, many(64)...).Init(), "64 rules fit")
+	require.NoError(t, withRules(nil,
+		Rule{Name: "mixed-src", Action: "drop", SrcPrefix: []string{"192.0.2.0/24", "2001:db8::/32"}, DstPrefix: []string{"2001:db8:1::/48"}},
+		Rule{Name: "mixed-dst", Action: "drop", SrcPrefix: []string{"2001:db8::/32"}, DstPrefix: []string{"192.0.2.0/24", "2001:db8:1::/48"}},
+		Rule{Name: "one-direction", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}, Protocol: []any{"ipv6-icmp"}},
+	).Init(), "a family in common, or prefixes in one direction only")
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
 }
 
