@@ -184,13 +184,29 @@ func portMasks(rules []Rule, ranges func(*Rule) []PortRange) []uint64 {
 			}
 			continue
 		}
-		for _, pr := range rs {
+		for _, pr := range mergePortRanges(rs) {
 			for p := int(pr.Lo); p <= int(pr.Hi); p++ {
 				masks[p] |= bit
 			}
 		}
 	}
 	return masks
+}
+
+// mergePortRanges joins overlapping and adjacent ranges, so that a port is
+// set once per rule however often the rule's ranges cover it.
+func mergePortRanges(rs []PortRange) []PortRange {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b PortRange) int { return int(a.Lo) - int(b.Lo) })
+	out := sorted[:0]
+	for _, r := range sorted {
+		if n := len(out); n > 0 && int(r.Lo) <= int(out[n-1].Hi)+1 {
+			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // prefixSet gathers the prefixes of one direction with the rules listing

@@ -28,6 +28,10 @@ const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_port, dst_
 
 const maxRuleName = 64
 
+// maxPortEntries bounds the entries of src_port and of dst_port in a rule:
+// longer lists are ranges written out port by port.
+const maxPortEntries = 1024
+
 // parseRules turns the rules into the policy's, checking each.
 func parseRules(rules []Rule) ([]bpf.Rule, error) {
 	if len(rules) > bpf.MaxRules {
@@ -211,8 +215,12 @@ func prefixFamilies(ps []netip.Prefix) (v4, v6 bool) {
 	return v4, v6
 }
 
-// parsePorts reads port numbers and "lo-hi" ranges.
+// parsePorts reads port numbers and "lo-hi" ranges. Repeated and
+// overlapping entries are allowed: they match as one.
 func parsePorts(list []any) ([]bpf.PortRange, error) {
+	if len(list) > maxPortEntries {
+		return nil, fmt.Errorf(`%d entries; at most %d fit one field: write consecutive ports as a range such as "1000-1999"`, len(list), maxPortEntries)
+	}
 	var out []bpf.PortRange
 	for _, item := range list {
 		var r bpf.PortRange

@@ -67,6 +67,13 @@ func TestInitRuleErrors(t *testing.T) {
 		}
 		return ps
 	}
+	portList := func(n int) []any {
+		ps := make([]any, n)
+		for i := range ps {
+			ps[i] = int64(1000 + i)
+		}
+		return ps
+	}
 	cases := []struct {
 		name  string
 		rules []Rule
@@ -91,6 +98,8 @@ func TestInitRuleErrors(t *testing.T) {
 			[]string{`rule "x": src_prefix holds only IPv4 prefixes and dst_prefix only IPv6 ones, so no frame can match`, "same family in both fields", "two rules"}},
 		{"IPv6 source, IPv4 destination", []Rule{ok, {Name: "y", Action: "pass", Protocol: udp, SrcPrefix: []string{"2001:db8::/32"}, DstPrefix: []string{"192.0.2.0/24"}, DstPort: []any{int64(53)}}},
 			[]string{`rule "y": src_prefix holds only IPv6 prefixes and dst_prefix only IPv4 ones, so no frame can match`}},
+		{"too many source ports", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: portList(1025)}}, []string{`rule "x": src_port: 1025 entries; at most 1024`, `range such as "1000-1999"`}},
+		{"too many destination ports", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: portList(3), DstPort: append(portList(1024), "0-65535")}}, []string{`rule "x": dst_port: 1025 entries; at most 1024`}},
 		{"port out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{int64(65536)}}}, []string{`rule "x"`, "dst_port", "65536", "0-65535"}},
 		{"negative port", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{int64(-1)}}}, []string{`rule "x"`, "src_port", "-1", "0-65535"}},
 		{"range out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1000-70000"}}}, []string{`rule "x"`, "dst_port", `"1000-70000"`, "0-65535"}},
@@ -121,6 +130,8 @@ func TestInitRuleErrors(t *testing.T) {
 		Rule{Name: "mixed-dst", Action: "drop", SrcPrefix: []string{"2001:db8::/32"}, DstPrefix: []string{"192.0.2.0/24", "2001:db8:1::/48"}},
 		Rule{Name: "one-direction", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}, Protocol: []any{"ipv6-icmp"}},
 	).Init(), "a family in common, or prefixes in one direction only")
+	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", Protocol: udp, SrcPort: portList(1024), DstPort: append(portList(1023), int64(1000))}).Init(),
+		"1024 port entries per field fit, repeated ones too")
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
 }
 
