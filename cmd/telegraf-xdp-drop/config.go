@@ -15,10 +15,18 @@ import (
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
-// options lists the keys of [[inputs.xdp_drop]], for error messages: the
-// toml tags of the plugin's fields, in their order, so it cannot drift.
-var options = func() string {
-	t := reflect.TypeFor[xdp_drop.XDPDrop]()
+// optionKeys and ruleKeys are the keys of [[inputs.xdp_drop]] and of
+// [[inputs.xdp_drop.rule]]: the toml tags of the plugin's fields, in their
+// order, so they cannot drift.
+var (
+	optionKeys = tomlKeys(reflect.TypeFor[xdp_drop.XDPDrop]())
+	ruleKeys   = tomlKeys(reflect.TypeFor[xdp_drop.Rule]())
+)
+
+// options lists the keys of [[inputs.xdp_drop]], for error messages.
+var options = strings.Join(optionKeys, ", ")
+
+func tomlKeys(t reflect.Type) []string {
 	var keys []string
 	for i := range t.NumField() {
 		key, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
@@ -26,8 +34,8 @@ var options = func() string {
 			keys = append(keys, key)
 		}
 	}
-	return strings.Join(keys, ", ")
-}()
+	return keys
+}
 
 // loadConfig reads the plugin's config file strictly: unlike the shim's own
 // loader it refuses unknown keys, other plugins and repeated sections, so a
@@ -61,6 +69,9 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 	if err := md.PrimitiveDecode(sections[0], plugin); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
 	}
+	if err := checkKeyCase(md, plugin.Rules, sections[0]); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		key := undecoded[0]
 		if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
@@ -72,6 +83,41 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key.String(), options)
 	}
 	return plugin, nil
+}
+
+// checkKeyCase refuses a key that is an option only when case is ignored:
+// the decoder matches keys to fields case-insensitively, so "DROP" would
+// silently set drop, while Telegraf and the documentation spell it "drop".
+func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive) error {
+	const why = "keys are case-sensitive"
+	for _, key := range md.Keys() {
+		if key[0] != "inputs" && strings.EqualFold(key[0], "inputs") {
+			return fmt.Errorf("unknown section or key %q (%s); did you mean [[inputs.xdp_drop]]?", key.String(), why)
+		}
+		if len(key) < 3 || key[0] != "inputs" || key[1] != "xdp_drop" {
+			continue
+		}
+		if want, ok := foldMatch(optionKeys, key[2]); ok {
+			return fmt.Errorf("unknown option %q (%s); did you mean %q?", key[:3].String(), why, want)
+		}
+		if len(key) == 4 && key[2] == "rule" {
+			if want, ok := foldMatch(ruleKeys, key[3]); ok {
+				return fmt.Errorf("%s: unknown key %q (%s); did you mean %q?", ruleWithKey(rules, md, section, key[3]), key[3], why, want)
+			}
+		}
+	}
+	return nil
+}
+
+// foldMatch finds the key that equals k except in case; ok is false when k
+// is spelled right, or matches no key at all.
+func foldMatch(keys []string, k string) (string, bool) {
+	for _, want := range keys {
+		if want != k && strings.EqualFold(want, k) {
+			return want, true
+		}
+	}
+	return "", false
 }
 
 // ruleWithKey names the first rule that holds key, by name where it has one.

@@ -345,6 +345,7 @@ func TestBadConfigs(t *testing.T) {
 		{"unknown key", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\ndryrun = true\n", []string{"unknown option", "dryrun", "dry_run"}},
 		{"unknown key in a rule", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\n[[inputs.xdp_drop.rule]]\nname = \"a\"\naction = \"drop\"\nprotocol = [\"udp\"]\n[[inputs.xdp_drop.rule]]\nname = \"dns\"\naction = \"pass\"\nprotocol = [\"udp\"]\ndport = [53]\n",
 			[]string{`rule "dns"`, `unknown key "dport"`, "dst_port"}},
+		{"key in another case", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\nDROP = [\"all\"]\n", []string{`unknown option "inputs.xdp_drop.DROP"`, "case-sensitive", `did you mean "drop"?`}},
 		{"bad rule", "[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\n[[inputs.xdp_drop.rule]]\nname = \"net\"\naction = \"drop\"\nsrc_prefix = [\"10.0.0.1/8\"]\n",
 			[]string{`rule "net"`, "src_prefix", `did you mean "10.0.0.0/8"`}},
 		{"unknown section", "[agent]\ninterval = \"10s\"\n[[inputs.xdp_drop]]\ninterfaces = [\"a0\"]\ndrop = [\"all\"]\n", []string{"unknown section or key", `"agent"`, "Telegraf's config"}},

@@ -32,3 +32,47 @@ func TestUnknownOptionListsEveryOption(t *testing.T) {
 	_, err = loadConfig(conf)
 	require.EqualError(t, err, "config "+conf+`: unknown option "inputs.xdp_drop.dropp"; [[inputs.xdp_drop]] takes `+strings.Join(documented, ", "))
 }
+
+// TestKeysAreCaseSensitive: the TOML decoder matches keys to fields
+// whatever their case; the loader refuses a key spelled in another case
+// than the documented one, naming it and the spelling to use, in the
+// section, in a rule (table or inline) and in the section names.
+func TestKeysAreCaseSensitive(t *testing.T) {
+	const head = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n"
+	const rule = "  [[inputs.xdp_drop.rule]]\n    name = \"mgmt\"\n    action = \"pass\"\n    src_prefix = [\"192.0.2.0/24\"]\n"
+	cases := []struct{ name, config, want string }{
+		{"option upper case", "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  DROP = [\"all\"]\n",
+			`unknown option "inputs.xdp_drop.DROP" (keys are case-sensitive); did you mean "drop"?`},
+		{"option capitalised", "[[inputs.xdp_drop]]\n  Interfaces = [\"eth1\"]\n  drop = [\"all\"]\n",
+			`unknown option "inputs.xdp_drop.Interfaces" (keys are case-sensitive); did you mean "interfaces"?`},
+		{"option mixed case", head + "  handover_Timeout = \"3s\"\n",
+			`unknown option "inputs.xdp_drop.handover_Timeout" (keys are case-sensitive); did you mean "handover_timeout"?`},
+		{"rule key", head + rule + "  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    Action = \"pass\"\n    protocol = [\"udp\"]\n",
+			`rule "dns": unknown key "Action" (keys are case-sensitive); did you mean "action"?`},
+		{"rule name key", head + rule + "  [[inputs.xdp_drop.rule]]\n    Name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n",
+			`rule "dns": unknown key "Name" (keys are case-sensitive); did you mean "name"?`},
+		{"inline rule key", head + "  rule = [{name = \"dns\", action = \"pass\", protocol = [\"udp\"], DST_PORT = [53]}]\n",
+			`rule "dns": unknown key "DST_PORT" (keys are case-sensitive); did you mean "dst_port"?`},
+		{"rule table", head + "  [[inputs.xdp_drop.Rule]]\n    name = \"mgmt\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n",
+			`unknown option "inputs.xdp_drop.Rule" (keys are case-sensitive); did you mean "rule"?`},
+		{"inputs table", "[[Inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"all\"]\n",
+			`unknown section or key "Inputs.xdp_drop" (keys are case-sensitive); did you mean [[inputs.xdp_drop]]?`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
+			require.NoError(t, os.WriteFile(conf, []byte(c.config), 0o600))
+			_, err := loadConfig(conf)
+			require.EqualError(t, err, "config "+conf+": "+c.want)
+		})
+	}
+
+	// Keys of the section and of rules, spelled as documented, load.
+	conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(head+"  dry_run = true\n  handover_timeout = \"3s\"\n"+rule+
+		"  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"drop\"\n    protocol = [\"udp\"]\n    dst_prefix = [\"198.51.100.53/32\"]\n    src_port = [\"1024-65535\"]\n    dst_port = [53]\n"), 0o600))
+	p, err := loadConfig(conf)
+	require.NoError(t, err)
+	require.Len(t, p.Rules, 2)
+	require.Equal(t, []any{int64(53)}, p.Rules[1].DstPort)
+}
