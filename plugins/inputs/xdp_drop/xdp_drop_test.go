@@ -1,11 +1,13 @@
 package xdp_drop
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/influxdata/telegraf/config"
 	"github.com/stretchr/testify/require"
 
@@ -25,6 +27,39 @@ func TestReadmeHasSampleConfig(t *testing.T) {
 	top, err := os.ReadFile("../../../README.md")
 	require.NoError(t, err)
 	require.Contains(t, string(top), "```toml\n"+strings.TrimPrefix(sampleConfig, "# Drop traffic at the driver with XDP and count it per protocol\n")+"```", "the top README must show sample.conf")
+}
+
+// TestExecdRestartInsideHandover: the execd snippet, as shipped and as the
+// READMEs show it, restarts a binary that exited in order without Telegraf
+// asking soon enough for the new one to take the handed-over attachments
+// over before the default handover_timeout releases them. startAllowance is
+// the binary's start, config to takeover, many times over what it takes.
+func TestExecdRestartInsideHandover(t *testing.T) {
+	const startAllowance = 3 * time.Second
+	snippet, err := os.ReadFile("../../../examples/telegraf.d/xdp_drop.conf")
+	require.NoError(t, err)
+	var conf struct {
+		Inputs struct {
+			Execd []struct {
+				RestartDelay config.Duration `toml:"restart_delay"`
+			} `toml:"execd"`
+		} `toml:"inputs"`
+	}
+	_, err = toml.Decode(string(snippet), &conf)
+	require.NoError(t, err)
+	require.Len(t, conf.Inputs.Execd, 1)
+	delay := time.Duration(conf.Inputs.Execd[0].RestartDelay)
+	require.Positive(t, delay, "the snippet sets restart_delay")
+	require.LessOrEqual(t, delay+startAllowance, DefaultHandoverTimeout,
+		"restart_delay %s plus the binary's start (%s allowed) must end before handover_timeout's default %s releases the attachments", delay, startAllowance, DefaultHandoverTimeout)
+
+	line := fmt.Sprintf("  restart_delay = %q\n", delay.String())
+	for _, doc := range []string{"README.md", "../../../README.md"} {
+		text, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		require.Contains(t, string(text), "[[inputs.execd]]\n", doc)
+		require.Equal(t, strings.Count(string(text), "  restart_delay = "), strings.Count(string(text), line), "%s shows the snippet's restart_delay", doc)
+	}
 }
 
 func TestInitValid(t *testing.T) {
