@@ -23,8 +23,8 @@ type throughputConfig struct {
 type throughputResult struct {
 	mode           bpf.Mode
 	frame          string
-	what           string // for the rules' trial: what the rules do with the frame
-	target         bool   // for the rules' trial: the case the target is for
+	what           string  // for the rules' trial: what the rules do with the frame
+	target         bool    // for the rules' trial: the case the target is for
 	ours, bare     float64 // median Mpps per CPU-second of the sending core
 	ratio          float64 // median over trials of ours / bare in the same trial
 	oursWall       float64 // median Mpps over wall time
