@@ -31,3 +31,6 @@ func TrieBuckets(rules []Rule) (int, error) {
 func ExactHome(p netip.Prefix, n int) int {
 	return prefixKey(p).home(uint32(64 - bitsFor(exactRoom*n)))
 }
+
+// RunEach is runEach, for the external tests.
+var RunEach = runEach

@@ -56,8 +56,7 @@ func TestReadSkipsEmptyBlocks(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	require.NoError(t, txgen.OnCPU(cpu, func() error {
-		_, err := p.XDP().Run(&ebpf.RunOptions{Data: frame, Repeat: 3, Context: &txgen.XdpMd{DataEnd: uint32(len(frame))}})
-		return err
+		return bpf.RunEach(p.XDP(), &ebpf.RunOptions{Data: frame, Context: &txgen.XdpMd{DataEnd: uint32(len(frame))}}, 3)
 	}))
 	want := map[string][]block{
 		"sum":           {{-1, -1, 3}},
