@@ -101,7 +101,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 		return nil, false, err
 	}
 	if h.Fingerprint == policy.fingerprint() && continuable(spec, rules, counters, ruleCounters) {
-		p, err := newProgram(policy, spec, rules)
+		p, err := newProgram(policy, rules)
 		if err != nil {
 			return nil, false, err
 		}

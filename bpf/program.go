@@ -155,10 +155,10 @@ const ProgramName = "xdp_drop"
 // and becomes the multi-buffer one where a device needs it (see Attach).
 type Program struct {
 	objs        objects
-	spec        *ebpf.CollectionSpec // configured for the policy: loads the other variant
-	multiBuffer bool                 // objs.Prog is the multi-buffer (xdp.frags) variant
-	noMulti     bool                 // never switch to the multi-buffer variant
-	nativeErr   error                // why native mode was refused, when auto fell back
+	policy      Policy // loads the other variant with rules (see loadMultiBuffer)
+	multiBuffer bool   // objs.Prog is the multi-buffer (xdp.frags) variant
+	noMulti     bool   // never switch to the multi-buffer variant
+	nativeErr   error  // why native mode was refused, when auto fell back
 	link        link.Link
 	mode        Mode
 	id          ebpf.ProgramID
@@ -282,13 +282,41 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	spec := parsed.Copy()
+	spec, err := specFor(parsed, policy, rules)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, rules, nil
+}
+
+// specFor returns a copy of parsed set up for policy and its compiled
+// rules (see configuredSpec).
+func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*ebpf.CollectionSpec, error) {
+	// The copy holds the two programs of the policy's kind, single- and
+	// multi-buffer, under the names of the programs without rules and with
+	// the one kernel name; the programs it cannot need are not copied.
+	single, multi := xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
+	if len(policy.Rules) > 0 {
+		// The programs with rules are compiled apart, so that those
+		// without them keep every register for the frame's path.
+		single, multi = xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
+	}
+	view := *parsed
+	view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: parsed.Programs[single], xdpDropProgXdpDropFrags: parsed.Programs[multi]}
+	// The collection's BTF is not needed to load (maps and programs carry
+	// their own types), and copying it cost every load and every Program.
+	view.Types = nil
+	spec := view.Copy()
+	for _, prog := range spec.Programs {
+		// One kernel name for every program: tools and other instances know it.
+		prog.Name = ProgramName
+	}
 	var count uint32
 	if err := spec.Variables[xdpDropVarClassCount].Get(&count); err != nil {
-		return nil, nil, fmt.Errorf("read class_count: %w", err)
+		return nil, fmt.Errorf("read class_count: %w", err)
 	}
 	if int(count) != ClassCount {
-		return nil, nil, fmt.Errorf("embedded XDP program has %d classes, loader expects %d: run make generate", count, ClassCount)
+		return nil, fmt.Errorf("embedded XDP program has %d classes, loader expects %d: run make generate", count, ClassCount)
 	}
 	slots := uint32(0)
 	if policy.PerQueue {
@@ -312,7 +340,7 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
-			return nil, nil, fmt.Errorf("set %s: %w", v.name, err)
+			return nil, fmt.Errorf("set %s: %w", v.name, err)
 		}
 	}
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
@@ -335,7 +363,7 @@ func configuredSpec(policy Policy) (*ebpf.CollectionSpec, *ruleTables, error) {
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
 	}
-	return spec, rules, nil
+	return spec, nil
 }
 
 func boolByte(b bool) uint8 {
@@ -445,7 +473,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		}
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps (kernel before 5.11): %w", err)
 	}
-	p, err := newProgram(policy, spec, rules)
+	p, err := newProgram(policy, rules)
 	if err != nil {
 		return nil, err
 	}
@@ -467,13 +495,13 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 }
 
 // newProgram makes a Program for policy and its rules, without objects.
-func newProgram(policy Policy, spec *ebpf.CollectionSpec, rules *ruleTables) (*Program, error) {
+func newProgram(policy Policy, rules *ruleTables) (*Program, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
 	p := &Program{
-		slots: policy.queueSlots(), spec: spec, rules: rules, fingerprint: policy.fingerprint(),
+		slots: policy.queueSlots(), policy: policy, rules: rules, fingerprint: policy.fingerprint(),
 		perCPU: make([]xdpDropCounterBlock, cpus),
 	}
 	if rules.count > 0 {
@@ -487,24 +515,12 @@ func newProgram(policy Policy, spec *ebpf.CollectionSpec, rules *ruleTables) (*P
 
 // loadVariant loads the single-buffer or the multi-buffer program of spec.
 func loadVariant(spec *ebpf.CollectionSpec, multiBuffer bool, opts *ebpf.CollectionOptions) (objects, error) {
-	var rules uint32
-	if err := spec.Variables[xdpDropVarRuleCount].Get(&rules); err != nil {
-		return objects{}, fmt.Errorf("read rule_count: %w", err)
-	}
-	// The program with rules is compiled apart, so that the one without
-	// them keeps every register for the frame's path.
-	variant := map[[2]bool]string{
-		{false, false}: xdpDropProgXdpDrop,
-		{true, false}:  xdpDropProgXdpDropFrags,
-		{false, true}:  xdpDropProgXdpDropRules,
-		{true, true}:   xdpDropProgXdpDropRulesFrags,
-	}[[2]bool{multiBuffer, rules > 0}]
-	if variant != xdpDropProgXdpDrop {
-		// One kernel name for every variant: tools and other instances know it.
-		spec = spec.Copy()
-		prog := spec.Programs[variant]
-		prog.Name = ProgramName
-		spec.Programs[xdpDropProgXdpDrop] = prog
+	if multiBuffer {
+		// A view of spec with the multi-buffer program under the name
+		// programObjects assigns; loading leaves the specs as they are.
+		view := *spec
+		view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: spec.Programs[xdpDropProgXdpDropFrags]}
+		spec = &view
 	}
 	var o programObjects
 	err := spec.LoadAndAssign(&o, opts)
@@ -585,8 +601,18 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err := haveMultiBuffer(); err != nil {
 		return nil, err
 	}
+	// The spec is made again rather than kept: it is needed only here, and
+	// a Program per interface kept it for nothing otherwise.
+	parsed, err := embeddedSpec()
+	if err != nil {
+		return nil, fmt.Errorf("read embedded XDP program: %w", err)
+	}
+	spec, err := specFor(parsed, p.policy, p.rules)
+	if err != nil {
+		return nil, err
+	}
 	opts := &ebpf.CollectionOptions{MapReplacements: p.objs.maps()}
-	objs, err := loadVariant(p.spec, true, opts)
+	objs, err := loadVariant(spec, true, opts)
 	if err != nil {
 		return nil, err
 	}
