@@ -33,7 +33,8 @@ func testEnv(b *testing.B) *env {
 }
 
 // BenchmarkPerPacket reports the CPU time per frame of BPF_PROG_TEST_RUN
-// for the bare program and ours under both policies.
+// for the bare program, ours under both policies, and the program before
+// rules under both.
 func BenchmarkPerPacket(b *testing.B) {
 	e := testEnv(b)
 	bare, err := loadReturn("xdp_bare_drop", xdpDrop)
@@ -63,6 +64,18 @@ func BenchmarkPerPacket(b *testing.B) {
 			}
 		}
 		progs = append(progs, benchProg{pol.name, p.XDP(), pol.multi})
+	}
+	// The program before rules, the baseline of the driver's prerules section.
+	for _, pol := range []struct {
+		name   string
+		policy bpf.Policy
+	}{{"before-rules-drop-all", bpf.Policy{DropAll: true}}, {"before-rules-drop-list", listPolicy}} {
+		p, err := loadBeforeRules(pol.policy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		progs = append(progs, benchProg{pol.name, p.Prog, false})
 	}
 	for _, p := range progs {
 		if _, err := e.keepInDispatcher(p.prog); err != nil {

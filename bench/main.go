@@ -2,7 +2,8 @@
 
 // Command bench measures xdp_drop against baselines measured in the same
 // run and prints a markdown table: per-packet cost against a bare
-// "return XDP_DROP" program, throughput through a veth pair, the cost of one
+// "return XDP_DROP" program and, without rules, against the program before
+// rules, rules against no rules, throughput through a veth pair, the cost of one
 // Gather against a key-by-key map read, and the binary's memory and
 // attach/detach latency. It needs root, and works only in a network
 // namespace of its own (xdpdrop-bench-*), which it deletes at the end.
@@ -29,6 +30,7 @@ func main() {
 
 type config struct {
 	perPacket  perPacketConfig
+	preRules   perPacketConfig
 	throughput throughputConfig
 	gather     gatherConfig
 	memory     memoryConfig
@@ -36,25 +38,27 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, rules, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
 		perPacket:  perPacketConfig{rounds: 400, repeat: 1 << 14, copies: 4},
+		preRules:   perPacketConfig{rounds: 800, repeat: 1 << 14, copies: 4},
 		throughput: throughputConfig{trials: 9, frames: 1 << 21},
 		gather:     gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
 		memory:     memoryConfig{trials: 3, gathers: 3},
 	}
 	if *quick {
 		cfg.perPacket = perPacketConfig{rounds: 20, repeat: 1 << 12, copies: 2}
+		cfg.preRules = perPacketConfig{rounds: 40, repeat: 1 << 12, copies: 2}
 		cfg.throughput = throughputConfig{trials: 2, frames: 1 << 17}
 		cfg.gather.samples = 30
 		cfg.memory.trials = 1
 	}
 	switch *only {
-	case "", "perpacket", "rules", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, rules, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -100,6 +104,13 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		status("per-packet cost: %d rounds of %d runs per program and frame, %d loads of each program", cfg.perPacket.rounds, cfg.perPacket.repeat, cfg.perPacket.copies)
 		if rep.perPacket, rep.perPacketNotes, err = perPacket(e, cfg.perPacket); err != nil {
 			return nil, fmt.Errorf("per-packet: %w", err)
+		}
+	}
+	if want("prerules") {
+		c := cfg.preRules
+		status("before rules: the program without rules against the program before rules, %d rounds of %d runs per program and frame, %d loads of each program", c.rounds, c.repeat, c.copies)
+		if rep.preRules, rep.preRulesNotes, err = preRules(e, c); err != nil {
+			return nil, fmt.Errorf("before rules: %w", err)
 		}
 	}
 	if want("rules") {

@@ -163,47 +163,16 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 	}
 
 	fs := perPacketFrames()
-	// perFrame[c][f][r] is ns/frame in round r; kernel[c][f][r] the kernel's figure.
-	perFrame := make([][][]float64, len(cands))
-	kernel := make([][][]float64, len(cands))
-	verdicts := make([][]uint32, len(cands))
-	for c := range cands {
-		perFrame[c] = make([][]float64, len(fs))
-		kernel[c] = make([][]float64, len(fs))
-		verdicts[c] = make([]uint32, len(fs))
+	names := make([]string, len(cands))
+	progs := make([][]*ebpf.Program, len(cands))
+	for c, cand := range cands {
+		names[c], progs[c] = cand.name, cand.progs
 	}
-	interrupted := 0
-	err := onLockedThread(func() error {
-		order := make([]int, len(cands))
-		for r := 0; r < cfg.rounds; r++ {
-			load := r % cfg.copies
-			for i := range order {
-				order[i] = i
-			}
-			if (r/cfg.copies)%2 == 1 {
-				slices.Reverse(order)
-			}
-			for f, fr := range fs {
-				for _, c := range order {
-					if !cands[c].runs(fr) {
-						continue
-					}
-					tr, n, err := runRetrying(cands[c].progs[load], fr.frame, cfg.repeat)
-					interrupted += n
-					if err != nil {
-						return fmt.Errorf("%s on %s: %w", cands[c].name, fr, err)
-					}
-					perFrame[c][f] = append(perFrame[c][f], float64(tr.cpu.Nanoseconds())/float64(cfg.repeat))
-					kernel[c][f] = append(kernel[c][f], float64(tr.duration.Nanoseconds()))
-					verdicts[c][f] = tr.retval
-				}
-			}
-		}
-		return nil
-	})
+	t, err := timeRounds(names, progs, func(c, f int) bool { return cands[c].runs(fs[f]) }, fs, cfg, false)
 	if err != nil {
 		return nil, nil, err
 	}
+	perFrame, kernel, verdicts, interrupted := t.perFrame, t.kernel, t.verdicts, t.interrupted
 
 	var results []perPacketResult
 	for c := 1; c < len(cands); c++ {
@@ -211,28 +180,13 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 			if !cands[c].runs(fr) {
 				continue
 			}
-			deltas := make([]float64, cfg.rounds)
-			perCopy := make([][]float64, cfg.copies)
-			for r := range deltas {
-				deltas[r] = perFrame[c][f][r] - perFrame[0][f][r]
-				perCopy[r%cfg.copies] = append(perCopy[r%cfg.copies], deltas[r])
-			}
-			q1, q3 := quartiles(deltas)
+			pd := paired(perFrame[c][f], perFrame[0][f], cfg.copies)
 			res := perPacketResult{
 				frame: fr.String(), policy: cands[c].name,
 				ours: median(perFrame[c][f]), bare: median(perFrame[0][f]),
-				delta: median(deltas), q1: q1, q3: q3,
+				delta: pd.median, q1: pd.q1, q3: pd.q3, copyLo: pd.loadLo, copyHi: pd.loadHi,
 				kOurs: median(kernel[c][f]), kBare: median(kernel[0][f]),
 				verdict: actionName(verdicts[c][f]),
-			}
-			for i, d := range perCopy {
-				m := median(d)
-				if i == 0 || m < res.copyLo {
-					res.copyLo = m
-				}
-				if i == 0 || m > res.copyHi {
-					res.copyHi = m
-				}
 			}
 			results = append(results, res)
 		}
@@ -275,6 +229,109 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 	return results, append(notes, check), nil
 }
 
+// roundTimes is what timeRounds measured: perFrame[c][f][r] is program c's
+// CPU ns per frame f in round r, kernel[c][f][r] the kernel's own mean
+// (whole ns), verdicts[c][f] what c returned for f.
+type roundTimes struct {
+	perFrame, kernel [][][]float64
+	verdicts         [][]uint32
+	interrupted      int // runs a signal cut short, repeated
+}
+
+// timeRounds runs every frame through every program, round after round, the
+// programs in turn on each frame, and times each call with the CPU time of
+// the calling thread. progs[c] are the loads of program c; round r takes
+// load r mod cfg.copies. The order is reversed every other pass over the
+// loads and, with rotate, also rotated by one every two passes, so that every
+// program takes every place in the turn as often as the others. runs tells
+// whether program c runs frame f; names name the programs in errors.
+func timeRounds(names []string, progs [][]*ebpf.Program, runs func(c, f int) bool, fs []benchFrame, cfg perPacketConfig, rotate bool) (roundTimes, error) {
+	t := roundTimes{
+		perFrame: make([][][]float64, len(progs)),
+		kernel:   make([][][]float64, len(progs)),
+		verdicts: make([][]uint32, len(progs)),
+	}
+	for c := range progs {
+		t.perFrame[c] = make([][]float64, len(fs))
+		t.kernel[c] = make([][]float64, len(fs))
+		t.verdicts[c] = make([]uint32, len(fs))
+	}
+	err := onLockedThread(func() error {
+		order := make([]int, len(progs))
+		for r := 0; r < cfg.rounds; r++ {
+			load := r % cfg.copies
+			turn(order, r/cfg.copies, rotate)
+			for f, fr := range fs {
+				for _, c := range order {
+					if !runs(c, f) {
+						continue
+					}
+					tr, n, err := runRetrying(progs[c][load], fr.frame, cfg.repeat)
+					t.interrupted += n
+					if err != nil {
+						return fmt.Errorf("%s on %s: %w", names[c], fr, err)
+					}
+					t.perFrame[c][f] = append(t.perFrame[c][f], float64(tr.cpu.Nanoseconds())/float64(cfg.repeat))
+					t.kernel[c][f] = append(t.kernel[c][f], float64(tr.duration.Nanoseconds()))
+					t.verdicts[c][f] = tr.retval
+				}
+			}
+		}
+		return nil
+	})
+	return t, err
+}
+
+// turn sets order to the order in which the programs take their turn in a
+// round of pass (one pass goes once over the loads): 0, 1, 2, ... reversed
+// in odd passes and, with rotate, rotated left by pass/2, so that over
+// 2 len(order) passes every program takes every place twice, once in each
+// direction.
+func turn(order []int, pass int, rotate bool) {
+	n := len(order)
+	k := 0
+	if rotate {
+		k = (pass / 2) % n
+	}
+	for i := range order {
+		order[i] = (i + k) % n
+	}
+	if pass%2 == 1 {
+		slices.Reverse(order)
+	}
+}
+
+// pairedDelta is the difference of two programs measured in the same
+// rounds: the median over rounds of a - b, its quartiles, and the lowest
+// and highest median of the rounds of one load.
+type pairedDelta struct {
+	median, q1, q3 float64
+	loadLo, loadHi float64
+}
+
+// paired pairs a and b round by round; round r took load r mod copies.
+func paired(a, b []float64, copies int) pairedDelta {
+	deltas := make([]float64, len(a))
+	perLoad := make([][]float64, copies)
+	for r := range deltas {
+		deltas[r] = a[r] - b[r]
+		perLoad[r%copies] = append(perLoad[r%copies], deltas[r])
+	}
+	var p pairedDelta
+	p.median = median(deltas)
+	p.q1, p.q3 = quartiles(deltas)
+	for i, d := range perLoad {
+		m := median(d)
+		if i == 0 || m < p.loadLo {
+			p.loadLo = m
+		}
+		if i == 0 || m > p.loadHi {
+			p.loadHi = m
+		}
+	}
+	return p
+}
+
 // multiBufferNotes compares the multi-buffer program with the single-buffer
 // one under the same policy, round by round: what the plugin saves by
 // loading it only where a device needs it.
@@ -305,7 +362,13 @@ func multiBufferNotes(cands []*candidate, fs []benchFrame, perFrame [][][]float6
 	return notes
 }
 
-func checkPerPacketCounters(name string, p *bpf.Program, fs []benchFrame, runs uint64, atLeast bool) error {
+// counterReader is a program whose counters can be read: ours, or the
+// program before rules.
+type counterReader interface {
+	ReadCounters(*bpf.Counters) error
+}
+
+func checkPerPacketCounters(name string, p counterReader, fs []benchFrame, runs uint64, atLeast bool) error {
 	var want bpf.Counters
 	for _, fr := range fs {
 		want[fr.class].Packets += runs

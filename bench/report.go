@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -29,6 +30,8 @@ type report struct {
 	cfg             config
 	perPacket       []perPacketResult
 	perPacketNotes  []string
+	preRules        []preRulesResult
+	preRulesNotes   []string
 	throughput      []throughputResult
 	throughputNotes []string
 	gather          []gatherResult
@@ -85,6 +88,11 @@ func (r *report) print(w io.Writer) {
 			p.policy, p.frame, p.verdict, p.ours, p.bare, p.delta, p.q1, p.q3, p.copyLo, p.copyHi, targetDeltaNs,
 			met(p.delta <= targetDeltaNs, fmt.Sprintf("%+.2f ns over", p.delta-targetDeltaNs)))
 	}
+	for _, p := range r.preRules {
+		fmt.Fprintf(w, "| per-packet against before rules, %s | %s (%s) | %.2f ns | before rules %.2f ns | %+.2f ns (IQR %+.2f…%+.2f; loads %+.2f…%+.2f) | within noise: ±%.2f ns | %s |\n",
+			p.policy, p.frame, p.verdict, p.ours, p.before, p.delta.median, p.delta.q1, p.delta.q3, p.delta.loadLo, p.delta.loadHi, p.noise(),
+			met(p.withinNoise(), fmt.Sprintf("%.2f ns beyond", math.Abs(p.delta.median)-p.noise())))
+	}
 	r.printRules(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
@@ -126,14 +134,26 @@ func (r *report) print(w io.Writer) {
 			m.ifaces, round(m.detach), round(m.exit), round(one.detach), targetDetach, met(m.detach < targetDetach, "too slow"))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "How: per-packet: BPF_PROG_TEST_RUN, %d rounds × %d runs per program and frame, programs in turn (order reversed every other pass), "+
-		"each call timed with CLOCK_THREAD_CPUTIME_ID on a locked thread; %d loads of each program taken in turn; median ns/frame, and the median over rounds of ours − bare in the same round "+
-		"(loads: the lowest and highest such median of one pair of loads).\n",
-		r.cfg.perPacket.rounds, r.cfg.perPacket.repeat, r.cfg.perPacket.copies)
+	if len(r.perPacket) > 0 {
+		fmt.Fprintf(w, "How: per-packet: BPF_PROG_TEST_RUN, %d rounds × %d runs per program and frame, programs in turn (order reversed every other pass), "+
+			"each call timed with CLOCK_THREAD_CPUTIME_ID on a locked thread; %d loads of each program taken in turn; median ns/frame, and the median over rounds of ours − bare in the same round "+
+			"(loads: the lowest and highest such median of one pair of loads).\n",
+			r.cfg.perPacket.rounds, r.cfg.perPacket.repeat, r.cfg.perPacket.copies)
+	}
 	for _, p := range r.perPacket {
 		fmt.Fprintf(w, "  kernel-reported mean (whole ns), %s, %s: ours %.0f, bare %.0f\n", p.policy, p.frame, p.kOurs, p.kBare)
 	}
 	for _, n := range r.perPacketNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(r.preRules) > 0 {
+		c := r.cfg.preRules
+		fmt.Fprintf(w, "Before rules: ours without rules against the program before rules (bench/testdata/before-rules.o, the fixed object of commit 7843351) under the same policy, "+
+			"and a second set of loads of ours, measured as per-packet is, %d rounds × %d runs, %d loads of each taken in turn, the order also rotated; "+
+			"noise = half the IQR of ours (second loads) − ours, paired by round; the target is met when the median of ours − before rules is within ± the noise.\n",
+			c.rounds, c.repeat, c.copies)
+	}
+	for _, n := range r.preRulesNotes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
 	if len(r.throughput) > 0 {
