@@ -235,7 +235,8 @@ func perPacket(e *env, cfg perPacketConfig) ([]perPacketResult, []string, error)
 type roundTimes struct {
 	perFrame, kernel [][][]float64
 	verdicts         [][]uint32
-	interrupted      int // runs a signal cut short, repeated
+	interrupted      int     // runs a signal cut short, repeated
+	interruptedLoad  [][]int // interruptedLoad[c][load]: how many of them were of that load
 }
 
 // timeRounds runs every frame through every program, round after round, the
@@ -247,11 +248,13 @@ type roundTimes struct {
 // whether program c runs frame f; names name the programs in errors.
 func timeRounds(names []string, progs [][]*ebpf.Program, runs func(c, f int) bool, fs []benchFrame, cfg perPacketConfig, rotate bool) (roundTimes, error) {
 	t := roundTimes{
-		perFrame: make([][][]float64, len(progs)),
-		kernel:   make([][][]float64, len(progs)),
-		verdicts: make([][]uint32, len(progs)),
+		perFrame:        make([][][]float64, len(progs)),
+		kernel:          make([][][]float64, len(progs)),
+		verdicts:        make([][]uint32, len(progs)),
+		interruptedLoad: make([][]int, len(progs)),
 	}
 	for c := range progs {
+		t.interruptedLoad[c] = make([]int, cfg.copies)
 		t.perFrame[c] = make([][]float64, len(fs))
 		t.kernel[c] = make([][]float64, len(fs))
 		t.verdicts[c] = make([]uint32, len(fs))
@@ -268,6 +271,7 @@ func timeRounds(names []string, progs [][]*ebpf.Program, runs func(c, f int) boo
 					}
 					tr, n, err := runRetrying(progs[c][load], fr.frame, cfg.repeat)
 					t.interrupted += n
+					t.interruptedLoad[c][load] += n
 					if err != nil {
 						return fmt.Errorf("%s on %s: %w", names[c], fr, err)
 					}
