@@ -8,7 +8,7 @@
 // attach/detach latency. It needs root, and works only in a network
 // namespace of its own (xdpdrop-bench-*), which it deletes at the end.
 //
-//	go run ./bench            # the whole run, under a minute
+//	go run ./bench            # the whole run, about a minute
 //	go run ./bench -quick     # fewer rounds, for a smoke test
 package main
 
