@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
@@ -178,11 +177,10 @@ func (e *env) memoryTrial(bin, conf string, names []string, gathers int) (memory
 	case <-time.After(10 * time.Second):
 		return fail(errors.New("binary still running 10s after stdin closed"))
 	}
-	// The kernel's own peak for the exited child covers the whole life,
-	// ip netns exec before the exec included.
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		hwm = max(hwm, uint64(ru.Maxrss)*1024)
-	}
+	// Not the kernel's maxrss of the exited child: Go starts it with
+	// vfork, so until the exec it shares this process's memory, and exec
+	// folds that peak (this process's, over 100 MB after the rules
+	// section) into the child's. VmHWM is the binary's own memory's.
 	tr.hwm = hwm
 	return tr, nil
 }

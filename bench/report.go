@@ -179,7 +179,7 @@ func (r *report) print(w io.Writer) {
 	if len(r.memory) == 2 {
 		m := r.memory[1]
 		fmt.Fprintf(w, "Memory: the binary (go build -trimpath, as make build) run with ip netns exec in the namespace, gathering on a line on stdin as under execd, %d trial%s; "+
-			"peak RSS is the highest VmHWM (and the kernel's maxrss of the exited process) over them, median %.1f MB; "+
+			"peak RSS is the highest VmHWM over them, median %.1f MB; "+
 			"attach: from start until netlink shows an XDP program on every interface; detach: from closing stdin until it shows none (handover_timeout = \"0s\"); times are medians; binary %.1f MB.\n",
 			m.trials, plural(m.trials), float64(m.rssMedian)/1e6, float64(m.binarySize)/1e6)
 	}
