@@ -44,8 +44,8 @@ var Actions = []string{ActionDrop, ActionWouldDrop, ActionPass}
 // into points; other consumers (the -watch view) read it directly.
 //
 // A new dimension of the counters is a field of SeriesKey and a tag in its
-// Tags; a new measurement is a slice here, of a type with Tags and Fields,
-// and a loop in Gather.
+// PutTags; a new measurement is a slice here, of a type with PutTags and
+// PutFields, and a loop in Gather.
 type Snapshot struct {
 	Series []Series     // MeasurementCounters
 	Rules  []RuleSeries // MeasurementRule
@@ -62,14 +62,17 @@ type RuleSeries struct {
 	Bytes     uint64
 }
 
-// Tags returns the rule series' tags.
-func (r *RuleSeries) Tags() map[string]string {
-	return map[string]string{TagInterface: r.Interface, TagRule: r.Rule, TagAction: r.Action}
+// PutTags adds the rule series' tags to tags.
+func (r *RuleSeries) PutTags(tags map[string]string) {
+	tags[TagInterface] = r.Interface
+	tags[TagRule] = r.Rule
+	tags[TagAction] = r.Action
 }
 
-// Fields returns the rule series' fields.
-func (r *RuleSeries) Fields() map[string]any {
-	return map[string]any{FieldPackets: r.Packets, FieldBytes: r.Bytes}
+// PutFields adds the rule series' fields to fields.
+func (r *RuleSeries) PutFields(fields map[string]any) {
+	fields[FieldPackets] = r.Packets
+	fields[FieldBytes] = r.Bytes
 }
 
 // SeriesKey names one counter series by its tag values; it is comparable,
@@ -90,26 +93,24 @@ type Series struct {
 	Bytes   uint64
 }
 
-// Tags returns the series' tags.
-func (k SeriesKey) Tags() map[string]string {
-	tags := map[string]string{
-		TagInterface: k.Interface,
-		TagFamily:    k.Family,
-		TagProtocol:  k.Protocol,
-		TagAction:    k.Action,
-	}
+// PutTags adds the series' tags to tags.
+func (k *SeriesKey) PutTags(tags map[string]string) {
+	tags[TagInterface] = k.Interface
+	tags[TagFamily] = k.Family
+	tags[TagProtocol] = k.Protocol
+	tags[TagAction] = k.Action
 	if k.CPU != "" {
 		tags[TagCPU] = k.CPU
 	}
 	if k.RxQueue != "" {
 		tags[TagRxQueue] = k.RxQueue
 	}
-	return tags
 }
 
-// Fields returns the series' fields.
-func (s *Series) Fields() map[string]any {
-	return map[string]any{FieldPackets: s.Packets, FieldBytes: s.Bytes}
+// PutFields adds the series' fields to fields.
+func (s *Series) PutFields(fields map[string]any) {
+	fields[FieldPackets] = s.Packets
+	fields[FieldBytes] = s.Bytes
 }
 
 // Link is the attachment state of one interface.
@@ -122,14 +123,15 @@ type Link struct {
 	Error     string // when not attached: why, in one line ("" if unknown)
 }
 
-// Tags returns the link point's tags.
-func (l *Link) Tags() map[string]string {
-	return map[string]string{TagInterface: l.Interface, TagMode: l.Mode}
+// PutTags adds the link point's tags to tags.
+func (l *Link) PutTags(tags map[string]string) {
+	tags[TagInterface] = l.Interface
+	tags[TagMode] = l.Mode
 }
 
-// Fields returns the link point's fields.
-func (l *Link) Fields() map[string]any {
-	fields := map[string]any{FieldAttached: l.Attached}
+// PutFields adds the link point's fields to fields.
+func (l *Link) PutFields(fields map[string]any) {
+	fields[FieldAttached] = l.Attached
 	switch {
 	case l.Attached:
 		fields[FieldProgramID] = l.ProgramID
@@ -137,7 +139,6 @@ func (l *Link) Fields() map[string]any {
 	case l.Error != "":
 		fields[FieldError] = l.Error
 	}
-	return fields
 }
 
 // ClassProtocol is the protocol tag of a class: the IANA keyword of its IP

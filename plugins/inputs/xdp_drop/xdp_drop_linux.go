@@ -62,21 +62,52 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 // Gather emits the counters of every attached interface and the link state
 // of every configured one, attaching those that are not attached yet.
 func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
-	now := time.Now()
 	snap := x.Snapshot(acc)
+	e := newEmitter(acc, time.Now())
 	for i := range snap.Series {
-		s := &snap.Series[i]
-		acc.AddFields(MeasurementCounters, s.Fields(), s.Tags(), now)
+		e.add(MeasurementCounters, &snap.Series[i])
 	}
 	for i := range snap.Rules {
-		r := &snap.Rules[i]
-		acc.AddFields(MeasurementRule, r.Fields(), r.Tags(), now)
+		e.add(MeasurementRule, &snap.Rules[i])
 	}
 	for i := range snap.Links {
-		l := &snap.Links[i]
-		acc.AddFields(MeasurementLink, l.Fields(), l.Tags(), now)
+		e.add(MeasurementLink, &snap.Links[i])
 	}
 	return nil
+}
+
+// point is one point of a measurement of the snapshot.
+type point interface {
+	PutTags(tags map[string]string)
+	PutFields(fields map[string]any)
+}
+
+// emitter passes the points of one gather to the accumulator. One tags map,
+// one fields map and one timestamp serve them all: Telegraf's accumulators
+// copy what they are given (metric.New, testutil.Accumulator) and keep none
+// of it, so a gather allocates no map per point.
+type emitter struct {
+	acc    telegraf.Accumulator
+	at     []time.Time
+	tags   map[string]string
+	fields map[string]any
+}
+
+func newEmitter(acc telegraf.Accumulator, now time.Time) *emitter {
+	return &emitter{
+		acc:    acc,
+		at:     []time.Time{now},
+		tags:   make(map[string]string, 6),
+		fields: make(map[string]any, 3),
+	}
+}
+
+func (e *emitter) add(measurement string, p point) {
+	clear(e.tags)
+	clear(e.fields)
+	p.PutTags(e.tags)
+	p.PutFields(e.fields)
+	e.acc.AddFields(measurement, e.fields, e.tags, e.at...)
 }
 
 // Snapshot reads the counters of every attached interface and the link
