@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
@@ -33,7 +34,10 @@ func TestGatherMatchesReference(t *testing.T) {
 	}
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 
-	var ruled []traffic.Flow
+	// The rule flows and an ICMP flow no rule passes: every view has classes
+	// that only passed (tcp), only dropped (icmp) and did both (udp).
+	icmp := ipFrame("203.0.113.5", "198.51.100.9", frames.ProtoICMP, 1, 2)
+	ruled := []traffic.Flow{{Name: "icmp", Frame: icmp, Count: 9, Class: bpf.IPv4Class(frames.ProtoICMP)}}
 	for _, f := range ruleFlows() {
 		ruled = append(ruled, f.Flow)
 	}
@@ -129,4 +133,19 @@ func referencePoints(t *testing.T, p *XDPDrop) []telegraf.Metric {
 			map[string]any{"attached": true, "program_id": int64(ifc.prog.ID()), "fallback": false}, time.Unix(0, 0)))
 	}
 	return append(append(counters, rules...), links...)
+}
+
+// BenchmarkAppendClasses maps a block with the traffic mix's classes to
+// series: the part of a gather between the kernel read and the points.
+func BenchmarkAppendClasses(b *testing.B) {
+	x := &XDPDrop{Drop: []any{"all"}}
+	var block bpf.Block
+	for c, n := range traffic.Expected(traffic.Mix()) {
+		block.Class[c][bpf.ActionDrop] = n
+	}
+	series := make([]Series, 0, bpf.ClassCount)
+	b.ReportAllocs()
+	for b.Loop() {
+		series = x.appendClasses(series[:0], "eth0", &block, "", "")
+	}
 }

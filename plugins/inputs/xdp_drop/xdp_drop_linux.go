@@ -695,15 +695,27 @@ func queueTag(queue int) string {
 	return strconv.Itoa(queue)
 }
 
+// Two actions, drop and pass: appendClasses tests both at once.
+var (
+	_ [bpf.ActionCount - 2]struct{}
+	_ [2 - bpf.ActionCount]struct{}
+)
+
 // appendClasses appends one series per class and action with traffic;
 // queue and cpu are the optional views' tags ("" when off).
 func (x *XDPDrop) appendClasses(series []Series, name string, b *bpf.Block, queue, cpu string) []Series {
 	for i := range b.Class {
-		for a, c := range b.Class[i] {
+		counts := &b.Class[i]
+		// Most classes never see a frame: one test skips both actions,
+		// twice as fast as a loop over them.
+		if counts[0].Packets|counts[1].Packets == 0 {
+			continue
+		}
+		class := bpf.Class(i)
+		for a, c := range counts {
 			if c.Packets == 0 {
 				continue
 			}
-			class := bpf.Class(i)
 			series = append(series, Series{
 				SeriesKey: SeriesKey{
 					Interface: name,
