@@ -25,12 +25,27 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
-const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and count the rest.
+const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and count the rest;
+# two rules, checked first, decide some frames against it.
 [[inputs.xdp_drop]]
   interfaces = [%q]
   drop = ["udp", "icmp", "ipv6-icmp"]
   ## No successor comes: release the interface at once on stop.
   handover_timeout = "0s"
+
+  ## Pass IPv6 UDP from the documentation prefix, which the policy drops.
+  [[inputs.xdp_drop.rule]]
+    name = "udp6-from-db8"
+    action = "pass"
+    protocol = ["udp"]
+    src_prefix = ["2001:db8::/32"]
+
+  ## Drop TCP to the discard port, which the policy passes.
+  [[inputs.xdp_drop.rule]]
+    name = "tcp-discard"
+    action = "drop"
+    protocol = ["tcp"]
+    dst_port = [9]
 `
 
 const gathers = 3
