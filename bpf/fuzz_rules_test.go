@@ -5,6 +5,7 @@ package bpf_test
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,13 +39,9 @@ type refFrame struct {
 // refRuleFrame reads a frame as rules see it; ok is false for frames that
 // no rule can match (not IP, or headers cut short).
 func refRuleFrame(frame []byte) (f refFrame, ok bool) {
-	r := refClassify(frame)
-	if r.proto < 0 || r.family == bpf.FamilyL2 {
+	r, off, ok := refIP(frame)
+	if !ok {
 		return f, false
-	}
-	off := ethHeaderLen
-	for et := binary.BigEndian.Uint16(frame[12:]); et == 0x8100 || et == 0x88A8; et = binary.BigEndian.Uint16(frame[off-2:]) {
-		off += vlanTagLen
 	}
 	pkt := frame[off:]
 	f.proto = uint8(r.proto)
@@ -65,6 +63,20 @@ func refRuleFrame(frame []byte) (f refFrame, ok bool) {
 		f.dport = binary.BigEndian.Uint16(l4[2:])
 	}
 	return f, true
+}
+
+// refIP classifies frame and finds its IP header; ok is false for frames
+// that no rule can match (not IP, or headers cut short).
+func refIP(frame []byte) (r refResult, off int, ok bool) {
+	r = refClassify(frame)
+	if r.proto < 0 || r.family == bpf.FamilyL2 {
+		return r, 0, false
+	}
+	off = ethHeaderLen
+	for et := binary.BigEndian.Uint16(frame[12:]); et == 0x8100 || et == 0x88A8; et = binary.BigEndian.Uint16(frame[off-2:]) {
+		off += vlanTagLen
+	}
+	return r, off, true
 }
 
 // refIPv6Payload is what follows the extension headers refIPv6 skips, nil
@@ -97,8 +109,64 @@ func refPorts(rs []bpf.PortRange, f refFrame, port uint16) bool {
 	return f.ports && slices.ContainsFunc(rs, func(r bpf.PortRange) bool { return r.Lo <= port && port <= r.Hi })
 }
 
+// refIndex finds a rule's prefixes containing an address as refPrefixes
+// does, rule by rule, but for long lists by looking the address's prefix of
+// each length the list has up in a set: a scan of thousands of prefixes
+// per frame would slow fuzzing down.
+type refIndex map[*netip.Prefix]*refList
+
+type refList struct {
+	lens4, lens6 []int
+	set          map[netip.Prefix]bool
+}
+
+// refIndexFrom is the lists of rules long enough to index.
+func refIndexFrom(rules []bpf.Rule) refIndex {
+	idx := refIndex{}
+	for _, r := range rules {
+		for _, ps := range [][]netip.Prefix{r.SrcPrefixes, r.DstPrefixes} {
+			if len(ps) < 32 {
+				continue
+			}
+			l := &refList{set: map[netip.Prefix]bool{}}
+			for _, p := range ps {
+				lens := &l.lens6
+				if p.Addr().Is4() {
+					lens = &l.lens4
+				}
+				if !slices.Contains(*lens, p.Bits()) {
+					*lens = append(*lens, p.Bits())
+				}
+				l.set[p] = true
+			}
+			idx[unsafe.SliceData(ps)] = l
+		}
+	}
+	return idx
+}
+
+func (idx refIndex) prefixes(ps []netip.Prefix, a netip.Addr) bool {
+	l := idx[unsafe.SliceData(ps)]
+	if l == nil {
+		return refPrefixes(ps, a)
+	}
+	lens := l.lens6
+	if a.Is4() {
+		lens = l.lens4
+	}
+	for _, n := range lens {
+		if p, err := a.Prefix(n); err == nil && l.set[p] {
+			return true
+		}
+	}
+	return false
+}
+
 // refRule is the index of the first rule that matches frame, -1 for none.
-func refRule(frame []byte, rules []bpf.Rule) int {
+func refRule(frame []byte, rules []bpf.Rule) int { return refRuleIndexed(frame, rules, nil) }
+
+// refRuleIndexed is refRule with the long prefix lists of rules in idx.
+func refRuleIndexed(frame []byte, rules []bpf.Rule, idx refIndex) int {
 	f, ok := refRuleFrame(frame)
 	if !ok {
 		return -1
@@ -106,7 +174,7 @@ func refRule(frame []byte, rules []bpf.Rule) int {
 	for i, r := range rules {
 		hasPorts := len(r.SrcPorts)+len(r.DstPorts) > 0
 		if (len(r.Protocols) == 0 || slices.Contains(r.Protocols, f.proto)) &&
-			refPrefixes(r.SrcPrefixes, f.src) && refPrefixes(r.DstPrefixes, f.dst) &&
+			idx.prefixes(r.SrcPrefixes, f.src) && idx.prefixes(r.DstPrefixes, f.dst) &&
 			(!hasPorts || f.ports) && refPorts(r.SrcPorts, f, f.sport) && refPorts(r.DstPorts, f, f.dport) {
 			return i
 		}
@@ -115,9 +183,10 @@ func refRule(frame []byte, rules []bpf.Rule) int {
 }
 
 // refDecision is the rule that decides frame (-1: none), whether the
-// frame is counted as dropped, and the XDP action it gets.
-func refDecision(frame []byte, r refResult, p bpf.Policy) (rule int, drop bool, verdict uint32) {
-	rule = refRule(frame, p.Rules)
+// frame is counted as dropped, and the XDP action it gets; idx may index
+// the long prefix lists of p's rules.
+func refDecision(frame []byte, r refResult, p bpf.Policy, idx refIndex) (rule int, drop bool, verdict uint32) {
+	rule = refRuleIndexed(frame, p.Rules, idx)
 	if rule >= 0 {
 		drop = p.Rules[rule].Drop
 	} else {
@@ -137,7 +206,7 @@ func TestReferenceRulesMatchTable(t *testing.T) {
 		for _, c := range set.cases {
 			r := refClassify(c.frame)
 			require.Equal(t, c.class, r.class(), "%s: %s", set.name, c.name)
-			rule, drop, _ := refDecision(c.frame, r, set.policy)
+			rule, drop, _ := refDecision(c.frame, r, set.policy, nil)
 			want := -1
 			for i, rl := range set.policy.Rules {
 				if rl.Name == c.rule {
@@ -208,6 +277,101 @@ func randomPrefixes(rng *rand.Rand) []netip.Prefix {
 	return ps
 }
 
+// Lengths at word and bucket boundaries, where masks and keys change shape.
+var (
+	edgeLens4 = []int{0, 8, 15, 16, 17, 24, 31, 32}
+	edgeLens6 = []int{0, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 97, 127, 128}
+)
+
+// manyPrefixes draws n prefixes around the pool addresses, for rule sets
+// whose exact-prefix table is large: lengths from a palette of 2 to 8 per
+// family (a bucket takes 6 before it goes to the trie), and addresses that
+// keep a pool address's first 8 bits or more, often all it has up to the
+// length (containing it, so that fuzzed frames hit them). Some are drawn
+// inside or around another, so that prefixes nest.
+func manyPrefixes(rng *rand.Rand, n int) []netip.Prefix {
+	palette := func(edge []int, bits int) []int {
+		var lens []int
+		for k := 2 + rng.IntN(7); k > 0; k-- {
+			if rng.IntN(2) == 0 {
+				lens = append(lens, edge[rng.IntN(len(edge))])
+			} else {
+				lens = append(lens, 17+rng.IntN(bits-16))
+			}
+		}
+		return lens
+	}
+	lens4, lens6 := palette(edgeLens4, 32), palette(edgeLens6, 128)
+	ps := make([]netip.Prefix, 0, n)
+	for len(ps) < n {
+		a := fuzzAddrs[rng.IntN(len(fuzzAddrs))]
+		if len(ps) > 0 && rng.IntN(4) == 0 {
+			a = ps[rng.IntN(len(ps))].Addr()
+		}
+		lens := lens6
+		if a.Is4() {
+			lens = lens4
+		}
+		bits := lens[rng.IntN(len(lens))]
+		// The bits kept: up to the length (containing a), or fewer,
+		// at least the bucket's most of the time.
+		keep := bits
+		switch rng.IntN(4) {
+		case 0:
+			keep = 8 + rng.IntN(a.BitLen()-7) // in another bucket, often
+		case 1:
+			keep = 16 + rng.IntN(a.BitLen()-15)
+		}
+		b := a.AsSlice()
+		for i := keep; i < len(b)*8; i++ {
+			if rng.IntN(2) == 0 {
+				b[i/8] ^= 0x80 >> (i % 8)
+			}
+		}
+		na, _ := netip.AddrFromSlice(b)
+		p, _ := na.Prefix(bits)
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// enlargeRules inserts one to eight rules among rules, each with
+// prefixes of one direction only (the source for a rule that drops), and shares hundreds to thousands of
+// prefixes among them: prefixes nest across rules, so that a lookup that
+// finds the wrong one decides another rule, or none.
+func enlargeRules(rng *rand.Rand, rules []bpf.Rule) []bpf.Rule {
+	if len(rules) == bpf.MaxRules {
+		rules = rules[:bpf.MaxRules-1]
+	}
+	var added []int
+	for k := 1 + rng.IntN(min(8, bpf.MaxRules-len(rules))); k > 0; k-- {
+		at := rng.IntN(len(rules) + 1)
+		rules = slices.Insert(rules, at, bpf.Rule{Drop: rng.IntN(2) == 0})
+		for j := range added {
+			if added[j] >= at {
+				added[j]++
+			}
+		}
+		added = append(added, at)
+	}
+	for i, p := range manyPrefixes(rng, 200+rng.IntN(2000)) {
+		at := added[rng.IntN(len(added))]
+		if i < len(added) {
+			at = added[i] // every rule gets a condition
+		}
+		r := &rules[at]
+		if r.Drop {
+			r.SrcPrefixes = append(r.SrcPrefixes, p)
+		} else {
+			r.DstPrefixes = append(r.DstPrefixes, p)
+		}
+	}
+	for i := range rules {
+		rules[i].Name = "r" + strconv.Itoa(i)
+	}
+	return rules
+}
+
 func randomPorts(rng *rand.Rand) []bpf.PortRange {
 	var rs []bpf.PortRange
 	for k := rng.IntN(4) - 1; k > 0; k-- {
@@ -232,6 +396,66 @@ type ruleProgram struct {
 	policy        bpf.Policy
 	prog          *bpf.Program
 	before, after bpf.Block
+	ref           refIndex // nil: the reference scans every prefix
+	// aim are the prefixes of the long lists of ref, by direction and
+	// family (source and IPv4 first), which steer sends frames into.
+	aim [2][2][]netip.Prefix
+}
+
+// newRuleProgram indexes the long prefix lists of policy for the reference
+// and for steer.
+func newRuleProgram(name string, policy bpf.Policy, prog *bpf.Program) *ruleProgram {
+	rp := &ruleProgram{name: name, policy: policy, prog: prog, ref: refIndexFrom(policy.Rules)}
+	for _, r := range policy.Rules {
+		for dir, ps := range [][]netip.Prefix{r.SrcPrefixes, r.DstPrefixes} {
+			if rp.ref[unsafe.SliceData(ps)] == nil {
+				continue
+			}
+			for _, p := range ps {
+				f := 1
+				if p.Addr().Is4() {
+					f = 0
+				}
+				rp.aim[dir][f] = append(rp.aim[dir][f], p)
+			}
+		}
+	}
+	return rp
+}
+
+// steer is frame with its source or destination address moved into one
+// of rp.aim, both chosen by a hash of frame, keeping the address's bits
+// past the prefix: fuzzed frames seldom fall into a random prefix of a
+// large table by themselves. ok is false when the frame is not IP with
+// whole headers, or aim has no prefix of its family.
+func (rp *ruleProgram) steer(frame []byte) (steered []byte, ok bool) {
+	r, off, ok := refIP(frame)
+	if !ok {
+		return nil, false
+	}
+	h := fnv.New64a()
+	h.Write(frame)
+	sum := h.Sum64()
+	dir, f, at, size := int(sum>>63), 0, off+12, 4
+	if r.family == bpf.FamilyIPv6 {
+		f, at, size = 1, off+8, 16
+	}
+	aim := rp.aim[dir][f]
+	if len(aim) == 0 {
+		dir = 1 - dir
+		if aim = rp.aim[dir][f]; len(aim) == 0 {
+			return nil, false
+		}
+	}
+	p := aim[sum%uint64(len(aim))]
+	at += dir * size
+	steered = slices.Clone(frame)
+	pb := p.Addr().AsSlice()
+	for i := 0; i < p.Bits(); i++ {
+		bit := byte(0x80 >> (i % 8))
+		steered[at+i/8] = steered[at+i/8]&^bit | pb[i/8]&bit
+	}
+	return steered, true
 }
 
 // check runs frame through the program and requires the reference's
@@ -240,7 +464,7 @@ type ruleProgram struct {
 func (rp *ruleProgram) check(t *testing.T, frame []byte) {
 	t.Helper()
 	r := refClassify(frame)
-	rule, drop, want := refDecision(frame, r, rp.policy)
+	rule, drop, want := refDecision(frame, r, rp.policy, rp.ref)
 	require.NoError(t, rp.prog.ReadBlock(&rp.before))
 	verdict, err := runSplit(rp.prog.XDP(), frame, 0)
 	require.NoError(t, err)
@@ -283,13 +507,25 @@ func FuzzRules(f *testing.F) {
 	var progs []*ruleProgram
 	for i := 0; i < 6; i++ {
 		policy := bpf.Policy{Rules: randomRules(rng)}
+		// Half the sets are large; one in four of those is laid out
+		// with no room to spare, so that many buckets give up on the exact
+		// table for the trie.
+		large, tight := rng.IntN(2) == 0, rng.IntN(4) == 0
+		if large {
+			policy.Rules = enlargeRules(rng, policy.Rules)
+		}
 		switch i % 3 {
 		case 1:
 			policy.Protocols = fuzzProtocols
 		case 2:
 			policy.DropAll, policy.DryRun = true, i == 5
 		}
+		restore := func() {}
+		if large && tight {
+			restore = bpf.SetExactRoom(1, 0)
+		}
 		p, err := bpf.Load(policy)
+		restore()
 		if err != nil {
 			f.Fatalf("load rule set %d (seed %d): %v", i, seed, err)
 		}
@@ -299,7 +535,7 @@ func FuzzRules(f *testing.F) {
 				f.Fatal(err)
 			}
 		}
-		progs = append(progs, &ruleProgram{name: fmt.Sprintf("rule set %d of seed %d (XDP_DROP_FUZZ_RULES_SEED)", i, seed), policy: policy, prog: p})
+		progs = append(progs, newRuleProgram(fmt.Sprintf("rule set %d of seed %d (XDP_DROP_FUZZ_RULES_SEED)", i, seed), policy, p))
 	}
 
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -311,6 +547,9 @@ func FuzzRules(f *testing.F) {
 		}
 		for _, rp := range progs {
 			rp.check(t, frame)
+			if steered, ok := rp.steer(frame); ok {
+				rp.check(t, steered)
+			}
 		}
 	})
 }
