@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 )
@@ -386,12 +387,15 @@ const prefixHashMul = 0x9E3779B97F4A7C15
 const prefixProbes = int(xdpDropPrefixLimitsPREFIX_PROBES)
 
 // home is the slot where the program's search for k starts in a table of
-// 1<<(64-shift) slots (prefix_home).
+// 1<<(64-shift) slots (prefix_home). The address words are hashed as
+// numbers (host order of network-order words), so that consecutive
+// addresses are consecutive keys, which the multiplication spreads evenly.
 func (k exactKey) home(shift uint32) int {
-	x := uint64(k.len)<<32 | uint64(k.addr[0])
+	w := func(i int) uint64 { return uint64(bits.ReverseBytes32(k.addr[i])) }
+	x := uint64(k.len)<<32 | w(0)
 	if k.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
-		x = x*prefixHashMul + (uint64(k.addr[1])<<32 | uint64(k.addr[2]))
-		x = x*prefixHashMul + uint64(k.addr[3])
+		x = x*prefixHashMul + (w(1)<<32 | w(2))
+		x = x*prefixHashMul + w(3)
 	}
 	x ^= x >> 32
 	return int((x * prefixHashMul) >> shift)

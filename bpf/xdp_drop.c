@@ -312,15 +312,18 @@ static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cur
 /*
  * The slot where the search for an exact prefix starts: its length word
  * and address words (network order; an IPv4 prefix has one) folded by
- * multiplication, the top bits taken.
+ * multiplication, the top bits taken. The words are hashed as numbers, so
+ * consecutive addresses are consecutive keys, which the multiplication
+ * spreads evenly; in network order they would differ in their high bytes
+ * and cluster.
  */
 static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int v6)
 {
-	__u64 x = (__u64)len << 32 | key[0];
+	__u64 x = (__u64)len << 32 | bpf_ntohl(key[0]);
 
 	if (v6) {
-		x = x * PREFIX_HASH_MUL + ((__u64)key[1] << 32 | key[2]);
-		x = x * PREFIX_HASH_MUL + key[3];
+		x = x * PREFIX_HASH_MUL + ((__u64)bpf_ntohl(key[1]) << 32 | bpf_ntohl(key[2]));
+		x = x * PREFIX_HASH_MUL + bpf_ntohl(key[3]);
 	}
 	/* Folding the high half in keeps keys that differ by a constant from homes a constant apart. */
 	x ^= x >> 32;
