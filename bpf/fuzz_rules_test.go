@@ -461,12 +461,22 @@ func (rp *ruleProgram) steer(frame []byte) (steered []byte, ok bool) {
 // check runs frame through the program and requires the reference's
 // verdict, and that exactly the reference's class under its action, and
 // the reference's rule, counted one packet of the frame.
-func (rp *ruleProgram) check(t *testing.T, frame []byte) {
+func (rp *ruleProgram) check(t *testing.T, frame []byte) { rp.checkSplit(t, frame, 0) }
+
+// checkSplit is check with the frame's first linear bytes in the first
+// buffer and the rest in fragments (0: all of it in one buffer), against
+// the reference applied to the first buffer, where the program reads
+// headers and ports: ports past it are absent.
+func (rp *ruleProgram) checkSplit(t *testing.T, frame []byte, linear int) {
 	t.Helper()
-	r := refClassify(frame)
-	rule, drop, want := refDecision(frame, r, rp.policy, rp.ref)
+	first := frame
+	if linear > 0 {
+		first = frame[:linear]
+	}
+	r := refClassify(first)
+	rule, drop, want := refDecision(first, r, rp.policy, rp.ref)
 	require.NoError(t, rp.prog.ReadBlock(&rp.before))
-	verdict, err := runSplit(rp.prog.XDP(), frame, 0)
+	verdict, err := runSplit(rp.prog.XDP(), frame, linear)
 	require.NoError(t, err)
 	require.NoError(t, rp.prog.ReadBlock(&rp.after))
 
@@ -484,14 +494,25 @@ func (rp *ruleProgram) check(t *testing.T, frame []byte) {
 		one(&expect.Rule[rule])
 	}
 	if verdict != want || expect != rp.after {
-		t.Fatalf("%s: frame %s: verdict %d, reference %d (rule %d, drop %v, class %d); counters as the reference: %v",
-			rp.name, hexFrame(frame), verdict, want, rule, drop, r.class(), expect == rp.after)
+		t.Fatalf("%s: frame %s (%d bytes in the first buffer, 0: all): verdict %d, reference %d (rule %d, drop %v, class %d); counters as the reference: %v",
+			rp.name, hexFrame(frame), linear, verdict, want, rule, drop, r.class(), expect == rp.after)
 	}
+}
+
+// firstBufferOf is where a frame is split for a multi-buffer program: a
+// hash of the frame picks a first buffer of at least an Ethernet header
+// and less than the frame, so that headers and ports fall on both sides of
+// the split.
+func firstBufferOf(frame []byte) int {
+	h := fnv.New64a()
+	h.Write(frame)
+	return ethHeaderLen + int(h.Sum64()%uint64(len(frame)-ethHeaderLen))
 }
 
 // FuzzRules feeds frames to programs with random rule sets (drawn anew
 // every run from the seed it logs) and to the reference, and requires the
-// same verdict, class, action and rule counts.
+// same verdict, class, action and rule counts. The multi-buffer programs
+// get each frame whole in one buffer, and split in two.
 func FuzzRules(f *testing.F) {
 	testns.RequirePrivileged(f)
 	for _, s := range fuzzSeeds() {
@@ -547,8 +568,18 @@ func FuzzRules(f *testing.F) {
 		}
 		for _, rp := range progs {
 			rp.check(t, frame)
-			if steered, ok := rp.steer(frame); ok {
+			steered, ok := rp.steer(frame)
+			if ok {
 				rp.check(t, steered)
+			}
+			// Half the inputs, split, the steered frame where there is one:
+			// an input stays about as cheap as before splits and steering.
+			if rp.prog.MultiBuffer() && len(frame) > ethHeaderLen && frame[len(frame)-1]%2 == 0 {
+				split := frame
+				if ok {
+					split = steered
+				}
+				rp.checkSplit(t, split, firstBufferOf(split))
 			}
 		}
 	})
