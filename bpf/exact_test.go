@@ -117,13 +117,14 @@ func collidingPrefixes(n, bits int) []netip.Prefix {
 // their home even in the largest table move their buckets to the trie;
 // the others stay exact, and every prefix is in one of the two.
 func TestExactTableGivesUpToTheTrie(t *testing.T) {
-	defer SetExactRoom(2, 0)()
+	const reach = 8
+	defer SetExactRoom(2, 0, reach)()
 	// 12 prefixes: a table of 32 slots, where all 12 share slot 3.
 	ps := collidingPrefixes(12, bitsFor(2*12))
 	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: ps}})
 	require.NoError(t, err)
-	require.Len(t, tb.src.exact, prefixProbes, "as many as fit near their home stay exact")
-	require.Len(t, tb.src.trie4, 12-prefixProbes)
+	require.Len(t, tb.src.exact, reach, "as many as fit near their home stay exact")
+	require.Len(t, tb.src.trie4, 12-reach)
 	for _, p := range ps {
 		b := tb.src.buckets[bucketOf(p.Addr())]
 		k := prefixKey(p)

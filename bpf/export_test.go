@@ -3,12 +3,13 @@ package bpf
 import "net/netip"
 
 // SetExactRoom sets the slots per prefix the exact-prefix table starts
-// with and how far it may grow, for tests that need prefixes to give up on
-// it; the returned func restores them.
-func SetExactRoom(room, growth int) (restore func()) {
-	oldRoom, oldGrowth := exactRoom, maxExactGrowth
-	exactRoom, maxExactGrowth = room, growth
-	return func() { exactRoom, maxExactGrowth = oldRoom, oldGrowth }
+// with, how far it may grow and how far past its home a prefix may be
+// placed (at most the program's PREFIX_PROBES), for tests that need
+// prefixes to give up on it; the returned func restores them.
+func SetExactRoom(room, growth, reach int) (restore func()) {
+	oldRoom, oldGrowth, oldReach := exactRoom, maxExactGrowth, exactReach
+	exactRoom, maxExactGrowth, exactReach = room, growth, reach
+	return func() { exactRoom, maxExactGrowth, exactReach = oldRoom, oldGrowth, oldReach }
 }
 
 // TrieBuckets counts the prefix buckets of rules that use the trie.
@@ -34,3 +35,6 @@ func ExactHome(p netip.Prefix, n int) int {
 
 // RunEach is runEach, for the external tests.
 var RunEach = runEach
+
+// PrefixProbes is how far past its home the program looks for a prefix.
+const PrefixProbes = prefixProbes

@@ -543,7 +543,7 @@ func FuzzRules(f *testing.F) {
 		}
 		restore := func() {}
 		if large && tight {
-			restore = bpf.SetExactRoom(1, 0)
+			restore = bpf.SetExactRoom(1, 0, 4)
 		}
 		p, err := bpf.Load(policy)
 		restore()

@@ -415,6 +415,7 @@ type exactTable struct {
 var (
 	exactRoom      = 2
 	maxExactGrowth = 4
+	exactReach     = prefixProbes // slots past its home a prefix may be placed
 )
 
 // placeExact lays out both directions' exact prefixes. Placed in order of
@@ -457,11 +458,12 @@ func placeExact(src, dst *prefixTables) exactTable {
 				return cmpKeys(a.key, b.key)
 			})
 			slots := make([]xdpDropPrefixSlot, 1<<(bits+grow)+prefixProbes-1)
+			reach := min(exactReach, prefixProbes)
 			failed = failed[:0]
 			next := 0
 			for _, e := range entries {
 				pos := max(e.home, next)
-				if pos-e.home >= prefixProbes {
+				if pos-e.home >= reach {
 					failed = append(failed, e)
 					continue
 				}

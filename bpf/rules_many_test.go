@@ -89,11 +89,11 @@ func TestRulesManyPrefixes(t *testing.T) {
 	testns.RequirePrivileged(t)
 	var tries []int
 	for _, c := range []struct {
-		name         string
-		room, growth int
-	}{{"sized", 2, 4}, {"no room", 1, 0}} {
+		name                string
+		room, growth, reach int
+	}{{"sized", 2, 4, bpf.PrefixProbes}, {"no room", 1, 0, 4}} {
 		t.Run(c.name, func(t *testing.T) {
-			defer bpf.SetExactRoom(c.room, c.growth)()
+			defer bpf.SetExactRoom(c.room, c.growth, c.reach)()
 			rng := rand.New(rand.NewPCG(3, 4))
 			rules, all := manyPrefixRules(rng, 60)
 			n, err := bpf.TrieBuckets(rules)

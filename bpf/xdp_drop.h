@@ -102,7 +102,7 @@ enum prefix_limits {
 	PREFIX_DIR_SRC = 0,
 	PREFIX_DIR_DST = 1,
 	PORTS = 65536,            /* per direction, source first */
-	PREFIX_PROBES = 8,        /* slots an exact prefix may sit past its home */
+	PREFIX_PROBES = 16,       /* slots an exact prefix may sit past its home */
 };
 
 struct prefix_bucket {

@@ -80,7 +80,7 @@ const (
 	xdpDropPrefixLimitsPREFIX_DIR_SRC     xdpDropPrefixLimits = 0
 	xdpDropPrefixLimitsPREFIX_DIR_DST     xdpDropPrefixLimits = 1
 	xdpDropPrefixLimitsPORTS              xdpDropPrefixLimits = 65536
-	xdpDropPrefixLimitsPREFIX_PROBES      xdpDropPrefixLimits = 8
+	xdpDropPrefixLimitsPREFIX_PROBES      xdpDropPrefixLimits = 16
 )
 
 type xdpDropPrefixSlot struct {
