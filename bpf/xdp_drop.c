@@ -67,7 +67,10 @@ struct ipv6_frag_hdr {
  */
 volatile const __u8 verdicts[CLASS_COUNT];
 
-/* A dry run counts drops as such but passes every frame (read by rules). */
+/*
+ * A dry run counts drops as such but passes every frame. Not read by the
+ * program: the loader leaves VERDICT_DROP out of verdicts and rule_decisions.
+ */
 volatile const __u8 dry_run;
 
 /*
@@ -88,8 +91,8 @@ volatile const __u64 rule_proto[256]; /* by IP protocol */
  * bit of a mask finds its rule's decision in one load.
  */
 volatile const __u32 rule_decisions[RULE_MAX];
-volatile const __u64 rule_no_src;     /* rules without a source prefix: a trie miss */
-volatile const __u64 rule_no_dst;     /* rules without a destination prefix */
+volatile const __u64 rule_no_src;     /* rules without a source prefix: the mask of an address no prefix holds */
+volatile const __u64 rule_no_dst;     /* rules without a destination prefix: likewise */
 volatile const __u64 rule_ports;      /* rules with a port condition */
 volatile const __u32 prefix_hash_shift; /* 64 - log2(slots of prefix_exact's hash) */
 
