@@ -25,8 +25,9 @@ func xlated(t *testing.T, policy Policy) int {
 	return len(is)
 }
 
-// TestRulesPruned: the verifier removes the rule code when there are no
-// rules, and every lookup of a dimension no rule uses.
+// TestRulesPruned: a policy without rules loads the program compiled
+// without the rule code, and the verifier removes every lookup of a
+// dimension no rule uses.
 func TestRulesPruned(t *testing.T) {
 	testns.RequirePrivileged(t)
 	src := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
@@ -45,7 +46,7 @@ func TestRulesPruned(t *testing.T) {
 	t.Logf("instructions: no rules %d, protocol %d, ports %d, source prefixes %d, both prefixes %d, all %d",
 		none, protoOnly, portsOnly, srcOnly, prefixes, all)
 
-	require.Less(t, none, protoOnly, "no rules: the rule code is pruned")
+	require.Less(t, none, protoOnly, "no rules: the program without the rule code")
 	require.Less(t, protoOnly, portsOnly, "no ports: the port code is pruned")
 	require.Less(t, protoOnly, srcOnly, "no prefixes: the prefix code is pruned")
 	require.Less(t, srcOnly, prefixes, "no destination prefix: its lookup is pruned")
