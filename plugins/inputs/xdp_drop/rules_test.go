@@ -17,7 +17,8 @@ func withRules(drop []any, rules ...Rule) *XDPDrop {
 	return &XDPDrop{Interfaces: []string{"eth1"}, Drop: drop, Rules: rules}
 }
 
-// TestInitRules: the example config becomes the policy it says.
+// TestInitRules: an example rule set (management, memcached reflection, DNS
+// to the resolver) becomes the policy it says.
 func TestInitRules(t *testing.T) {
 	p := withRules([]any{"udp"},
 		Rule{Name: "mgmt", Action: "pass", SrcPrefix: []string{"192.0.2.0/24", "2001:db8:1::/48"}},
