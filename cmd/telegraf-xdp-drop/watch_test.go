@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -26,14 +27,7 @@ func TestWatchView(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\", \"icmp\"]\n  per_cpu = true\n", testns.Dev))
-	cmd := ns.Exec(binary, "-config", conf, "-watch")
-	var out, errOut syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	waitAttached(t, ns, testns.Dev)
+	w := startWatch(t, ns, conf)
 
 	mix := traffic.Mix()
 	gen, err := txgen.New()
@@ -53,10 +47,10 @@ func TestWatchView(t *testing.T) {
 	}
 	udp := row(`ipv4\s+udp\s+drop\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+62`)
 	deadline := time.Now().Add(testns.Hang)
-	for !udp.MatchString(out.String()) && time.Now().Before(deadline) {
+	for !udp.MatchString(w.out.String()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	screen := out.String()
+	screen := w.out.String()
 	require.Regexp(t, udp, screen)
 	require.Regexp(t, row(`ipv4\s+tcp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+40`), screen)
 	require.Regexp(t, row(`l2\s+arp\s+pass\s+[\d,]+\s+[\d.]+ [kMG]?B/s\s+6`), screen)
@@ -73,13 +67,40 @@ func TestWatchView(t *testing.T) {
 	}
 	t.Logf("watch view:\n%s", lastScreen(screen))
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	requireDetached(t, ns, "SIGINT to the watch view")
+	w.stop(t, ns, syscall.SIGINT, "SIGINT")
+}
+
+// watchView is the console view (-watch) of the binary, running in a
+// namespace.
+type watchView struct {
+	cmd         *exec.Cmd
+	out, errOut syncBuffer
+	done        chan error
+}
+
+// startWatch starts the watch view on conf and waits until it has attached
+// to testns.Dev; the test's end kills it if it still runs.
+func startWatch(t *testing.T, ns *testns.NS, conf string) *watchView {
+	t.Helper()
+	w := &watchView{cmd: ns.Exec(binary, "-config", conf, "-watch"), done: make(chan error, 1)}
+	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
+	require.NoError(t, w.cmd.Start())
+	go func() { w.done <- w.cmd.Wait() }()
+	t.Cleanup(func() { w.cmd.Process.Kill() })
+	waitAttached(t, ns, testns.Dev)
+	return w
+}
+
+// stop sends sig (named name) and requires the view to detach and exit 0.
+func (w *watchView) stop(t *testing.T, ns *testns.NS, sig syscall.Signal, name string) {
+	t.Helper()
+	require.NoError(t, w.cmd.Process.Signal(sig))
+	requireDetached(t, ns, name+" to the watch view")
 	select {
-	case err := <-done:
-		require.NoError(t, err, "stderr: %s", errOut.String())
+	case err := <-w.done:
+		require.NoError(t, err, "exit status after %s; stderr: %s", name, w.errOut.String())
 	case <-time.After(testns.Hang):
-		t.Fatalf("watch view still running %v after SIGINT", testns.Hang)
+		t.Fatalf("watch view still running %v after %s", testns.Hang, name)
 	}
 }
 
@@ -94,30 +115,16 @@ func TestWatchStopsOnSIGTERM(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
-	cmd := ns.Exec(binary, "-config", conf, "-watch")
-	var out, errOut syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	waitAttached(t, ns, testns.Dev)
+	w := startWatch(t, ns, conf)
 	// The first screen shows the view is running, its signal handler set.
 	deadline := time.Now().Add(testns.Hang)
-	for !strings.Contains(out.String(), "link xdpt0: attached") && time.Now().Before(deadline) {
+	for !strings.Contains(w.out.String(), "link xdpt0: attached") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.Contains(t, out.String(), "link xdpt0: attached")
+	require.Contains(t, w.out.String(), "link xdpt0: attached")
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	requireDetached(t, ns, "SIGTERM to the watch view")
-	select {
-	case err := <-done:
-		require.NoError(t, err, "exit status after SIGTERM; stderr: %s", errOut.String())
-	case <-time.After(testns.Hang):
-		t.Fatalf("watch view still running %v after SIGTERM", testns.Hang)
-	}
-	require.NotContains(t, errOut.String(), "E! ")
+	w.stop(t, ns, syscall.SIGTERM, "SIGTERM")
+	require.NotContains(t, w.errOut.String(), "E! ")
 }
 
 // TestWatchRules runs the console view on a config with rules and known
@@ -173,14 +180,7 @@ func TestWatchRules(t *testing.T) {
     dst_prefix = ["198.51.100.53/32"]
     dst_port = [53]
 `, testns.Dev, dry, long))
-			cmd := ns.Exec(binary, "-config", conf, "-watch")
-			var out, errOut syncBuffer
-			cmd.Stdout, cmd.Stderr = &out, &errOut
-			require.NoError(t, cmd.Start())
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			t.Cleanup(func() { cmd.Process.Kill() })
-			waitAttached(t, ns, testns.Dev)
+			w := startWatch(t, ns, conf)
 
 			gen, err := txgen.New()
 			require.NoError(t, err)
@@ -202,27 +202,20 @@ func TestWatchRules(t *testing.T) {
 				`xdpt0\s+shed-refl\.\.\.te-ams-1\s+` + drop + `\s+0\s+0\.0 B/s\s+0\n` +
 				`xdpt0\s+dns-to-resolver\s+pass` + rates + `13\n`)
 			deadline := time.Now().Add(testns.Hang)
-			for !section.MatchString(lastScreen(out.String())) && time.Now().Before(deadline) {
+			for !section.MatchString(lastScreen(w.out.String())) && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
-			screen := lastScreen(out.String())
+			screen := lastScreen(w.out.String())
 			require.Regexp(t, section, screen)
 			// The classes count the same frames by the action they got.
 			require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+udp\s+`+drop+rates+`28$`, screen)
 			require.Regexp(t, `(?m)^xdpt0\s+ipv4\s+udp\s+pass`+rates+`20$`, screen)
-			for _, line := range strings.Split(out.String(), "\n") {
+			for _, line := range strings.Split(w.out.String(), "\n") {
 				require.LessOrEqual(t, len(line), width, "line wider than %d columns: %q", width, line)
 			}
 			t.Logf("watch view:\n%s", screen)
 
-			require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-			requireDetached(t, ns, "SIGINT to the watch view")
-			select {
-			case err := <-done:
-				require.NoError(t, err, "stderr: %s", errOut.String())
-			case <-time.After(testns.Hang):
-				t.Fatalf("watch view still running %v after SIGINT", testns.Hang)
-			}
+			w.stop(t, ns, syscall.SIGINT, "SIGINT")
 		})
 	}
 }
