@@ -420,7 +420,8 @@ var (
 
 // placeExact lays out both directions' exact prefixes. Placed in order of
 // their home slots, each prefix goes to its home or the first free slot
-// after it (the least displacement there is for the set). A prefix that
+// after it, which keeps the farthest any prefix sits from its home small
+// (the layout Robin Hood hashing keeps). A prefix that
 // would sit too far from its home makes the table twice as large; after
 // maxExactGrowth doublings its bucket moves to the trie instead, which
 // costs that bucket speed, not correctness.
@@ -475,7 +476,7 @@ func placeExact(src, dst *prefixTables) exactTable {
 			}
 		}
 		for _, e := range failed {
-			a := netip.AddrFrom4([4]byte{})
+			var a netip.Addr
 			if e.key.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
 				var b [16]byte
 				for w := range e.key.addr {

@@ -328,7 +328,7 @@ static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int 
 		x = x * PREFIX_HASH_MUL + ((__u64)bpf_ntohl(key[1]) << 32 | bpf_ntohl(key[2]));
 		x = x * PREFIX_HASH_MUL + bpf_ntohl(key[3]);
 	}
-	/* Folding the high half in keeps keys that differ by a constant from homes a constant apart. */
+	/* Without folding the high half in, keys a constant apart would get homes a constant apart. */
 	x ^= x >> 32;
 	return (x * PREFIX_HASH_MUL) >> prefix_hash_shift;
 }
