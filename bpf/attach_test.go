@@ -35,12 +35,7 @@ func TestAttachRealTraffic(t *testing.T) {
 			p, err := bpf.Load(policy)
 			require.NoError(t, err)
 			defer p.Close()
-			require.NoError(t, ns.Do(func() error {
-				if err := ns.CheckAttachable(testns.Dev); err != nil {
-					return err
-				}
-				return p.Attach(ns.DevIdx, mode)
-			}))
+			require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, mode) }))
 			require.Equal(t, mode, p.Mode())
 			id, err := ns.XDPProgramID(testns.Dev)
 			require.NoError(t, err)

@@ -129,12 +129,7 @@ func TestJumboNative(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	require.False(t, p.MultiBuffer(), "the single-buffer program is loaded first")
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return p.Attach(ns.DevIdx, bpf.ModeNative)
-	}))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	require.Equal(t, bpf.ModeNative, p.Mode())
 	require.True(t, p.MultiBuffer(), "MTU 9000 needs the multi-buffer program")
 	id, err := ns.XDPProgramID(testns.Dev)
@@ -215,12 +210,7 @@ func TestJumboSingleBufferRefused(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	p.DisableMultiBuffer()
-	err = ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return p.Attach(ns.DevIdx, bpf.ModeNative)
-	})
+	err = ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) })
 	var refused *bpf.NativeRefusedError
 	require.ErrorAs(t, err, &refused)
 	require.Equal(t, jumboMTU, refused.MTU)
@@ -236,11 +226,11 @@ func TestJumboSingleBufferRefused(t *testing.T) {
 
 	// The largest MTU the error names is the one that works.
 	require.NoError(t, ns.SetMTU(testns.Peer, refused.MaxMTU))
-	require.NoError(t, ns.Do(func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	require.False(t, p.MultiBuffer())
 	require.NoError(t, p.Detach())
 	require.NoError(t, ns.SetMTU(testns.Peer, refused.MaxMTU+1))
-	require.Error(t, ns.Do(func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }), "one more is refused")
+	require.Error(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }), "one more is refused")
 }
 
 // TestJumboAutoFallsBack: with the multi-buffer program unavailable (as on
@@ -254,12 +244,7 @@ func TestJumboAutoFallsBack(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	p.DisableMultiBuffer()
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return p.Attach(ns.DevIdx, bpf.ModeAuto)
-	}))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeAuto) }))
 	require.Equal(t, bpf.ModeGeneric, p.Mode())
 	require.False(t, p.MultiBuffer())
 	var refused *bpf.NativeRefusedError
@@ -323,12 +308,7 @@ func TestMTUWhileAttached(t *testing.T) {
 	p, err := bpf.Load(bpf.Policy{DropAll: true})
 	require.NoError(t, err)
 	defer p.Close()
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return p.Attach(ns.DevIdx, bpf.ModeNative)
-	}))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	require.False(t, p.MultiBuffer(), "MTU 1500 needs no multi-buffer program")
 	require.NoError(t, ns.SetMTU(testns.Dev, jumboMTU), "the receiving end's own MTU is free")
 	err = ns.SetMTU(testns.Peer, jumboMTU)
@@ -339,7 +319,7 @@ func TestMTUWhileAttached(t *testing.T) {
 	require.NoError(t, p.Detach())
 
 	require.NoError(t, ns.SetMTU(testns.Peer, jumboMTU))
-	require.NoError(t, ns.Do(func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	require.True(t, p.MultiBuffer())
 	require.NoError(t, ns.SetMTU(testns.Peer, 1500), "lowered while attached")
 	require.NoError(t, ns.SetMTU(testns.Peer, jumboMTU), "raised again while attached")

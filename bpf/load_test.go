@@ -127,12 +127,7 @@ func TestCountingUnderLoad(t *testing.T) {
 	p, err := bpf.Load(bpf.Policy{Protocols: []uint8{17, 1, 47}})
 	require.NoError(t, err)
 	defer p.Close()
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(loadDev); err != nil {
-			return err
-		}
-		return p.Attach(devIdx, bpf.ModeNative)
-	}))
+	require.NoError(t, ns.Attach(loadDev, func() error { return p.Attach(devIdx, bpf.ModeNative) }))
 
 	var want, before, after bpf.Counters
 	var sent, delivered uint64

@@ -257,6 +257,17 @@ func (n *NS) CheckAttachable(ifname string) error {
 	return nil
 }
 
+// Attach runs attach on a thread inside this namespace once
+// CheckAttachable has allowed ifname: the one way tests attach.
+func (n *NS) Attach(ifname string, attach func() error) error {
+	return n.Do(func() error {
+		if err := n.CheckAttachable(ifname); err != nil {
+			return err
+		}
+		return attach()
+	})
+}
+
 // hostNS identifies the network namespace this process started in, read
 // before any thread moved: the machine's own, or one the tests were put in.
 var hostNS, hostNSErr = nsOf("/proc/self/ns/net")

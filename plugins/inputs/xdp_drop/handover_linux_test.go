@@ -69,12 +69,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		prog, err := bpf.Load(bpf.Policy{DropAll: true})
 		require.NoError(t, err)
 		defer prog.Close()
-		require.NoError(t, ns.Do(func() error {
-			if err := ns.CheckAttachable(testns.Peer); err != nil {
-				return err
-			}
-			return prog.Attach(ns.PeerIdx, bpf.ModeNative)
-		}))
+		require.NoError(t, ns.Attach(testns.Peer, func() error { return prog.Attach(ns.PeerIdx, bpf.ModeNative) }))
 		l, p, m, err := prog.FDs()
 		require.NoError(t, err)
 		dir := offerForeign(t, ns, dupAll(t, l, p, m))
@@ -89,12 +84,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		other, err := bpf.Load(bpf.Policy{DropAll: true})
 		require.NoError(t, err)
 		defer other.Close()
-		require.NoError(t, ns.Do(func() error {
-			if err := ns.CheckAttachable(testns.Dev); err != nil {
-				return err
-			}
-			return prog.Attach(ns.DevIdx, bpf.ModeNative)
-		}))
+		require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeNative) }))
 		l, p, _, err := prog.FDs()
 		require.NoError(t, err)
 		dir := offerForeign(t, ns, dupAll(t, l, p, other.CountersFD()))
@@ -165,12 +155,7 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	prog, err := bpf.Load(bpf.Policy{DropAll: true})
 	require.NoError(t, err)
 	defer prog.Close()
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return prog.Attach(ns.DevIdx, bpf.ModeGeneric)
-	}))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeGeneric) }))
 	l, p, m, err := prog.FDs()
 	require.NoError(t, err)
 	var netns uint64

@@ -256,12 +256,7 @@ func TestRecognisesOwnProgram(t *testing.T) {
 	stale, err := bpf.Load(bpf.Policy{DropAll: true})
 	require.NoError(t, err)
 	defer stale.Close()
-	require.NoError(t, ns.Do(func() error {
-		if err := ns.CheckAttachable(testns.Dev); err != nil {
-			return err
-		}
-		return stale.Attach(ns.DevIdx, bpf.ModeNative)
-	}))
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return stale.Attach(ns.DevIdx, bpf.ModeNative) }))
 
 	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
 	acc := startPlugin(t, ns, p)
