@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -250,21 +249,11 @@ type ruleThroughputCase struct {
 // which no prefix lookup is made for (like most of the traffic an
 // operator's rules are not aimed at).
 func rulesThroughput(e *env, cfg throughputConfig) ([]throughputResult, error) {
-	gen, err := loadReturn("xdp_bench_txgen", xdpTx)
+	gen, bare, done, err := throughputPrograms(e)
 	if err != nil {
 		return nil, err
 	}
-	defer gen.Close()
-	idle, err := e.keepInDispatcher(gen)
-	if err != nil {
-		return nil, err
-	}
-	defer idle.Close()
-	bare, err := loadReturn("xdp_bare_drop", xdpDrop)
-	if err != nil {
-		return nil, err
-	}
-	defer bare.Close()
+	defer done()
 	rules, src4, _ := benchRules(true, true, ruleBenchPrefixes)
 	// Frames no rule decides are dropped by the policy too: bare drops
 	// every frame, and a passed frame would cost the stack's work.
@@ -283,36 +272,12 @@ func rulesThroughput(e *env, cfg throughputConfig) ([]throughputResult, error) {
 	}
 	var results []throughputResult
 	for _, c := range cases {
-		var oursPPS, barePPS, ratio []float64
-		for t := 0; t < cfg.trials; t++ {
-			var pps [2]float64
-			for k := 0; k < 2; k++ {
-				isOurs := (k+t)%2 == 1
-				prog, o := bare, (*bpf.Program)(nil)
-				if isOurs {
-					prog, o = ours.XDP(), ours
-				}
-				tr, err := e.throughputTrial(gen, prog, o, link.XDPDriverMode, c.frame, cfg.frames)
-				for tries := 0; errors.Is(err, errInterrupted) && tries < 5; tries++ {
-					tr, err = e.throughputTrial(gen, prog, o, link.XDPDriverMode, c.frame, cfg.frames)
-				}
-				if err != nil {
-					return nil, fmt.Errorf("rules, %s, trial %d: %w", c.what, t, err)
-				}
-				if isOurs {
-					pps[1] = tr.mpps
-				} else {
-					pps[0] = tr.mpps
-				}
-			}
-			barePPS, oursPPS = append(barePPS, pps[0]), append(oursPPS, pps[1])
-			ratio = append(ratio, pps[1]/pps[0])
+		r, err := e.againstBare(gen, bare, ours, link.XDPDriverMode, c.frame, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("rules, %s: %w", c.what, err)
 		}
-		results = append(results, throughputResult{
-			mode: bpf.ModeNative, frame: fmt.Sprintf("IPv4/UDP %d B", len(c.frame)), what: c.what, target: c.target,
-			ours: median(oursPPS), bare: median(barePPS), ratio: median(ratio),
-			trials: cfg.trials, framesPerTrial: cfg.frames,
-		})
+		r.mode, r.what, r.target = bpf.ModeNative, c.what, c.target
+		results = append(results, r)
 	}
 	return results, nil
 }

@@ -42,21 +42,11 @@ type throughputResult struct {
 // re-enables bottom halves), so frames over that thread's CPU time is the
 // throughput of one core doing both; frames over wall time is shown beside it.
 func throughput(e *env, cfg throughputConfig) ([]throughputResult, []string, error) {
-	gen, err := loadReturn("xdp_bench_txgen", xdpTx)
+	gen, bare, done, err := throughputPrograms(e)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer gen.Close()
-	idle, err := e.keepInDispatcher(gen)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer idle.Close()
-	bare, err := loadReturn("xdp_bare_drop", xdpDrop)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer bare.Close()
+	defer done()
 	ours, err := bpf.Load(bpf.Policy{DropAll: true})
 	if err != nil {
 		return nil, nil, err
@@ -76,48 +66,82 @@ func throughput(e *env, cfg throughputConfig) ([]throughputResult, []string, err
 			}
 			flags = link.XDPGenericMode
 		}
-		var oursPPS, barePPS, oursWall, bareWall, ratio, ratioWall []float64
-		for t := 0; t < cfg.trials; t++ {
-			order := []bool{false, true} // false: bare, true: ours
-			if t%2 == 1 {
-				order = []bool{true, false}
-			}
-			var pps, wall [2]float64
-			for _, isOurs := range order {
-				prog, o := bare, (*bpf.Program)(nil)
-				if isOurs {
-					prog, o = ours.XDP(), ours
-				}
-				var tr trialResult
-				for tries := 0; ; tries++ {
-					tr, err = e.throughputTrial(gen, prog, o, flags, frame, cfg.frames)
-					if !errors.Is(err, errInterrupted) || tries == 5 {
-						break
-					}
-				}
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s mode, trial %d: %w", mode, t, err)
-				}
-				i := 0
-				if isOurs {
-					i = 1
-				}
-				pps[i], wall[i] = tr.mpps, tr.mppsWall
-			}
-			barePPS, oursPPS = append(barePPS, pps[0]), append(oursPPS, pps[1])
-			bareWall, oursWall = append(bareWall, wall[0]), append(oursWall, wall[1])
-			ratio = append(ratio, pps[1]/pps[0])
-			ratioWall = append(ratioWall, wall[1]/wall[0])
+		r, err := e.againstBare(gen, bare, ours, flags, frame, cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s mode: %w", mode, err)
 		}
-		results = append(results, throughputResult{
-			mode: mode, frame: fmt.Sprintf("IPv4/UDP %d B", len(frame)),
-			ours: median(oursPPS), bare: median(barePPS), ratio: median(ratio),
-			oursWall: median(oursWall), bareWall: median(bareWall), ratioWall: median(ratioWall),
-			trials: cfg.trials, framesPerTrial: cfg.frames,
-		})
+		r.mode = mode
+		results = append(results, r)
 	}
 	notes = append(notes, "throughput checked: in every trial the veth's rx_packets grew by exactly the frames sent, and in every trial of ours the counters grew by exactly as much")
 	return results, notes, nil
+}
+
+// throughputPrograms loads the traffic generator (kept in the XDP
+// dispatcher) and the bare program; done closes them.
+func throughputPrograms(e *env) (gen, bare *ebpf.Program, done func(), err error) {
+	gen, err = loadReturn("xdp_bench_txgen", xdpTx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idle, err := e.keepInDispatcher(gen)
+	if err != nil {
+		gen.Close()
+		return nil, nil, nil, err
+	}
+	bare, err = loadReturn("xdp_bare_drop", xdpDrop)
+	if err != nil {
+		idle.Close()
+		gen.Close()
+		return nil, nil, nil, err
+	}
+	return gen, bare, func() { bare.Close(); idle.Close(); gen.Close() }, nil
+}
+
+// againstBare runs cfg.trials trials of frame, bare and ours taking turns
+// on the same veth (the order reversed every other trial), and returns the
+// medians and the median of the ratios of the same trial.
+func (e *env) againstBare(gen, bare *ebpf.Program, ours *bpf.Program, flags link.XDPAttachFlags, frame []byte, cfg throughputConfig) (throughputResult, error) {
+	var oursPPS, barePPS, oursWall, bareWall, ratio, ratioWall []float64
+	for t := 0; t < cfg.trials; t++ {
+		order := []bool{false, true} // false: bare, true: ours
+		if t%2 == 1 {
+			order = []bool{true, false}
+		}
+		var pps, wall [2]float64
+		for _, isOurs := range order {
+			prog, o := bare, (*bpf.Program)(nil)
+			if isOurs {
+				prog, o = ours.XDP(), ours
+			}
+			var tr trialResult
+			var err error
+			for tries := 0; ; tries++ {
+				tr, err = e.throughputTrial(gen, prog, o, flags, frame, cfg.frames)
+				if !errors.Is(err, errInterrupted) || tries == 5 {
+					break
+				}
+			}
+			if err != nil {
+				return throughputResult{}, fmt.Errorf("trial %d: %w", t, err)
+			}
+			i := 0
+			if isOurs {
+				i = 1
+			}
+			pps[i], wall[i] = tr.mpps, tr.mppsWall
+		}
+		barePPS, oursPPS = append(barePPS, pps[0]), append(oursPPS, pps[1])
+		bareWall, oursWall = append(bareWall, wall[0]), append(oursWall, wall[1])
+		ratio = append(ratio, pps[1]/pps[0])
+		ratioWall = append(ratioWall, wall[1]/wall[0])
+	}
+	return throughputResult{
+		frame: fmt.Sprintf("IPv4/UDP %d B", len(frame)),
+		ours:  median(oursPPS), bare: median(barePPS), ratio: median(ratio),
+		oursWall: median(oursWall), bareWall: median(bareWall), ratioWall: median(ratioWall),
+		trials: cfg.trials, framesPerTrial: cfg.frames,
+	}, nil
 }
 
 type trialResult struct {
