@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -392,10 +391,7 @@ func TestHandoverUnmanagedReleased(t *testing.T) {
 // interface's namespace, not the binary's.
 func TestHandoverWithPins(t *testing.T) {
 	ns := testns.New(t)
-	pins := filepath.Join(bpf.DefaultBPFFS, fmt.Sprintf("xdpdrop-test-%d", time.Now().UnixNano()))
-	_, err := bpf.EnsureBPFFS(pins)
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(pins) })
+	pins := filepath.Join(testns.BPFFS(t, 0o700), "xdp_drop")
 	base := fmt.Sprintf("[[inputs.xdp_drop]]\n  namespace = %q\n  interfaces = [%q]\n  drop = [\"udp\"]\n", ns.Name, testns.Dev)
 	gen, err := txgen.New()
 	require.NoError(t, err)

@@ -80,8 +80,7 @@ func startInHost(t *testing.T, ns *testns.NS, config string) *proc {
 // over in place.
 func TestSharedPinPathNeverFights(t *testing.T) {
 	ns := testns.New(t)
-	pinPath := "/sys/fs/bpf/xdpdrop-test-shared-" + ns.Name[len("xdpdrop-test-"):]
-	t.Cleanup(func() { os.RemoveAll(pinPath) })
+	pinPath := filepath.Join(testns.BPFFS(t, 0o700), "xdp_drop")
 	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  namespace = %q\n  drop = [\"all\"]\n  pin_path = %q\n  keep_attached = true\n  replace = true\n",
 		testns.Dev, ns.Name, pinPath)
 	first := startInHost(t, ns, config)

@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,10 +101,14 @@ func TestLeastPrivilege(t *testing.T) {
 	require.Zero(t, id, "nothing attached")
 }
 
-// TestPinPathUnusableUnderFileCapabilities: with the file capabilities but
-// a pin_path it cannot use, the binary still enforces the drop policy,
-// without pins, and its warning names the command that fixes pinning.
-func TestPinPathUnusableUnderFileCapabilities(t *testing.T) {
+// TestPinPathUnderFileCapabilities: as the service user, with the file
+// capabilities, on a BPF filesystem whatever its mode, and without one.
+// Where it may create the pin directory it pins; where it may not, it still
+// enforces the drop policy, without pins, and its warning names the
+// directory that stops it, that directory's mode and the command that fixes
+// it. Each case mounts a BPF filesystem of its own: the host's /sys/fs/bpf,
+// its mode or its absence, changes nothing.
+func TestPinPathUnderFileCapabilities(t *testing.T) {
 	ns := testns.New(t)
 	dir, err := os.MkdirTemp("", "xdp-drop-cap")
 	require.NoError(t, err)
@@ -115,40 +119,73 @@ func TestPinPathUnusableUnderFileCapabilities(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(bin, raw, 0o755))
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
-	// A root-only directory on the BPF filesystem, as bpffs itself is.
-	bpffsDir, err := os.MkdirTemp(bpf.DefaultBPFFS, "xdpdrop-pintest-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(bpffsDir) })
-	pins := filepath.Join(bpffsDir, "pins")
-	conf := filepath.Join(dir, "xdp_drop.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = %q\n  handover_timeout = \"0s\"\n", testns.Dev, pins)), 0o644))
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	asNobody := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled"}
-
-	cases := []struct {
-		name string
-		cmd  *exec.Cmd
-		want string
-	}{
-		// nsenter keeps this mount namespace: the BPF filesystem is there,
-		// but root-only.
-		{"no permission", exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, "--"}, asNobody...)...),
-			`may not pass through (` + regexp.QuoteMeta(bpf.DefaultBPFFS) + `|` + regexp.QuoteMeta(bpffsDir) + `) \(mode 1?700\); as root run: chmod o\+x `},
-		// ip netns exec mounts a fresh /sys, without the BPF filesystem.
-		{"no BPF filesystem", ns.Exec(asNobody[0], asNobody[1:]...),
-			`no BPF filesystem on /sys/fs/bpf, and mounting one needs CAP_SYS_ADMIN, which this process lacks; as root run: mount -t bpf bpf /sys/fs/bpf`},
+	asNobody := func(pins string) []string {
+		conf := filepath.Join(dir, fmt.Sprintf("xdp_drop-%d.conf", time.Now().UnixNano()))
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = %q\n  handover_timeout = \"0s\"\n", testns.Dev, pins)), 0o644))
+		return []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled"}
 	}
-	for _, c := range cases {
+	// nsenter keeps this mount namespace, where the test's BPF filesystems are.
+	inTestNS := func(args []string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"--net=" + ns.Path, "--"}, args...)...)
+	}
+
+	// bpffs always sets the sticky bit on its root: systemd's mode=0700 mount
+	// is 1700. On a plain mount (1777), root's own directories stop the user.
+	for _, c := range []struct {
+		name      string
+		mountMode os.FileMode
+		private   string // a root-only directory on it to pin under, if any
+		wantMode  os.FileMode
+	}{
+		{"bpffs mode 1700", 0o700, "", 0o1700},
+		{"root-only directory on a bpffs of mode 1777", 0o1777, "private", 0o700},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, errOut := gatherOnce(t, c.cmd)
-			t.Logf("%s\n%s", testns.Cmdline(c.cmd), errOut)
+			blocked := filepath.Join(testns.BPFFS(t, c.mountMode), c.private)
+			require.NoError(t, os.MkdirAll(blocked, 0o700))
+			pins := filepath.Join(blocked, "pins")
+			out, errOut := gatherOnce(t, inTestNS(asNobody(pins)))
+			t.Logf("%s", errOut)
 			require.Contains(t, out, "attached=true", "the drop policy is enforced; stderr: %s", errOut)
-			require.Regexp(t, `W! interface "`+testns.Dev+`": attaching without pins, so counters restart at every restart: pin_path unusable: .*`+c.want, errOut)
+			require.Contains(t, errOut, fmt.Sprintf(`W! interface %q: attaching without pins, so counters restart at every restart: pin_path unusable: mkdir %s: permission denied; `+
+				`user nobody may not pass through %s (mode %04o); as root run: chmod o+x %s, or for the package's pin directory: systemd-tmpfiles --create %s`,
+				testns.Dev, pins, blocked, c.wantMode, blocked, bpf.PackageTmpfiles))
 			require.NotContains(t, errOut, "E! ")
 			_, err := os.Stat(pins)
 			require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
 		})
 	}
+
+	// A BPF filesystem mounted without systemd is open to all (1777): the
+	// service user creates the pin directory, its own, and pins there.
+	t.Run("bpffs mode 1777", func(t *testing.T) {
+		pins := filepath.Join(testns.BPFFS(t, 0o1777), "pins")
+		out, errOut := gatherOnce(t, inTestNS(asNobody(pins)))
+		t.Logf("%s", errOut)
+		require.Contains(t, out, "attached=true", "stderr: %s", errOut)
+		require.NotContains(t, errOut, "W! ")
+		require.NotContains(t, errOut, "E! ")
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Stat(filepath.Join(pins, testns.Dev), &st))
+		require.Equal(t, uint32(65534), st.Uid, "the pin directory is the service user's")
+		counters, err := filepath.Glob(filepath.Join(pins, testns.Dev, "counters_*"))
+		require.NoError(t, err)
+		require.Len(t, counters, 1, "the counters are pinned")
+	})
+
+	// ip netns exec mounts a fresh /sys, without the BPF filesystem, and the
+	// service user may not mount one.
+	t.Run("no BPF filesystem", func(t *testing.T) {
+		pins := filepath.Join(bpf.DefaultBPFFS, "xdpdrop-test-"+filepath.Base(dir), "pins")
+		args := asNobody(pins)
+		out, errOut := gatherOnce(t, ns.Exec(args[0], args[1:]...))
+		t.Logf("%s", errOut)
+		require.Contains(t, out, "attached=true", "the drop policy is enforced; stderr: %s", errOut)
+		require.Contains(t, errOut, fmt.Sprintf(`W! interface %q: attaching without pins, so counters restart at every restart: pin_path unusable: `+
+			`no BPF filesystem on /sys/fs/bpf, and mounting one needs CAP_SYS_ADMIN, which this process lacks; as root run: mount -t bpf bpf /sys/fs/bpf`, testns.Dev))
+		require.NotContains(t, errOut, "E! ")
+	})
 }
 
 // gatherOnce starts cmd, asks for one gather, closes stdin and returns what

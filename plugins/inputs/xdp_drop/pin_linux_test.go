@@ -3,8 +3,6 @@
 package xdp_drop
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,18 +19,11 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
 
-// pinDir returns a fresh directory on the BPF filesystem, removed with its
-// pins when the test ends.
+// pinDir returns a directory, not yet created, on a BPF filesystem of the
+// test's own (see testns.BPFFS), which goes with its pins when the test ends.
 func pinDir(t *testing.T) string {
 	t.Helper()
-	var b [4]byte
-	_, err := rand.Read(b[:])
-	require.NoError(t, err)
-	dir := filepath.Join(bpf.DefaultBPFFS, "xdpdrop-test-"+hex.EncodeToString(b[:]))
-	_, err = bpf.EnsureBPFFS(dir)
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return filepath.Join(testns.BPFFS(t, 0o700), "xdp_drop")
 }
 
 func runOnce(t *testing.T, ns *testns.NS, p *XDPDrop, flows []traffic.Flow, want uint64) *testutil.Accumulator {
