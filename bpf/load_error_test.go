@@ -5,6 +5,7 @@ package bpf
 import (
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
 
@@ -27,4 +28,6 @@ func TestLoadErrorCarriesVerifierLog(t *testing.T) {
 	require.Contains(t, err.Error(), "load XDP program")
 	require.Contains(t, err.Error(), "invalid bpf_context access", "the verifier's reason")
 	require.Contains(t, err.Error(), "processed", "the verifier's log, not only its last line")
+	var ve *ebpf.VerifierError
+	require.ErrorAs(t, err, &ve, "still a verifier error: the error field says the log is in Telegraf's log")
 }

@@ -543,10 +543,18 @@ func loadVariant(spec *ebpf.CollectionSpec, multiBuffer bool, opts *ebpf.Collect
 		return objs, fmt.Errorf("load XDP program: %w", err)
 	}
 	if ve != nil {
-		return objs, fmt.Errorf("load XDP program: %+v", ve)
+		return objs, fmt.Errorf("load XDP program: %w", verifierLog{ve})
 	}
 	return objs, fmt.Errorf("load XDP program: %w", err)
 }
+
+// verifierLog is the verifier's refusal with its whole log in the text,
+// still a *ebpf.VerifierError to errors.As. A named field, not embedded: an
+// embedded one would lend its Format, which prints the log cut short.
+type verifierLog struct{ err *ebpf.VerifierError }
+
+func (e verifierLog) Error() string { return fmt.Sprintf("%+v", e.err) }
+func (e verifierLog) Unwrap() error { return e.err }
 
 func programID(prog *ebpf.Program) (ebpf.ProgramID, error) {
 	info, err := prog.Info()

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
@@ -139,8 +141,20 @@ func TestInterfaceRecreatedBetweenGathers(t *testing.T) {
 
 // TestErrorFieldKeepsFirstLine: a verifier log would flood the error field
 // of xdp_drop_link; the field keeps its first line and points at the log.
+// Another multi-line error (errors joined) is not called a verifier log.
 func TestErrorFieldKeepsFirstLine(t *testing.T) {
 	require.Equal(t, `interface "eth1" not found`, firstLine(errors.New(`interface "eth1" not found`)))
 	require.Equal(t, "load XDP program: invalid argument (verifier log in Telegraf's log)",
-		firstLine(errors.New("load XDP program: invalid argument\n0: R1=ctx()\nprocessed 3 insns")))
+		firstLine(verifierRefusal{err: &ebpf.VerifierError{Cause: unix.EINVAL, Log: []string{"0: R1=ctx()", "processed 3 insns"}}}))
+	require.Equal(t, `enter namespace "x": operation not permitted (the rest in Telegraf's log)`,
+		firstLine(errors.Join(errors.New(`enter namespace "x": operation not permitted`), errors.New("could not return the thread to its network namespace"))))
 }
+
+// verifierRefusal is shaped as the bpf package's load error: the whole log
+// in its text, a *ebpf.VerifierError to errors.As.
+type verifierRefusal struct{ err *ebpf.VerifierError }
+
+func (e verifierRefusal) Error() string {
+	return "load XDP program: invalid argument\n0: R1=ctx()\nprocessed 3 insns"
+}
+func (e verifierRefusal) Unwrap() error { return e.err }

@@ -748,12 +748,17 @@ func (x *XDPDrop) link(ifc *iface) Link {
 	return l
 }
 
-// firstLine shortens a multi-line error (a verifier log) for the error
-// field; the whole text reaches Telegraf's log through the accumulator.
+// firstLine shortens a multi-line error (a verifier log, or errors joined)
+// for the error field; the whole text reaches Telegraf's log through the
+// accumulator, and the field says which it is.
 func firstLine(err error) string {
 	msg, rest, multi := strings.Cut(err.Error(), "\n")
-	if multi && rest != "" {
+	if !multi || rest == "" {
+		return msg
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
 		return msg + " (verifier log in Telegraf's log)"
 	}
-	return msg
+	return msg + " (the rest in Telegraf's log)"
 }
