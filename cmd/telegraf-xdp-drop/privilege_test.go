@@ -292,3 +292,48 @@ func TestReplaceUnderFileCapabilities(t *testing.T) {
 		require.Equal(t, uint32(foreignID), id, "left alone")
 	})
 }
+
+// TestNamespaceUnderFileCapabilities: entering another network namespace
+// needs CAP_SYS_ADMIN, which the file capabilities leave out, and XDP
+// attaches only in the caller's own. As the service user, a config that
+// names another namespace is refused at start with the reason and the
+// supported way (a Telegraf started in that namespace); started in the
+// namespace, as that way has it, the same config attaches.
+func TestNamespaceUnderFileCapabilities(t *testing.T) {
+	target := testns.New(t) // holds the interface
+	elsewhere := testns.New(t)
+	dir, err := os.MkdirTemp("", "xdp-drop-cap")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	bin := filepath.Join(dir, "telegraf-xdp-drop")
+	raw, err := os.ReadFile(binary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
+	conf := filepath.Join(dir, "xdp_drop.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  namespace = %q\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev, target.Name)), 0o644))
+	require.NoError(t, target.Do(func() error { return target.CheckAttachable(testns.Dev) }))
+	asNobodyIn := func(ns *testns.NS) *exec.Cmd {
+		return exec.Command("nsenter", "--net="+ns.Path, "--", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-poll_interval_disabled")
+	}
+
+	refused := asNobodyIn(elsewhere)
+	out, err := refused.CombinedOutput()
+	t.Logf("%s\n%s", testns.Cmdline(refused), out)
+	require.Error(t, err, "refused at start")
+	require.Contains(t, string(out), fmt.Sprintf(`namespace = %q: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks `+
+		`(the package grants the binary only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON), and XDP attaches only to the interfaces of the process's own namespace; `+
+		`remove namespace and run a Telegraf instance inside that namespace instead: in its systemd unit (or a drop-in), NetworkNamespacePath=/var/run/netns/%s`,
+		target.Name, target.Name))
+	require.NotContains(t, string(out), "verifier log")
+	require.NotContains(t, string(out), "xdp_drop_link")
+	id, err := target.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Zero(t, id, "nothing attached")
+
+	stdout, stderr := gatherOnce(t, asNobodyIn(target))
+	t.Logf("in the namespace:\n%s", stderr)
+	require.Contains(t, stdout, "attached=true", "stderr: %s", stderr)
+	require.NotContains(t, stderr, "E! ")
+}

@@ -7,27 +7,28 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
 )
 
 // inNamespace runs f on an OS thread inside the configured network
 // namespace, so that interface lookups and XDP attachment (which the kernel
-// resolves in the caller's namespace) act there. Without a namespace it runs
-// f directly.
+// resolves in the caller's namespace) act there. Without a namespace, or
+// when the process is in it already, it runs f directly.
 func (x *XDPDrop) inNamespace(f func() error) error {
 	if x.Namespace == "" {
 		return f()
 	}
-	path := x.Namespace
-	if !strings.Contains(path, "/") {
-		path = "/var/run/netns/" + path
-	}
+	path := x.namespacePath()
 	target, err := netns.GetFromPath(path)
 	if err != nil {
 		return fmt.Errorf("namespace = %q: %w; create it (ip netns add) or name an existing one", x.Namespace, err)
 	}
 	defer target.Close()
+	if ownNamespace(path) {
+		return f()
+	}
 
 	return nsthread.Do(func() error {
 		if err := netns.Set(target); err != nil {
@@ -35,4 +36,49 @@ func (x *XDPDrop) inNamespace(f func() error) error {
 		}
 		return nil
 	}, f)
+}
+
+// namespacePath is the file of the configured network namespace: a name is
+// one of ip netns's.
+func (x *XDPDrop) namespacePath() string {
+	if strings.Contains(x.Namespace, "/") {
+		return x.Namespace
+	}
+	return "/var/run/netns/" + x.Namespace
+}
+
+// checkNamespaceEntry refuses a namespace this process could never enter.
+// Entering another network namespace (setns) needs CAP_SYS_ADMIN, which the
+// binary's file capabilities rightly leave out; and there is no way around
+// it: an XDP link attaches to an interface of the caller's own namespace,
+// and a netlink request naming another namespace (IFLA_TARGET_NETNSID)
+// moves the caller's interface there instead of addressing one of its own.
+func (x *XDPDrop) checkNamespaceEntry() error {
+	if x.Namespace == "" || hasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(x.namespacePath()) {
+		return nil
+	}
+	return fmt.Errorf("namespace = %q: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks "+
+		"(the package grants the binary only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON), and XDP attaches only to the interfaces of the process's own namespace; "+
+		"remove namespace and run a Telegraf instance inside that namespace instead: in its systemd unit (or a drop-in), NetworkNamespacePath=%s",
+		x.Namespace, x.namespacePath())
+}
+
+// hasCapability reports whether the process holds capability c, effective.
+func hasCapability(c uint) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(c%32)) != 0
+}
+
+// ownNamespace reports whether path is the network namespace the process
+// is in.
+func ownNamespace(path string) bool {
+	var target, own unix.Stat_t
+	if unix.Stat(path, &target) != nil || unix.Stat("/proc/self/ns/net", &own) != nil {
+		return false
+	}
+	return target.Dev == own.Dev && target.Ino == own.Ino
 }

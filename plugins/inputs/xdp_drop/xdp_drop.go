@@ -198,7 +198,7 @@ func (x *XDPDrop) checkNamespace() error {
 	case x.Namespace == "." || x.Namespace == "..":
 		return fmt.Errorf("namespace = %q: not a namespace name", x.Namespace)
 	}
-	return nil
+	return x.checkNamespaceEntry()
 }
 
 func (x *XDPDrop) checkInterfaces() error {

@@ -19,3 +19,5 @@ func (*XDPDrop) Stop()                             {}
 func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
 
 func handoverDir() string { return "" }
+
+func (*XDPDrop) checkNamespaceEntry() error { return nil }
