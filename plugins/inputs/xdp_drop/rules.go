@@ -3,6 +3,7 @@ package xdp_drop
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,9 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	default:
 		return out, fail(`action = %q is not an action; use "drop" or "pass"`, r.Action)
 	}
+	if field := emptyCondition(r); field != "" {
+		return out, fail("%s = [] lists no value; leave %s out to match any value, or list the values to match", field, field)
+	}
 	var err error
 	if out.Protocols, err = parseRuleProtocols(r.Protocol); err != nil {
 		return out, fail("protocol: %w", err)
@@ -114,6 +118,20 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 		return out, fail("%w", err)
 	}
 	return out, nil
+}
+
+// emptyCondition names a condition given as an empty list, which would
+// otherwise match as if it were left out: any value. A field left out
+// decodes as nil, [] as an empty slice.
+func emptyCondition(r *Rule) string {
+	v := reflect.ValueOf(r).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice && !f.IsNil() && f.Len() == 0 {
+			key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+			return key
+		}
+	}
+	return ""
 }
 
 func checkRuleName(name string, n int) error {

@@ -136,6 +136,37 @@ func TestInitRuleErrors(t *testing.T) {
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
 }
 
+// TestEmptyConditionList: a condition given as [] is refused, naming the
+// rule and the field, rather than matching as if it were left out (any
+// value); a field left out still matches any value. The rules are decoded
+// from TOML, which tells the two apart.
+func TestEmptyConditionList(t *testing.T) {
+	const head = "interfaces = [\"eth1\"]\n[[rule]]\nname = \"web\"\naction = \"drop\"\nprotocol = [\"tcp\"]\ndst_port = [80]\n" +
+		"[[rule]]\nname = \"scan\"\naction = \"drop\"\n"
+	decode := func(t *testing.T, conf string) *XDPDrop {
+		t.Helper()
+		p := New()
+		_, err := toml.Decode(conf, p)
+		require.NoError(t, err)
+		return p
+	}
+	for field, rest := range map[string]string{
+		"protocol":   "protocol = []\nsrc_prefix = [\"192.0.2.0/24\"]\n",
+		"src_prefix": "protocol = [\"tcp\"]\nsrc_prefix = []\n",
+		"dst_prefix": "protocol = [\"tcp\"]\ndst_prefix = []\n",
+		"src_port":   "protocol = [\"tcp\"]\nsrc_port = []\n",
+		"dst_port":   "protocol = [\"tcp\"]\ndst_port = []\ndst_prefix = [\"192.0.2.0/24\"]\n",
+	} {
+		t.Run(field, func(t *testing.T) {
+			err := decode(t, head+rest).Init()
+			require.EqualError(t, err, `rule "scan": `+field+` = [] lists no value; leave `+field+` out to match any value, or list the values to match`)
+		})
+	}
+	p := decode(t, head+"protocol = [\"tcp\"]\n")
+	require.NoError(t, p.Init(), "fields left out match any value")
+	require.Equal(t, bpf.Rule{Name: "scan", Drop: true, Protocols: []uint8{6}}, p.policy.Rules[1])
+}
+
 // TestDocumentedRulesAreValid: the README's rule examples, and the one
 // sample.conf carries commented out, are configs Init accepts.
 func TestDocumentedRulesAreValid(t *testing.T) {
