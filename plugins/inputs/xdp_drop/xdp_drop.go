@@ -90,7 +90,7 @@ func (x *XDPDrop) Init() error {
 	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
 		x.mode = m
 	default:
-		return fmt.Errorf(`mode = %q is not a mode; use "native" (default), "generic", "offload" or "auto"`, x.Mode)
+		return fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode))
 	}
 	policy, err := parsePolicy(x.Drop, x.Rules)
 	if err != nil {
@@ -180,7 +180,7 @@ func tagName(name string) string {
 func (x *XDPDrop) checkPinning() error {
 	switch {
 	case x.PinPath != "" && !filepath.IsAbs(x.PinPath):
-		return fmt.Errorf("pin_path = %q is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", x.PinPath)
+		return fmt.Errorf("pin_path = %s is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", Quote(x.PinPath))
 	case x.KeepAttached && x.PinPath == "":
 		return errors.New(`keep_attached = true needs pin_path: the attachment is kept by pinning it, e.g. pin_path = "/sys/fs/bpf/xdp_drop"`)
 	}
@@ -192,11 +192,11 @@ func (x *XDPDrop) checkNamespace() error {
 	case x.Namespace == "":
 		return nil
 	case strings.ContainsAny(x.Namespace, " \t\n"):
-		return fmt.Errorf("namespace = %q: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", x.Namespace)
+		return fmt.Errorf("namespace = %s: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", Quote(x.Namespace))
 	case strings.Contains(x.Namespace, "/") && !filepath.IsAbs(x.Namespace):
-		return fmt.Errorf("namespace = %q: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", x.Namespace)
+		return fmt.Errorf("namespace = %s: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", Quote(x.Namespace))
 	case x.Namespace == "." || x.Namespace == "..":
-		return fmt.Errorf("namespace = %q: not a namespace name", x.Namespace)
+		return fmt.Errorf("namespace = %s: not a namespace name", Quote(x.Namespace))
 	}
 	return nil
 }
@@ -222,13 +222,13 @@ func (x *XDPDrop) checkInterfaces() error {
 		case entry == "":
 			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
 		case hasControl(entry):
-			return fmt.Errorf("interfaces: %q holds a NUL or control character, which no interface name can; list names as ip link shows them", entry)
+			return fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", Quote(entry))
 		case len(name) > maxIfaceName && !isPattern(entry):
-			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", entry, maxIfaceName)
+			return fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", Quote(entry), maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
-			return fmt.Errorf("interfaces: %q is not a valid interface name", entry)
+			return fmt.Errorf("interfaces: %s is not a valid interface name", Quote(entry))
 		case seen[name]:
-			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", entry)
+			return fmt.Errorf("interfaces: %s is listed twice; list each interface once", Quote(entry))
 		}
 		seen[name] = true
 		if isPattern(entry) {
@@ -237,15 +237,15 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	for _, p := range patterns {
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interfaces: %q is not a valid glob pattern: %v", p, err)
+			return fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	for _, p := range x.InterfaceExclude {
 		if hasControl(p) {
-			return fmt.Errorf("interface_exclude: %q holds a NUL or control character, which no interface name can", p)
+			return fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", Quote(p))
 		}
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interface_exclude: %q is not a valid glob pattern: %v", p, err)
+			return fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	exclude, err := filter.Compile(x.InterfaceExclude)
@@ -254,7 +254,7 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	for _, entry := range x.Interfaces {
 		if !isPattern(entry) && exclude != nil && exclude.Match(literalName(entry)) {
-			return fmt.Errorf("interfaces: %q is named exactly but also matches interface_exclude; remove one of the two", entry)
+			return fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", Quote(entry))
 		}
 	}
 	if len(patterns) == 0 {
@@ -312,7 +312,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			n, ok := lookupProtocol(v)
 			if !ok {
-				return bpf.Policy{}, fmt.Errorf("drop: %q is not an IP protocol name; %s%s", v, accepted, suggest(v))
+				return bpf.Policy{}, fmt.Errorf("drop: %s is not an IP protocol name; %s%s", Quote(v), accepted, suggest(v))
 			}
 			proto = n
 		case int64:
@@ -321,7 +321,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			proto = uint8(v)
 		default:
-			return bpf.Policy{}, fmt.Errorf("drop: %v (%T) is neither a protocol name nor a number; %s", item, item, accepted)
+			return bpf.Policy{}, fmt.Errorf("drop: %s (%T) is neither a protocol name nor a number; %s", quoteAny(item), item, accepted)
 		}
 		if seen[proto] {
 			return bpf.Policy{}, fmt.Errorf("drop: protocol %s (%d) is listed twice", protocolTag(proto), proto)
