@@ -72,6 +72,11 @@ const maxIfaceName = 15
 // DefaultHandoverTimeout is handover_timeout when it is not set.
 const DefaultHandoverTimeout = 10 * time.Second
 
+// MaxHandoverTimeout bounds handover_timeout: a reload's successor comes in
+// seconds, and an instance stopped for good must not go on dropping for long
+// after its agent has gone.
+const MaxHandoverTimeout = 10 * time.Minute
+
 // New returns the plugin with its defaults.
 func New() *XDPDrop {
 	return &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
@@ -106,8 +111,11 @@ func (x *XDPDrop) Init() error {
 	if err := x.checkPinning(); err != nil {
 		return err
 	}
-	if x.HandoverTimeout < 0 {
-		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, time.Duration(x.HandoverTimeout))
+	switch d := time.Duration(x.HandoverTimeout); {
+	case d < 0:
+		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, d)
+	case d > MaxHandoverTimeout:
+		return fmt.Errorf(`handover_timeout = "%s" is longer than %s: a stopped instance would go on dropping for that long; use a duration such as "10s" (a reload takes seconds), or keep_attached = true with pin_path to keep the program attached while no agent runs`, d, MaxHandoverTimeout)
 	}
 	x.handoverDir = handoverDir()
 

@@ -121,6 +121,8 @@ func TestInitErrors(t *testing.T) {
 		{"keep_attached without pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}, []string{"keep_attached", "pin_path"}},
 		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
 		{"negative handover_timeout", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(-time.Second)}, []string{"handover_timeout", `"-1s"`, "negative", `"0s"`}},
+		{"handover_timeout over 10 minutes", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(10*time.Minute + time.Second)},
+			[]string{`handover_timeout = "10m1s" is longer than 10m0s`, `"10s"`, "keep_attached = true"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,6 +138,29 @@ func TestInitErrors(t *testing.T) {
 
 func TestHandoverTimeoutDefault(t *testing.T) {
 	require.Equal(t, config.Duration(10*time.Second), New().HandoverTimeout)
+}
+
+// TestHandoverTimeoutBound: handover_timeout is refused past 10 minutes,
+// as TOML gives it ("2562047h" is the longest duration Go holds); up to 10
+// minutes and "0s" are accepted.
+func TestHandoverTimeoutBound(t *testing.T) {
+	for value, want := range map[string]string{
+		"0s":       "",
+		"10m":      "",
+		"600s":     "",
+		"601s":     `handover_timeout = "10m1s" is longer than 10m0s: a stopped instance would go on dropping for that long`,
+		"2562047h": `handover_timeout = "2562047h0m0s" is longer than 10m0s`,
+	} {
+		p := New()
+		_, err := toml.Decode("interfaces = [\"eth1\"]\ndrop = [\"all\"]\nhandover_timeout = \""+value+"\"\n", p)
+		require.NoError(t, err)
+		err = p.Init()
+		if want == "" {
+			require.NoError(t, err, value)
+			continue
+		}
+		require.ErrorContains(t, err, want, value)
+	}
 }
 
 func TestProtocolTags(t *testing.T) {
