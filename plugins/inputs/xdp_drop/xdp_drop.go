@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
@@ -166,20 +167,47 @@ func hasControl(s string) bool {
 
 // tagName is an interface name as line protocol carries it: valid UTF-8
 // without control characters, losslessly. Bytes that are not UTF-8, control
-// characters and the backslash become \xNN; every other name is unchanged.
+// characters (C0, DEL and C1) and the backslash become \xNN; every other
+// name is unchanged.
 func tagName(name string) string {
-	if utf8.ValidString(name) && !hasControl(name) && !strings.Contains(name, `\`) {
-		return name
+	return escapeBytes(name, true)
+}
+
+// Printable is a line of text (a log line, an error field) as it may reach
+// a terminal: bytes that are not UTF-8 and control characters other than
+// tab become \xNN, as in the interface tag, so no escape sequence in an
+// interface name or a path acts on the terminal. Backslashes stay, so that
+// text quoted with %q is unchanged.
+func Printable(line string) string {
+	return escapeBytes(line, false)
+}
+
+// escapeBytes writes the bytes of s that are not UTF-8, its control
+// characters (but tab, unless backslash) and, when backslash is set, its
+// backslashes as \xNN.
+func escapeBytes(s string, backslash bool) string {
+	escape := func(r rune, size int) bool {
+		return r == utf8.RuneError && size <= 1 || unicode.IsControl(r) && (r != '\t' || backslash) || backslash && r == '\\'
+	}
+	clean := true
+	for i := 0; i < len(s) && clean; {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		clean = !escape(r, size)
+		i += size
+	}
+	if clean {
+		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(name); {
-		r, size := utf8.DecodeRuneInString(name[i:])
-		if r == utf8.RuneError && size <= 1 || r < 0x20 || r == 0x7f || r == '\\' {
-			fmt.Fprintf(&b, `\x%02x`, name[i])
-			i++
-			continue
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !escape(r, size) {
+			b.WriteString(s[i : i+size])
+		} else {
+			for j := i; j < i+size; j++ {
+				fmt.Fprintf(&b, `\x%02x`, s[j])
+			}
 		}
-		b.WriteString(name[i : i+size])
 		i += size
 	}
 	return b.String()
