@@ -245,8 +245,8 @@ func TestLongValuesClipped(t *testing.T) {
 		"port list":    withRules(nil, Rule{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{[]any{long}}}),
 		"drop":         withRules([]any{long}),
 		"mode":         {Interfaces: []string{"eth1"}, Drop: udp, Mode: long},
-		"namespace":    {Interfaces: []string{"eth1"}, Drop: udp, Namespace: long + " x"},
-		"pin_path":     {Interfaces: []string{"eth1"}, Drop: udp, PinPath: long},
+		"namespace":    {Interfaces: []string{"eth1"}, Drop: udp, Namespace: long},
+		"pin_path":     {Interfaces: []string{"eth1"}, Drop: udp, PinPath: "/" + long},
 		"interfaces":   {Interfaces: []string{long}, Drop: udp},
 		"glob pattern": {Interfaces: []string{"[" + long}, Drop: udp},
 		"exclude":      {Interfaces: []string{"eth*"}, InterfaceExclude: []string{"[" + long}, Drop: udp},
@@ -256,7 +256,7 @@ func TestLongValuesClipped(t *testing.T) {
 			err := p.Init()
 			require.Error(t, err)
 			require.Less(t, len(err.Error()), 1024, "%.300s", err)
-			require.Regexp(t, `"\[?a{120}`, err.Error(), "the value's start")
+			require.Regexp(t, `"[[/]?a{120}`, err.Error(), "the value's start")
 			require.Regexp(t, `"…\(90000\d bytes\)`, err.Error(), "the value's length")
 		})
 	}

@@ -213,8 +213,17 @@ func escapeBytes(s string, backslash bool) string {
 	return b.String()
 }
 
+// maxPath and maxFileName are PATH_MAX and NAME_MAX less the NUL: no
+// longer path or name opens, and errors that repeat one stay short.
+const (
+	maxPath     = 4095
+	maxFileName = 255
+)
+
 func (x *XDPDrop) checkPinning() error {
 	switch {
+	case len(x.PinPath) > maxPath:
+		return fmt.Errorf("pin_path = %s is %d bytes long; a path has at most %d", Quote(x.PinPath), len(x.PinPath), maxPath)
 	case x.PinPath != "" && !filepath.IsAbs(x.PinPath):
 		return fmt.Errorf("pin_path = %s is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", Quote(x.PinPath))
 	case x.KeepAttached && x.PinPath == "":
@@ -227,6 +236,10 @@ func (x *XDPDrop) checkNamespace() error {
 	switch {
 	case x.Namespace == "":
 		return nil
+	case len(x.Namespace) > maxPath:
+		return fmt.Errorf("namespace = %s is %d bytes long; a path has at most %d", Quote(x.Namespace), len(x.Namespace), maxPath)
+	case !strings.Contains(x.Namespace, "/") && len(x.Namespace) > maxFileName:
+		return fmt.Errorf("namespace = %s is %d bytes long; a name in /var/run/netns has at most %d", Quote(x.Namespace), len(x.Namespace), maxFileName)
 	case strings.ContainsAny(x.Namespace, " \t\n"):
 		return fmt.Errorf("namespace = %s: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", Quote(x.Namespace))
 	case strings.Contains(x.Namespace, "/") && !filepath.IsAbs(x.Namespace):
