@@ -301,7 +301,8 @@ func parsePortRange(s string) (bpf.PortRange, error) {
 }
 
 // portDigits reads a port in decimal digits without a leading zero; ok is
-// false for anything else. A number too long to be a port reads as 65536.
+// false for anything else. A number too long to be a port reads as more
+// than 65535.
 func portDigits(t string) (n int, ok bool) {
 	if t == "" || t[0] == '0' && len(t) > 1 {
 		return 0, false
