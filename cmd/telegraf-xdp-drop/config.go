@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -67,7 +68,7 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 	}
 	plugin := xdp_drop.New()
 	if err := md.PrimitiveDecode(sections[0], plugin); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
+		return nil, fmt.Errorf("config %s: %w", path, decodeError(md, sections[0], err))
 	}
 	if err := checkKeyCase(md, plugin.Rules, sections[0]); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
@@ -75,14 +76,72 @@ func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		key := undecoded[0]
 		if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
-			return nil, fmt.Errorf("config %s: unknown section or key %q: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, key.String())
+			return nil, fmt.Errorf("config %s: unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, xdp_drop.Quote(key.String()))
 		}
 		if len(key) == 4 && key[2] == "rule" {
-			return nil, fmt.Errorf("config %s: %s: unknown key %q; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), key[3], xdp_drop.RuleKeys)
+			return nil, fmt.Errorf("config %s: %s: unknown key %s; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), xdp_drop.Quote(key[3]), xdp_drop.RuleKeys)
 		}
-		return nil, fmt.Errorf("config %s: unknown option %q; [[inputs.xdp_drop]] takes %s", path, key.String(), options)
+		return nil, fmt.Errorf("config %s: unknown option %s; [[inputs.xdp_drop]] takes %s", path, xdp_drop.Quote(key.String()), options)
 	}
 	return plugin, nil
+}
+
+// decodeError names the rule a type error is in, by position and name, as
+// the decoder names only the line and the key.
+func decodeError(md toml.MetaData, section toml.Primitive, err error) error {
+	var raw struct {
+		Rule []toml.Primitive `toml:"rule"`
+	}
+	if md.PrimitiveDecode(section, &raw) != nil {
+		return oneLine(err)
+	}
+	for i, p := range raw.Rule {
+		var r xdp_drop.Rule
+		rerr := md.PrimitiveDecode(p, &r)
+		if rerr == nil {
+			continue
+		}
+		label := fmt.Sprintf("rule %d", i+1)
+		var named struct {
+			Name any `toml:"name"`
+		}
+		if md.PrimitiveDecode(p, &named) == nil {
+			if name, ok := named.Name.(string); ok {
+				label += " (" + xdp_drop.Quote(name) + ")"
+			}
+		}
+		m := typeErrorText.FindStringSubmatch(oneLine(rerr).Error())
+		if m == nil {
+			return fmt.Errorf("%s: %w", label, oneLine(rerr))
+		}
+		return fmt.Errorf("%s: %s: line %s: %s%s", label, m[2], m[1], m[3], typeHint(m[2], m[3]))
+	}
+	return oneLine(err)
+}
+
+// typeErrorText parses the decoder's type error: the line, the key (its last
+// part) and the cause.
+var typeErrorText = regexp.MustCompile(`^toml: line (\d+) \(last key "(?:.*\.)?([a-z_]+)"\): (.*)$`)
+
+// typeHint says how to write a rule's key, from the type the decoder
+// wanted (the cause's last word).
+func typeHint(key, cause string) string {
+	rule := reflect.TypeFor[xdp_drop.Rule]()
+	var list bool
+	for i := range rule.NumField() {
+		if k, _, _ := strings.Cut(rule.Field(i).Tag.Get("toml"), ","); k == key {
+			list = rule.Field(i).Type.Kind() == reflect.Slice
+		}
+	}
+	switch {
+	case strings.HasSuffix(cause, "type slice"):
+		return fmt.Sprintf("; write a list in brackets, e.g. %s = [...]", key)
+	case strings.HasSuffix(cause, "type string") && list:
+		return fmt.Sprintf(`; write each entry in quotes, e.g. %s = ["..."]`, key)
+	case strings.HasSuffix(cause, "type string"):
+		return fmt.Sprintf(`; write a string in quotes, e.g. %s = "..."`, key)
+	}
+	return ""
 }
 
 // checkKeyCase refuses a key that is an option only when case is ignored:
@@ -92,7 +151,7 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 	const why = "keys are case-sensitive"
 	for _, key := range md.Keys() {
 		if key[0] != "inputs" && strings.EqualFold(key[0], "inputs") {
-			return fmt.Errorf("unknown section or key %q (%s); did you mean [[inputs.xdp_drop]]?", key.String(), why)
+			return fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why)
 		}
 		if len(key) < 3 || key[0] != "inputs" || key[1] != "xdp_drop" {
 			continue
@@ -131,7 +190,7 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 				continue
 			}
 			if i < len(rules) && rules[i].Name != "" {
-				return fmt.Sprintf("rule %q", rules[i].Name)
+				return "rule " + xdp_drop.Quote(rules[i].Name)
 			}
 			return fmt.Sprintf("rule %d", i+1)
 		}

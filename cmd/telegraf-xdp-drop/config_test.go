@@ -51,3 +51,15 @@ func TestConfigNotARegularFile(t *testing.T) {
 		})
 	}
 }
+
+// TestLongRuleNameShortLogLine: the binary given a rule whose name is
+// 900 kB long exits with one short error line naming the rule's position,
+// the start of the name and its length.
+func TestLongRuleNameShortLogLine(t *testing.T) {
+	conf := writeConfig(t, "[[inputs.xdp_drop]]\n  interfaces = [\"a0\"]\n  [[inputs.xdp_drop.rule]]\n    name = \""+strings.Repeat("a", 900_000)+
+		"\"\n    action = \"drop\"\n    protocol = [\"udp\"]\n")
+	out, err := exec.Command(binary, "-config", conf, "-poll_interval_disabled").CombinedOutput()
+	require.Error(t, err)
+	require.Less(t, len(out), 1024, "%.300s", out)
+	require.Regexp(t, `^E! config .*: rule 1: name "a{128}"…\(900000 bytes\) is 900000 characters long; use \[a-z0-9_.-\], at most 64 characters\n$`, string(out))
+}

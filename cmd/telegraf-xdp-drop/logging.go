@@ -10,6 +10,8 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/logger"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 // levelWriter prints log messages the way inputs.execd reads a child's
@@ -29,7 +31,8 @@ func (w *levelWriter) print(level telegraf.LogLevel, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, line := range strings.Split(msg, "\n") {
-		fmt.Fprintf(w.out, "%s %s\n", level.Indicator(), line)
+		// A name or path in the line may hold escape sequences: none reaches the terminal.
+		fmt.Fprintf(w.out, "%s %s\n", level.Indicator(), xdp_drop.Printable(line))
 	}
 }
 

@@ -76,3 +76,57 @@ func TestKeysAreCaseSensitive(t *testing.T) {
 	require.Len(t, p.Rules, 2)
 	require.Equal(t, []any{int64(53)}, p.Rules[1].DstPort)
 }
+
+// TestRuleTypeErrorNamesTheRule: a value of the wrong TOML type inside a
+// rule is refused naming the rule by position and name, the key and the
+// line, and how to write it; a rule without a (string) name is named by
+// position alone.
+func TestRuleTypeErrorNamesTheRule(t *testing.T) {
+	const head = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n" +
+		"  [[inputs.xdp_drop.rule]]\n    name = \"mgmt\"\n    action = \"pass\"\n    src_prefix = [\"192.0.2.0/24\"]\n" +
+		"  [[inputs.xdp_drop.rule]]\n    name = \"ntp\"\n    action = \"drop\"\n    protocol = [\"udp\"]\n    src_port = [123]\n"
+	cases := []struct{ name, rule, want string }{
+		{"port not a list", "  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = 53\n",
+			`rule 3 ("dns"): dst_port: line 17: incompatible types: TOML value has type int64; destination has type slice; write a list in brackets, e.g. dst_port = [...]`},
+		{"prefix not a string", "  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    src_prefix = [\"192.0.2.0/24\", 10]\n",
+			`rule 3 ("dns"): src_prefix: line 16: incompatible types: TOML value has type int64; destination has type string; write each entry in quotes, e.g. src_prefix = ["..."]`},
+		{"name not a string", "  [[inputs.xdp_drop.rule]]\n    name = 3\n    action = \"pass\"\n    protocol = [\"udp\"]\n",
+			`rule 3: name: line 14: incompatible types: TOML value has type int64; destination has type string; write a string in quotes, e.g. name = "..."`},
+		{"inline rule", "  rule = [{name = \"dns\", action = \"pass\", protocol = \"udp\"}]\n",
+			`rule 1 ("dns"): protocol: line 13: incompatible types: TOML value has type string; destination has type slice; write a list in brackets, e.g. protocol = [...]`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
+			text := head + c.rule
+			if strings.HasPrefix(c.rule, "  rule = ") {
+				text = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n" + strings.Repeat("\n", 9) + c.rule
+			}
+			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
+			_, err := loadConfig(conf)
+			require.EqualError(t, err, "config "+conf+": "+c.want)
+		})
+	}
+}
+
+// TestLongKeysAndNamesClipped: the loader's errors repeat at most 128 bytes
+// of an unknown key or a rule name: a 900 kB name makes a short error.
+func TestLongKeysAndNamesClipped(t *testing.T) {
+	long := strings.Repeat("a", 900_000)
+	head := "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n"
+	for name, text := range map[string]string{
+		"unknown option":      head + "  " + long + " = 1\n",
+		"unknown rule key":    head + "  [[inputs.xdp_drop.rule]]\n    name = \"" + long + "\"\n    action = \"drop\"\n    protocol = [\"udp\"]\n    port = [1]\n",
+		"rule type error":     head + "  [[inputs.xdp_drop.rule]]\n    name = \"" + long + "\"\n    action = \"drop\"\n    protocol = \"udp\"\n",
+		"unknown section key": head + "[" + long + "]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
+			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
+			_, err := loadConfig(conf)
+			require.Error(t, err)
+			require.Less(t, len(err.Error()), 1024, "%.300s", err)
+			require.Regexp(t, `"…\(9000\d\d bytes\)`, err.Error())
+		})
+	}
+}

@@ -87,7 +87,7 @@ func TestForeignPinsKept(t *testing.T) {
 	}
 	require.ElementsMatch(t, foreign, left, "only the plugin's own pins are removed")
 	require.Contains(t, strings.Join(log.all(), "\n"),
-		fmt.Sprintf(`I! interface "xdpt2": unpinned its counters; left %s in place, holding counters_mine, important that xdp_drop did not pin`, ifDir))
+		fmt.Sprintf(`I! interface "xdpt2": unpinned its counters; left %q in place, holding counters_mine, important that xdp_drop did not pin`, ifDir))
 }
 
 // TestPinPathNotADirectory: pin_path naming a pinned map, or a pinned map

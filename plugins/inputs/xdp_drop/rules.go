@@ -3,6 +3,7 @@ package xdp_drop
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,7 +87,10 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	case "":
 		return out, fail(`action is missing; use action = "drop" or "pass"`)
 	default:
-		return out, fail(`action = %q is not an action; use "drop" or "pass"`, r.Action)
+		return out, fail(`action = %s is not an action; use "drop" or "pass"`, Quote(r.Action))
+	}
+	if field := emptyCondition(r); field != "" {
+		return out, fail("%s = [] lists no value; leave %s out to match any value, or list the values to match", field, field)
 	}
 	var err error
 	if out.Protocols, err = parseRuleProtocols(r.Protocol); err != nil {
@@ -116,17 +120,31 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	return out, nil
 }
 
+// emptyCondition names a condition given as an empty list, which would
+// otherwise match as if it were left out: any value. A field left out
+// decodes as nil, [] as an empty slice.
+func emptyCondition(r *Rule) string {
+	v := reflect.ValueOf(r).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice && !f.IsNil() && f.Len() == 0 {
+			key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("toml"), ",")
+			return key
+		}
+	}
+	return ""
+}
+
 func checkRuleName(name string, n int) error {
 	const rule = "use [a-z0-9_.-], at most 64 characters"
 	switch {
 	case name == "":
 		return fmt.Errorf("rule %d: name is missing; every rule needs a unique name (%s): it is the rule tag of xdp_drop_rule", n, rule)
 	case len(name) > maxRuleName:
-		return fmt.Errorf("rule %d: name %q is %d characters long; %s", n, name, len(name), rule)
+		return fmt.Errorf("rule %d: name %s is %d characters long; %s", n, Quote(name), len(name), rule)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("rule %d: name %q holds %q; %s", n, name, c, rule)
+			return fmt.Errorf("rule %d: name %s holds %q; %s", n, Quote(name), c, rule)
 		}
 	}
 	return nil
@@ -141,7 +159,7 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 		case string:
 			n, ok := lookupProtocol(v)
 			if !ok {
-				return nil, fmt.Errorf("%q is not an IP protocol name; use names or numbers 0-255 such as \"udp\" or 47%s", v, suggest(v))
+				return nil, fmt.Errorf("%s is not an IP protocol name; use names or numbers 0-255 such as \"udp\" or 47%s", Quote(v), suggest(v))
 			}
 			proto = n
 		case int64:
@@ -150,7 +168,7 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 			}
 			proto = uint8(v)
 		default:
-			return nil, fmt.Errorf("%v (%T) is neither a protocol name nor a number", item, item)
+			return nil, fmt.Errorf("%s (%T) is neither a protocol name nor a number", quoteAny(item), item)
 		}
 		if slices.Contains(out, proto) {
 			return nil, fmt.Errorf("%s (%d) is listed twice", protocolTag(proto), proto)
@@ -161,23 +179,33 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 }
 
 // parsePrefixes reads address prefixes; a bare address is a host prefix.
+// A prefix listed twice, however spelt, is refused: in a pasted list it is
+// more likely a mistake than meant.
 func parsePrefixes(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
+	seen := make(map[netip.Prefix]string, len(list))
 	for _, s := range list {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			a, aerr := netip.ParseAddr(s)
 			if aerr != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("%q is not an address prefix; write prefixes such as \"192.0.2.0/24\" or \"2001:db8::/32\"", s)
+				return nil, fmt.Errorf("%s is not an address prefix; write prefixes such as \"192.0.2.0/24\" or \"2001:db8::/32\"", Quote(s))
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
 		if p.Addr().Is4In6() {
-			return nil, fmt.Errorf("%q is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", s)
+			return nil, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", Quote(s))
 		}
 		if m := p.Masked(); m != p {
-			return nil, fmt.Errorf("%q has host bits set; did you mean %q?", s, m.String())
+			return nil, fmt.Errorf("%s has host bits set; did you mean %q?", Quote(s), m.String())
 		}
+		switch first, dup := seen[p]; {
+		case dup && first == s:
+			return nil, fmt.Errorf("%s is listed twice; list each prefix once", Quote(s))
+		case dup:
+			return nil, fmt.Errorf("%s and %s are the same prefix; list each prefix once", Quote(first), Quote(s))
+		}
+		seen[p] = s
 		out = append(out, p)
 	}
 	if len(out) == 0 {
@@ -237,7 +265,7 @@ func parsePorts(list []any) ([]bpf.PortRange, error) {
 				return nil, err
 			}
 		default:
-			return nil, fmt.Errorf("%v (%T) is neither a port number nor a range such as \"1000-1999\"", item, item)
+			return nil, fmt.Errorf("%s (%T) is neither a port number nor a range such as \"1000-1999\"", quoteAny(item), item)
 		}
 		out = append(out, r)
 	}
@@ -251,33 +279,58 @@ func portNumber(v int64) (uint16, error) {
 	return uint16(v), nil
 }
 
+// parsePortRange reads "80" or "1000-1999" written in decimal digits alone:
+// "+80", " 81 " and "082" (a leading zero reads as octal elsewhere) are
+// refused with the spelling to use, as they may not say what was meant.
 func parsePortRange(s string) (bpf.PortRange, error) {
 	lo, hi, isRange := strings.Cut(s, "-")
-	parse := func(t string) (uint16, error) {
-		n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q is neither a port number nor a range such as \"1000-1999\"", s)
-		}
-		if n < 0 || n > 65535 {
-			return 0, fmt.Errorf("%q is out of range; ports are 0-65535", s)
-		}
-		return uint16(n), nil
-	}
-	l, err := parse(lo)
-	if err != nil {
-		return bpf.PortRange{}, err
-	}
 	if !isRange {
-		return bpf.PortRange{Lo: l, Hi: l}, nil
+		hi = lo
 	}
-	h, err := parse(hi)
-	if err != nil {
-		return bpf.PortRange{}, err
+	l, lok := portDigits(lo)
+	h, hok := portDigits(hi)
+	switch {
+	case !lok || !hok:
+		return bpf.PortRange{}, badPort(s)
+	case l > 65535 || h > 65535:
+		return bpf.PortRange{}, fmt.Errorf("%s is out of range; ports are 0-65535", Quote(s))
+	case l > h:
+		return bpf.PortRange{}, fmt.Errorf("%s is reversed; write \"%d-%d\"", Quote(s), h, l)
 	}
-	if l > h {
-		return bpf.PortRange{}, fmt.Errorf("%q is reversed; write \"%d-%d\"", s, h, l)
+	return bpf.PortRange{Lo: uint16(l), Hi: uint16(h)}, nil
+}
+
+// portDigits reads a port in decimal digits without a leading zero; ok is
+// false for anything else. A number too long to be a port reads as more
+// than 65535.
+func portDigits(t string) (n int, ok bool) {
+	if t == "" || t[0] == '0' && len(t) > 1 {
+		return 0, false
 	}
-	return bpf.PortRange{Lo: l, Hi: h}, nil
+	for i := 0; i < len(t); i++ {
+		if t[i] < '0' || t[i] > '9' {
+			return 0, false
+		}
+		if n <= 65535 {
+			n = n*10 + int(t[i]-'0')
+		}
+	}
+	return n, true
+}
+
+// badPort refuses a port string, with the spelling to use when it reads as
+// a port once signs, spaces and leading zeros are dropped.
+func badPort(s string) error {
+	lo, hi, isRange := strings.Cut(s, "-")
+	l, lerr := strconv.ParseUint(strings.TrimLeft(strings.TrimSpace(lo), "+"), 10, 16)
+	h, herr := strconv.ParseUint(strings.TrimLeft(strings.TrimSpace(hi), "+"), 10, 16)
+	switch {
+	case lerr == nil && !isRange:
+		return fmt.Errorf("%s: write the port as %d (digits only: no sign, spaces or leading zeros)", Quote(s), l)
+	case lerr == nil && herr == nil && l <= h:
+		return fmt.Errorf("%s: write the range as \"%d-%d\" (digits only: no sign, spaces or leading zeros)", Quote(s), l, h)
+	}
+	return fmt.Errorf("%s is neither a port number nor a range such as \"1000-1999\"", Quote(s))
 }
 
 // checkPortProtocols: ports need a protocol limited to those that carry them.

@@ -106,6 +106,21 @@ func TestInitRuleErrors(t *testing.T) {
 		{"range out of range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1000-70000"}}}, []string{`rule "x"`, "dst_port", `"1000-70000"`, "0-65535"}},
 		{"reversed range", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{"2000-1000"}}}, []string{`rule "x"`, "src_port", `"2000-1000"`, "reversed", `"1000-2000"`}},
 		{"bad range", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{"http"}}}, []string{`rule "x"`, "src_port", `"http"`, "1000-1999"}},
+		{"port with a sign", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"+80"}}}, []string{`rule "x": dst_port: "+80": write the port as 80 (digits only: no sign, spaces or leading zeros)`}},
+		{"port with spaces", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{" 81 "}}}, []string{`rule "x": src_port: " 81 ": write the port as 81`}},
+		{"port with a leading zero", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"082"}}}, []string{`rule "x": dst_port: "082": write the port as 82`}},
+		{"range with a leading zero", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"080-0090"}}}, []string{`rule "x": dst_port: "080-0090": write the range as "80-90"`}},
+		{"range with spaces", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1000 - 1999"}}}, []string{`rule "x": dst_port: "1000 - 1999": write the range as "1000-1999"`}},
+		{"range with a sign", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"+1-+2"}}}, []string{`rule "x": dst_port: "+1-+2": write the range as "1-2"`}},
+		{"negative range", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"-5"}}}, []string{`rule "x": dst_port: "-5" is neither a port number nor a range`}},
+		{"empty port", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{""}}}, []string{`rule "x": dst_port: "" is neither a port number nor a range`}},
+		{"long port string", []Rule{{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{"1234567"}}}, []string{`rule "x": dst_port: "1234567" is out of range; ports are 0-65535`}},
+		{"repeated prefix", []Rule{{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2.0/24", "198.51.100.0/24", "192.0.2.0/24"}}},
+			[]string{`rule "x": src_prefix: "192.0.2.0/24" is listed twice; list each prefix once`}},
+		{"host prefix spelt twice", []Rule{{Name: "x", Action: "drop", DstPrefix: []string{"10.0.0.1", "10.0.0.1/32"}}},
+			[]string{`rule "x": dst_prefix: "10.0.0.1" and "10.0.0.1/32" are the same prefix; list each prefix once`}},
+		{"IPv6 prefix spelt twice", []Rule{{Name: "x", Action: "drop", SrcPrefix: []string{"2001:db8::/32", "2001:0DB8:0::/32"}}},
+			[]string{`rule "x": src_prefix: "2001:db8::/32" and "2001:0DB8:0::/32" are the same prefix`}},
 		{"port float", []Rule{{Name: "x", Action: "drop", Protocol: udp, SrcPort: []any{53.5}}}, []string{`rule "x"`, "src_port", "53.5"}},
 		{"ports without protocol", []Rule{{Name: "x", Action: "drop", DstPort: []any{int64(53)}}}, []string{`rule "x"`, "dst_port", "tcp, udp, sctp or udplite"}},
 		{"ports with icmp", []Rule{{Name: "x", Action: "drop", Protocol: []any{"udp", "icmp"}, SrcPort: []any{int64(53)}}}, []string{`rule "x"`, "src_port", "icmp carries no ports", "tcp, udp, sctp or udplite"}},
@@ -134,6 +149,40 @@ func TestInitRuleErrors(t *testing.T) {
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", Protocol: udp, SrcPort: portList(1024), DstPort: append(portList(1023), int64(1000))}).Init(),
 		"1024 port entries per field fit, repeated ones too")
 	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", SrcPrefix: prefixes(50_000, false), DstPrefix: prefixes(50_000, false)}).Init(), "100,000 prefixes fit")
+	require.NoError(t, withRules(nil, Rule{Name: "a", Action: "drop", Protocol: udp, SrcPrefix: []string{"10.0.0.0/8", "10.0.0.0/16"}, DstPrefix: []string{"10.0.0.0/8"},
+		SrcPort: []any{"0", "0-0", int64(0)}, DstPort: []any{"65535", "1-65535"}}).Init(),
+		"nested prefixes, a prefix in both directions, port 0 and 65535 written as digits")
+}
+
+// TestEmptyConditionList: a condition given as [] is refused, naming the
+// rule and the field, rather than matching as if it were left out (any
+// value); a field left out still matches any value. The rules are decoded
+// from TOML, which tells the two apart.
+func TestEmptyConditionList(t *testing.T) {
+	const head = "interfaces = [\"eth1\"]\n[[rule]]\nname = \"web\"\naction = \"drop\"\nprotocol = [\"tcp\"]\ndst_port = [80]\n" +
+		"[[rule]]\nname = \"scan\"\naction = \"drop\"\n"
+	decode := func(t *testing.T, conf string) *XDPDrop {
+		t.Helper()
+		p := New()
+		_, err := toml.Decode(conf, p)
+		require.NoError(t, err)
+		return p
+	}
+	for field, rest := range map[string]string{
+		"protocol":   "protocol = []\nsrc_prefix = [\"192.0.2.0/24\"]\n",
+		"src_prefix": "protocol = [\"tcp\"]\nsrc_prefix = []\n",
+		"dst_prefix": "protocol = [\"tcp\"]\ndst_prefix = []\n",
+		"src_port":   "protocol = [\"tcp\"]\nsrc_port = []\n",
+		"dst_port":   "protocol = [\"tcp\"]\ndst_port = []\ndst_prefix = [\"192.0.2.0/24\"]\n",
+	} {
+		t.Run(field, func(t *testing.T) {
+			err := decode(t, head+rest).Init()
+			require.EqualError(t, err, `rule "scan": `+field+` = [] lists no value; leave `+field+` out to match any value, or list the values to match`)
+		})
+	}
+	p := decode(t, head+"protocol = [\"tcp\"]\n")
+	require.NoError(t, p.Init(), "fields left out match any value")
+	require.Equal(t, bpf.Rule{Name: "scan", Drop: true, Protocols: []uint8{6}}, p.policy.Rules[1])
 }
 
 // TestDocumentedRulesAreValid: the README's rule examples, and the one
@@ -178,4 +227,48 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		require.NoError(t, p.Init(), "example %d", i)
 		require.GreaterOrEqual(t, len(p.policy.Rules), 3, "example %d", i)
 	}
+}
+
+// TestLongValuesClipped: an error repeats at most 128 bytes of a config
+// value, with its length, however long the value: a 900 kB rule name makes
+// a short error, not a 900 kB log line.
+func TestLongValuesClipped(t *testing.T) {
+	const size = 900_000
+	long := strings.Repeat("a", size)
+	udp := []any{"udp"}
+	cases := map[string]*XDPDrop{
+		"rule name":    withRules(nil, Rule{Name: long, Action: "drop", Protocol: udp}),
+		"action":       withRules(nil, Rule{Name: "x", Action: long, Protocol: udp}),
+		"protocol":     withRules(nil, Rule{Name: "x", Action: "drop", Protocol: []any{long}}),
+		"src_prefix":   withRules(nil, Rule{Name: "x", Action: "drop", SrcPrefix: []string{long}}),
+		"dst_port":     withRules(nil, Rule{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{long}}),
+		"port list":    withRules(nil, Rule{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{[]any{long}}}),
+		"drop":         withRules([]any{long}),
+		"mode":         {Interfaces: []string{"eth1"}, Drop: udp, Mode: long},
+		"namespace":    {Interfaces: []string{"eth1"}, Drop: udp, Namespace: long},
+		"pin_path":     {Interfaces: []string{"eth1"}, Drop: udp, PinPath: "/" + long},
+		"interfaces":   {Interfaces: []string{long}, Drop: udp},
+		"glob pattern": {Interfaces: []string{"[" + long}, Drop: udp},
+		"exclude":      {Interfaces: []string{"eth*"}, InterfaceExclude: []string{"[" + long}, Drop: udp},
+	}
+	for name, p := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := p.Init()
+			require.Error(t, err)
+			require.Less(t, len(err.Error()), 1024, "%.300s", err)
+			require.Regexp(t, `"[[/]?a{120}`, err.Error(), "the value's start")
+			require.Regexp(t, `"…\(90000\d bytes\)`, err.Error(), "the value's length")
+		})
+	}
+}
+
+// TestQuote: a value is quoted as %q quotes it; past 128 bytes it is cut at
+// a character's start and its length follows.
+func TestQuote(t *testing.T) {
+	require.Equal(t, `"dns"`, Quote("dns"))
+	require.Equal(t, `"eth\x1b[1m\xff"`, Quote("eth\x1b[1m\xff"))
+	v := strings.Repeat("a", 128)
+	require.Equal(t, `"`+v+`"`, Quote(v))
+	require.Equal(t, `"`+v+`"…(129 bytes)`, Quote(v+"b"))
+	require.Equal(t, `"`+v[:127]+`"…(129 bytes)`, Quote(v[:127]+"é"), "not within a character")
 }

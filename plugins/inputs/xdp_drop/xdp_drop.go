@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
@@ -72,6 +73,11 @@ const maxIfaceName = 15
 // DefaultHandoverTimeout is handover_timeout when it is not set.
 const DefaultHandoverTimeout = 10 * time.Second
 
+// MaxHandoverTimeout bounds handover_timeout: a reload's successor comes in
+// seconds, and an instance stopped for good must not go on dropping for long
+// after its agent has gone.
+const MaxHandoverTimeout = 10 * time.Minute
+
 // New returns the plugin with its defaults.
 func New() *XDPDrop {
 	return &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
@@ -90,7 +96,7 @@ func (x *XDPDrop) Init() error {
 	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
 		x.mode = m
 	default:
-		return fmt.Errorf(`mode = %q is not a mode; use "native" (default), "generic", "offload" or "auto"`, x.Mode)
+		return fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode))
 	}
 	policy, err := parsePolicy(x.Drop, x.Rules)
 	if err != nil {
@@ -106,8 +112,11 @@ func (x *XDPDrop) Init() error {
 	if err := x.checkPinning(); err != nil {
 		return err
 	}
-	if x.HandoverTimeout < 0 {
-		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, time.Duration(x.HandoverTimeout))
+	switch d := time.Duration(x.HandoverTimeout); {
+	case d < 0:
+		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, d)
+	case d > MaxHandoverTimeout:
+		return fmt.Errorf(`handover_timeout = "%s" is longer than %s: a stopped instance would go on dropping for that long; use a duration such as "10s" (a reload takes seconds), or keep_attached = true with pin_path to keep the program attached while no agent runs`, d, MaxHandoverTimeout)
 	}
 	x.handoverDir = handoverDir()
 
@@ -158,29 +167,65 @@ func hasControl(s string) bool {
 
 // tagName is an interface name as line protocol carries it: valid UTF-8
 // without control characters, losslessly. Bytes that are not UTF-8, control
-// characters and the backslash become \xNN; every other name is unchanged.
+// characters (C0, DEL and C1) and the backslash become \xNN; every other
+// name is unchanged.
 func tagName(name string) string {
-	if utf8.ValidString(name) && !hasControl(name) && !strings.Contains(name, `\`) {
-		return name
+	return escapeBytes(name, true)
+}
+
+// Printable is a line of text (a log line, an error field) as it may reach
+// a terminal: bytes that are not UTF-8 and control characters other than
+// tab become \xNN, as in the interface tag, so no escape sequence in an
+// interface name or a path acts on the terminal. Backslashes stay, so that
+// text quoted with %q is unchanged.
+func Printable(line string) string {
+	return escapeBytes(line, false)
+}
+
+// escapeBytes writes the bytes of s that are not UTF-8, its control
+// characters (but tab, unless backslash) and, when backslash is set, its
+// backslashes as \xNN.
+func escapeBytes(s string, backslash bool) string {
+	escape := func(r rune, size int) bool {
+		return r == utf8.RuneError && size <= 1 || unicode.IsControl(r) && (r != '\t' || backslash) || backslash && r == '\\'
+	}
+	clean := true
+	for i := 0; i < len(s) && clean; {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		clean = !escape(r, size)
+		i += size
+	}
+	if clean {
+		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(name); {
-		r, size := utf8.DecodeRuneInString(name[i:])
-		if r == utf8.RuneError && size <= 1 || r < 0x20 || r == 0x7f || r == '\\' {
-			fmt.Fprintf(&b, `\x%02x`, name[i])
-			i++
-			continue
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !escape(r, size) {
+			b.WriteString(s[i : i+size])
+		} else {
+			for j := i; j < i+size; j++ {
+				fmt.Fprintf(&b, `\x%02x`, s[j])
+			}
 		}
-		b.WriteString(name[i : i+size])
 		i += size
 	}
 	return b.String()
 }
 
+// maxPath and maxFileName are PATH_MAX and NAME_MAX less the NUL: no
+// longer path or name opens, and errors that repeat one stay short.
+const (
+	maxPath     = 4095
+	maxFileName = 255
+)
+
 func (x *XDPDrop) checkPinning() error {
 	switch {
+	case len(x.PinPath) > maxPath:
+		return fmt.Errorf("pin_path = %s is %d bytes long; a path has at most %d", Quote(x.PinPath), len(x.PinPath), maxPath)
 	case x.PinPath != "" && !filepath.IsAbs(x.PinPath):
-		return fmt.Errorf("pin_path = %q is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", x.PinPath)
+		return fmt.Errorf("pin_path = %s is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", Quote(x.PinPath))
 	case x.KeepAttached && x.PinPath == "":
 		return errors.New(`keep_attached = true needs pin_path: the attachment is kept by pinning it, e.g. pin_path = "/sys/fs/bpf/xdp_drop"`)
 	}
@@ -191,12 +236,16 @@ func (x *XDPDrop) checkNamespace() error {
 	switch {
 	case x.Namespace == "":
 		return nil
+	case len(x.Namespace) > maxPath:
+		return fmt.Errorf("namespace = %s is %d bytes long; a path has at most %d", Quote(x.Namespace), len(x.Namespace), maxPath)
+	case !strings.Contains(x.Namespace, "/") && len(x.Namespace) > maxFileName:
+		return fmt.Errorf("namespace = %s is %d bytes long; a name in /var/run/netns has at most %d", Quote(x.Namespace), len(x.Namespace), maxFileName)
 	case strings.ContainsAny(x.Namespace, " \t\n"):
-		return fmt.Errorf("namespace = %q: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", x.Namespace)
+		return fmt.Errorf("namespace = %s: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", Quote(x.Namespace))
 	case strings.Contains(x.Namespace, "/") && !filepath.IsAbs(x.Namespace):
-		return fmt.Errorf("namespace = %q: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", x.Namespace)
+		return fmt.Errorf("namespace = %s: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", Quote(x.Namespace))
 	case x.Namespace == "." || x.Namespace == "..":
-		return fmt.Errorf("namespace = %q: not a namespace name", x.Namespace)
+		return fmt.Errorf("namespace = %s: not a namespace name", Quote(x.Namespace))
 	}
 	return x.checkNamespaceEntry()
 }
@@ -222,13 +271,13 @@ func (x *XDPDrop) checkInterfaces() error {
 		case entry == "":
 			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
 		case hasControl(entry):
-			return fmt.Errorf("interfaces: %q holds a NUL or control character, which no interface name can; list names as ip link shows them", entry)
+			return fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", Quote(entry))
 		case len(name) > maxIfaceName && !isPattern(entry):
-			return fmt.Errorf("interfaces: %q is longer than the %d characters an interface name can have", entry, maxIfaceName)
+			return fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", Quote(entry), maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
-			return fmt.Errorf("interfaces: %q is not a valid interface name", entry)
+			return fmt.Errorf("interfaces: %s is not a valid interface name", Quote(entry))
 		case seen[name]:
-			return fmt.Errorf("interfaces: %q is listed twice; list each interface once", entry)
+			return fmt.Errorf("interfaces: %s is listed twice; list each interface once", Quote(entry))
 		}
 		seen[name] = true
 		if isPattern(entry) {
@@ -237,15 +286,15 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	for _, p := range patterns {
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interfaces: %q is not a valid glob pattern: %v", p, err)
+			return fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	for _, p := range x.InterfaceExclude {
 		if hasControl(p) {
-			return fmt.Errorf("interface_exclude: %q holds a NUL or control character, which no interface name can", p)
+			return fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", Quote(p))
 		}
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interface_exclude: %q is not a valid glob pattern: %v", p, err)
+			return fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	exclude, err := filter.Compile(x.InterfaceExclude)
@@ -254,7 +303,7 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	for _, entry := range x.Interfaces {
 		if !isPattern(entry) && exclude != nil && exclude.Match(literalName(entry)) {
-			return fmt.Errorf("interfaces: %q is named exactly but also matches interface_exclude; remove one of the two", entry)
+			return fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", Quote(entry))
 		}
 	}
 	if len(patterns) == 0 {
@@ -312,7 +361,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			n, ok := lookupProtocol(v)
 			if !ok {
-				return bpf.Policy{}, fmt.Errorf("drop: %q is not an IP protocol name; %s%s", v, accepted, suggest(v))
+				return bpf.Policy{}, fmt.Errorf("drop: %s is not an IP protocol name; %s%s", Quote(v), accepted, suggest(v))
 			}
 			proto = n
 		case int64:
@@ -321,7 +370,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			proto = uint8(v)
 		default:
-			return bpf.Policy{}, fmt.Errorf("drop: %v (%T) is neither a protocol name nor a number; %s", item, item, accepted)
+			return bpf.Policy{}, fmt.Errorf("drop: %s (%T) is neither a protocol name nor a number; %s", quoteAny(item), item, accepted)
 		}
 		if seen[proto] {
 			return bpf.Policy{}, fmt.Errorf("drop: protocol %s (%d) is listed twice", protocolTag(proto), proto)

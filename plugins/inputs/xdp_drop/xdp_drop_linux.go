@@ -199,7 +199,10 @@ func (x *XDPDrop) removePins(name string) {
 		x.Log.Warnf("interface %q: %v", name, err)
 	}
 	if len(left) > 0 {
-		x.Log.Infof("interface %q: unpinned its counters; left %s in place, holding %s that xdp_drop did not pin", name, dir, strings.Join(left, ", "))
+		for i := range left {
+			left[i] = tagName(left[i])
+		}
+		x.Log.Infof("interface %q: unpinned its counters; left %q in place, holding %s that xdp_drop did not pin", name, dir, strings.Join(left, ", "))
 	}
 }
 
@@ -244,7 +247,7 @@ func (x *XDPDrop) discover(acc telegraf.Accumulator) {
 			continue
 		}
 		x.ifaces = append(x.ifaces, &iface{name: dev.Name, matched: true})
-		added = append(added, dev.Name)
+		added = append(added, tagName(dev.Name))
 	}
 	if len(added) > 0 {
 		x.Log.Debugf("interfaces matched: %s", strings.Join(added, ", "))
@@ -597,7 +600,7 @@ func unknownInterface(name string) error {
 	e := &notFoundError{name: name}
 	if list, err := net.Interfaces(); err == nil {
 		for _, i := range list {
-			e.here = append(e.here, i.Name)
+			e.here = append(e.here, tagName(i.Name))
 		}
 	}
 	sort.Strings(e.here)
@@ -743,7 +746,7 @@ func (x *XDPDrop) link(ifc *iface) Link {
 		l.ProgramID = int64(ifc.prog.ID())
 		l.Fallback = fellBack(x.mode, ifc.prog)
 	case ifc.err != nil:
-		l.Error = firstLine(ifc.err)
+		l.Error = Printable(firstLine(ifc.err))
 	}
 	return l
 }

@@ -117,10 +117,15 @@ func TestInitErrors(t *testing.T) {
 		{"exclude without pattern", &XDPDrop{Interfaces: []string{"eth1"}, InterfaceExclude: []string{"eth2"}, Drop: []any{"all"}}, []string{"interface_exclude", "no glob pattern"}},
 		{"named and excluded", &XDPDrop{Interfaces: []string{"eth1", "en*"}, InterfaceExclude: []string{"eth*"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "interface_exclude"}},
 		{"namespace with space", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "my ns", Drop: []any{"all"}}, []string{"namespace", `"my ns"`}},
+		{"namespace name too long", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: strings.Repeat("n", 256), Drop: []any{"all"}}, []string{"namespace", "256 bytes long", "at most 255"}},
+		{"namespace path too long", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "/" + strings.Repeat("n", 4095), Drop: []any{"all"}}, []string{"namespace", "4096 bytes long", "at most 4095"}},
+		{"pin_path too long", &XDPDrop{Interfaces: []string{"eth1"}, PinPath: "/" + strings.Repeat("p", 4095), Drop: []any{"all"}}, []string{"pin_path", "4096 bytes long", "at most 4095"}},
 		{"relative pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, PinPath: "bpf/xdp"}, []string{"pin_path", `"bpf/xdp"`, "absolute"}},
 		{"keep_attached without pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}, []string{"keep_attached", "pin_path"}},
 		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
 		{"negative handover_timeout", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(-time.Second)}, []string{"handover_timeout", `"-1s"`, "negative", `"0s"`}},
+		{"handover_timeout over 10 minutes", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(10*time.Minute + time.Second)},
+			[]string{`handover_timeout = "10m1s" is longer than 10m0s`, `"10s"`, "keep_attached = true"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -136,6 +141,29 @@ func TestInitErrors(t *testing.T) {
 
 func TestHandoverTimeoutDefault(t *testing.T) {
 	require.Equal(t, config.Duration(10*time.Second), New().HandoverTimeout)
+}
+
+// TestHandoverTimeoutBound: handover_timeout is refused past 10 minutes,
+// as TOML gives it ("2562047h" is the longest duration Go holds); up to 10
+// minutes and "0s" are accepted.
+func TestHandoverTimeoutBound(t *testing.T) {
+	for value, want := range map[string]string{
+		"0s":       "",
+		"10m":      "",
+		"600s":     "",
+		"601s":     `handover_timeout = "10m1s" is longer than 10m0s: a stopped instance would go on dropping for that long`,
+		"2562047h": `handover_timeout = "2562047h0m0s" is longer than 10m0s`,
+	} {
+		p := New()
+		_, err := toml.Decode("interfaces = [\"eth1\"]\ndrop = [\"all\"]\nhandover_timeout = \""+value+"\"\n", p)
+		require.NoError(t, err)
+		err = p.Init()
+		if want == "" {
+			require.NoError(t, err, value)
+			continue
+		}
+		require.ErrorContains(t, err, want, value)
+	}
 }
 
 func TestProtocolTags(t *testing.T) {
