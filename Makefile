@@ -90,8 +90,10 @@ PKGSTAGE := $(PKGDIR)/stage
 .PHONY: package
 package: ## Build the .deb and .rpm into $(PKGDIR)/ with nfpm (binary root:$(GROUP) 0750, $(CAPS) set on install)
 	$(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(PKGSTAGE)/telegraf-xdp-drop ./cmd/telegraf-xdp-drop
-	{ echo '# Packaged as /etc/telegraf-xdp-drop/execd.conf and linked from Telegraf'"'"'s config'; \
-	  echo '# directory while the package is installed (see the header below).'; \
+	{ echo '# The package installs this as /etc/telegraf-xdp-drop/execd.conf, linked from'; \
+	  echo '# /etc/telegraf/telegraf.d/xdp_drop.conf: the link goes with the binary when the'; \
+	  echo '# package is removed, so Telegraf never runs a binary that is gone. What follows'; \
+	  echo '# is examples/telegraf.d/xdp_drop.conf with the packaged binary'"'"'s path.'; \
 	  sed -e 's|/usr/local/bin/telegraf-xdp-drop|/usr/bin/telegraf-xdp-drop|' examples/telegraf.d/xdp_drop.conf; } >$(PKGSTAGE)/execd.conf
 	for f in postinstall postremove bpffs-access; do \
 		sed -e 's|@GROUP@|$(GROUP)|g' -e 's|@CAPS@|$(CAPS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/$$f.sh >$(PKGSTAGE)/$$f.sh; done
