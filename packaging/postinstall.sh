@@ -40,14 +40,14 @@ install -d -m 0770 -o root -g "$GROUP" /run/telegraf-xdp-drop
 # over in place), so reload a Telegraf that systemd runs, and say what
 # happened either way.
 if [ -n "$upgrade" ]; then
-	if [ -d /run/systemd/system ] && systemctl is-active --quiet telegraf 2>/dev/null; then
-		if systemctl try-reload-or-restart telegraf; then
-			echo "telegraf-xdp-drop: reloaded telegraf (systemctl try-reload-or-restart telegraf): it now runs $BIN $VERSION"
-		else
-			echo "telegraf-xdp-drop: reloading telegraf failed: it runs the previous $BIN until it reloads; run systemctl reload telegraf"
-		fi
+	if [ ! -d /run/systemd/system ]; then
+		echo "telegraf-xdp-drop: not under systemd: a running Telegraf keeps the previous $BIN until it reloads (SIGHUP, or its service manager's reload), which takes the attachments over without a gap"
+	elif ! systemctl is-active --quiet telegraf 2>/dev/null; then
+		echo "telegraf-xdp-drop: telegraf.service is not active: it runs $BIN $VERSION when it starts"
+	elif systemctl try-reload-or-restart telegraf; then
+		echo "telegraf-xdp-drop: reloaded telegraf (systemctl try-reload-or-restart telegraf): it now runs $BIN $VERSION"
 	else
-		echo "telegraf-xdp-drop: telegraf is not running under systemd: a running Telegraf keeps the previous $BIN until it reloads (SIGHUP, or its service manager's reload), which takes the attachments over without a gap"
+		echo "telegraf-xdp-drop: reloading telegraf failed: it runs the previous $BIN until it reloads; run systemctl reload telegraf"
 	fi
 fi
 exit 0

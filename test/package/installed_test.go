@@ -122,11 +122,13 @@ func TestInstalledPackage(t *testing.T) {
 	})
 
 	// Reinstalling (as an upgrade does) unpacks a binary without group or
-	// capabilities; the post-install script restores both, and says that a
-	// Telegraf not run by systemd keeps the old binary until it reloads.
-	out = dpkg(t, m, nil, "-i", deb)
+	// capabilities; the post-install script restores both, and says that
+	// Telegraf runs it when it starts: systemd here does not run it.
+	fake := fakeSystemd(t, m)
+	out = dpkg(t, m, fake.env, "-i", deb)
 	t.Logf("dpkg -i %s again:\n%s", deb, out)
-	require.Contains(t, out, "telegraf-xdp-drop: telegraf is not running under systemd: a running Telegraf keeps the previous /usr/bin/telegraf-xdp-drop until it reloads")
+	require.Contains(t, out, "telegraf-xdp-drop: telegraf.service is not active: it runs /usr/bin/telegraf-xdp-drop "+os.Getenv("VERSION")+" when it starts")
+	require.Equal(t, "is-active --quiet telegraf\n", fake.calls(t), "no reload of a Telegraf that is not running")
 	require.Regexp(t, `^-rwxr-x--- 1 root `+regexp.QuoteMeta(group())+` `, run(t, "ls", "-l", installed))
 	require.Equal(t, installed+" "+caps+"\n", run(t, "getcap", installed))
 	require.Equal(t, os.FileMode(0o1701), modeOf(t, m.path(bpffs)))
@@ -169,6 +171,10 @@ func TestInstalledBPFFSOpen(t *testing.T) {
 		t.Cleanup(func() { exec.Command("groupdel", group()).Run() })
 	}
 	require.Equal(t, os.FileMode(0o1777), modeOf(t, m.path(bpffs)), "the install takes nothing away from %s", bpffs)
+	// Without systemd an upgrade says who must reload Telegraf.
+	out = dpkg(t, m, nil, "-i", deb)
+	t.Logf("dpkg -i %s again:\n%s", deb, out)
+	require.Contains(t, out, "telegraf-xdp-drop: not under systemd: a running Telegraf keeps the previous /usr/bin/telegraf-xdp-drop until it reloads (SIGHUP, or its service manager's reload)")
 	require.NotContains(t, out, "added search permission")
 	_, err := os.Stat(bpffsNote)
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing added, nothing noted")

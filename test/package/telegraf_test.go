@@ -5,6 +5,7 @@ package packagetest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -95,16 +96,11 @@ func TestTelegrafUpgradeAndRemove(t *testing.T) {
   data_format = "influx"
 `), 0o644))
 
-	// The fake systemd: /run/systemd/system exists in the mount namespace,
-	// and systemctl says telegraf is active and reloads it with SIGHUP.
-	fake := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(fake, "run-systemd/system"), 0o755))
-	require.NoError(t, os.MkdirAll(filepath.Join(fake, "bin"), 0o755))
-	run(t, "nsenter", "-t", fmt.Sprint(m.pid), "-m", "--", "mount", "--bind", filepath.Join(fake, "run-systemd"), "/run/systemd")
-	env := []string{"PATH=" + filepath.Join(fake, "bin") + ":/usr/sbin:/usr/bin:/sbin:/bin"}
-	calls := filepath.Join(fake, "calls")
+	// systemctl, once Telegraf runs, says telegraf is active and reloads it
+	// with SIGHUP.
+	fake := fakeSystemd(t, m)
 
-	out := dpkg(t, m, env, "-i", deb)
+	out := dpkg(t, m, fake.env, "-i", deb)
 	t.Logf("dpkg -i %s:\n%s", deb, out)
 	require.NotContains(t, out, "reload", "a first install reloads nothing")
 	require.NoError(t, os.WriteFile(pluginConf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev)), 0o644))
@@ -131,13 +127,10 @@ func TestTelegrafUpgradeAndRemove(t *testing.T) {
 	require.Equal(t, "telegraf-xdp-drop "+version, versionOf(t, plugin))
 	tg.waitLog(t, "attached in native mode")
 
-	require.NoError(t, os.WriteFile(filepath.Join(fake, "bin/systemctl"), []byte(fmt.Sprintf(`#!/bin/sh
-echo "$*" >>%s
-case "$1" in
+	fake.systemctl(t, fmt.Sprintf(`case "$1" in
 is-active) exit 0 ;;
 try-reload-or-restart) kill -HUP %d ;; # what telegraf.service's ExecReload does
-esac
-`, calls, tg.cmd.Process.Pid)), 0o755))
+esac`, tg.cmd.Process.Pid))
 
 	t.Run("upgrade under traffic", func(t *testing.T) {
 		stream := ns.Exec(udpstream, "-netns", ns.Name, "-iface", testns.Peer, "-sink", testns.Dev)
@@ -147,12 +140,10 @@ esac
 		defer stream.Process.Kill()
 		time.Sleep(time.Second)
 
-		out := dpkg(t, m, env, "--force-confold", "-i", debNext)
+		out := dpkg(t, m, fake.env, "--force-confold", "-i", debNext)
 		t.Logf("dpkg -i %s:\n%s", debNext, out)
 		require.Contains(t, out, "telegraf-xdp-drop: reloaded telegraf (systemctl try-reload-or-restart telegraf): it now runs /usr/bin/telegraf-xdp-drop "+versionNext)
-		got, err := os.ReadFile(calls)
-		require.NoError(t, err)
-		require.Equal(t, "is-active --quiet telegraf\ntry-reload-or-restart telegraf\n", string(got))
+		require.Equal(t, "is-active --quiet telegraf\ntry-reload-or-restart telegraf\n", fake.calls(t))
 
 		newPlugin := waitPlugin(t, tg, plugin)
 		tg.waitLog(t, "taken over in place")
@@ -200,6 +191,43 @@ esac
 		_, err := os.Lstat(p)
 		require.ErrorIs(t, err, os.ErrNotExist, "%s after purge", p)
 	}
+}
+
+// fakeSystemd makes the mount namespace look like a systemd system
+// (/run/systemd/system exists) and puts a stand-in systemctl first on the
+// PATH of env.
+type fakeSystemdDirs struct {
+	dir string
+	env []string
+}
+
+func fakeSystemd(t *testing.T, m *mountNS) *fakeSystemdDirs {
+	t.Helper()
+	f := &fakeSystemdDirs{dir: t.TempDir()}
+	require.NoError(t, os.MkdirAll(filepath.Join(f.dir, "run-systemd/system"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(f.dir, "bin"), 0o755))
+	run(t, "nsenter", "-t", fmt.Sprint(m.pid), "-m", "--", "mount", "--bind", filepath.Join(f.dir, "run-systemd"), "/run/systemd")
+	f.env = []string{"PATH=" + filepath.Join(f.dir, "bin") + ":/usr/sbin:/usr/bin:/sbin:/bin"}
+	f.systemctl(t, "exit 3 # inactive")
+	return f
+}
+
+// systemctl makes the stand-in record its arguments, then run script.
+func (f *fakeSystemdDirs) systemctl(t *testing.T, script string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "bin/systemctl"),
+		[]byte("#!/bin/sh\necho \"$*\" >>"+filepath.Join(f.dir, "calls")+"\n"+script+"\n"), 0o755))
+}
+
+// calls returns what the stand-in was called with, a line a call.
+func (f *fakeSystemdDirs) calls(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.dir, "calls"))
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	require.NoError(t, err)
+	return string(b)
 }
 
 // telegrafBinary returns the Telegraf make e2e builds, building it the same
