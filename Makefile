@@ -80,7 +80,7 @@ lint: ## Run go vet (package tests included) and check formatting
 .PHONY: install
 install: ## Install $(BIN) (from make build; no rebuild) as $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop, root:$(GROUP) 0750, with $(CAPS) (root)
 	@test -x $(BIN) || { echo "$(BIN) is missing: run 'make build' first (as yourself; sudo's PATH has no go)" >&2; exit 1; }
-	@getent group $(GROUP) >/dev/null || { echo "group $(GROUP) does not exist: install Telegraf first (its package creates it), or run make install GROUP=<the group of Telegraf's service user>" >&2; exit 1; }
+	@getent group $(GROUP) >/dev/null || { echo "group $(GROUP) does not exist: install Telegraf's package first (from InfluxData's repository or release packages; it creates the group), or for a Telegraf built from source create it (groupadd --system $(GROUP)), or run make install GROUP=<the group of Telegraf's service user>" >&2; exit 1; }
 	install -D -o root -g $(GROUP) -m 0750 $(BIN) $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
 	setcap $(CAPS) $(DESTDIR)$(PREFIX)/bin/telegraf-xdp-drop
 
@@ -90,9 +90,15 @@ PKGSTAGE := $(PKGDIR)/stage
 .PHONY: package
 package: ## Build the .deb and .rpm into $(PKGDIR)/ with nfpm (binary root:$(GROUP) 0750, $(CAPS) set on install)
 	$(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(PKGSTAGE)/telegraf-xdp-drop ./cmd/telegraf-xdp-drop
-	sed -e 's|/usr/local/bin/telegraf-xdp-drop|/usr/bin/telegraf-xdp-drop|' examples/telegraf.d/xdp_drop.conf >$(PKGSTAGE)/execd.conf
-	for f in postinstall postremove; do \
-		sed -e 's|@GROUP@|$(GROUP)|g' -e 's|@CAPS@|$(CAPS)|g' packaging/$$f.sh >$(PKGSTAGE)/$$f.sh; done
+	{ echo '# The package installs this as /etc/telegraf-xdp-drop/execd.conf, linked from'; \
+	  echo '# /etc/telegraf/telegraf.d/xdp_drop.conf: the link goes with the binary when the'; \
+	  echo '# package is removed, so Telegraf never runs a binary that is gone. What follows'; \
+	  echo '# is examples/telegraf.d/xdp_drop.conf with the packaged binary'"'"'s path.'; \
+	  sed -e 's|/usr/local/bin/telegraf-xdp-drop|/usr/bin/telegraf-xdp-drop|' examples/telegraf.d/xdp_drop.conf; } >$(PKGSTAGE)/execd.conf
+	for f in postinstall postremove bpffs-access; do \
+		sed -e 's|@GROUP@|$(GROUP)|g' -e 's|@CAPS@|$(CAPS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/$$f.sh >$(PKGSTAGE)/$$f.sh; done
+	mv $(PKGSTAGE)/bpffs-access.sh $(PKGSTAGE)/bpffs-access
+	rm -rf $(PKGSTAGE)/examples && cp -R examples $(PKGSTAGE)/examples && chmod -R u=rwX,go=rX $(PKGSTAGE)/examples
 	sed -e 's|@GROUP@|$(GROUP)|g' packaging/tmpfiles.conf >$(PKGSTAGE)/tmpfiles.conf
 	glibc=$$(objdump -T $(PKGSTAGE)/telegraf-xdp-drop | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1) && \
 	test -n "$$glibc" && \
@@ -103,8 +109,10 @@ package: ## Build the .deb and .rpm into $(PKGDIR)/ with nfpm (binary root:$(GRO
 	@ls -l $(PKGDIR)/*.deb $(PKGDIR)/*.rpm
 
 .PHONY: package-test
-package-test: package ## Inspect the packages, install the .deb, run it as a group member and as nobody, purge it (root, Debian)
-	PKGDIR=$(abspath $(PKGDIR)) GROUP=$(GROUP) $(GO) test -tags package -count=1 $(GOTESTFLAGS) ./test/package/
+package-test: package ## Inspect the packages, install the .deb, run it as a group member, as nobody and under Telegraf, upgrade, remove and purge it (root, Debian)
+	$(MAKE) --no-print-directory package PKGDIR=$(PKGDIR)/next VERSION=$(VERSION)+next
+	PKGDIR=$(abspath $(PKGDIR)) PKGDIR_NEXT=$(abspath $(PKGDIR)/next) VERSION=$(VERSION) GROUP=$(GROUP) \
+		$(GO) test -tags package -count=1 $(GOTESTFLAGS) ./test/package/
 
 .PHONY: clean
 clean: ## Remove bin/ and $(PKGDIR)/

@@ -19,9 +19,10 @@ import (
 // attached without pins.
 var ErrPinning = errors.New("pin_path unusable")
 
-// PackageTmpfiles is the tmpfiles.d entry the package installs: it creates
-// the default pin directory for the service group.
-const PackageTmpfiles = "/usr/lib/tmpfiles.d/telegraf-xdp-drop.conf"
+// PackageBPFFSAccess is the package's script that adds search permission
+// for others on the BPF filesystem's root, when missing, and creates the
+// default pin directory for the service group.
+const PackageBPFFSAccess = "/usr/lib/telegraf-xdp-drop/bpffs-access"
 
 // PreparePinDir creates dir (root/<interface>) for this process. When it
 // cannot, the error wraps ErrPinning and names the command, run as root,
@@ -52,8 +53,8 @@ func permissionFix(root, dir string) string {
 				who, path, parent, userName(os.Getuid()), root)
 		}
 		if unix.Access(path, unix.X_OK) != nil {
-			return fmt.Sprintf("%s may not pass through %s (mode %04o); as root run: chmod o+x %s, or for the package's pin directory: systemd-tmpfiles --create %s",
-				who, path, st.Mode&0o7777, path, PackageTmpfiles)
+			return fmt.Sprintf("%s may not pass through %s (mode %04o); as root run: chmod o+x %s, or for the package's pin directory: %s",
+				who, path, st.Mode&0o7777, path, PackageBPFFSAccess)
 		}
 	}
 	return fmt.Sprintf("%s may not write in %s; as root run: chown %s %s", who, dir, userName(os.Getuid()), dir)

@@ -4,13 +4,14 @@
 set -e
 
 BIN=/usr/bin/telegraf-xdp-drop
+VERSION=@VERSION@
 GROUP=@GROUP@
 CAPS=@CAPS@
-STATE=/var/lib/telegraf-xdp-drop
-BPFFS=/sys/fs/bpf
 
 case "$1" in
-configure | 1 | 2) ;;
+configure) upgrade=${2:+yes} ;;
+1) upgrade= ;;
+2) upgrade=yes ;;
 *) exit 0 ;;
 esac
 
@@ -30,21 +31,23 @@ setcap "$CAPS" "$BIN"
 # The handover sockets' directory (also in the tmpfiles entry, for boots).
 install -d -m 0770 -o root -g "$GROUP" /run/telegraf-xdp-drop
 
-# The pin directory (pin_path) on the BPF filesystem, writable by the group.
-# Remember the filesystem root's mode before tmpfiles opens it for
-# traversal, so that removing the package restores it.
-if [ "$(stat -f -c %T "$BPFFS" 2>/dev/null)" = bpf_fs ]; then
-	mkdir -p "$STATE"
-	[ -e "$STATE/bpffs-mode" ] || stat -c %a "$BPFFS" >"$STATE/bpffs-mode"
-	if command -v systemd-tmpfiles >/dev/null 2>&1; then
-		systemd-tmpfiles --create /usr/lib/tmpfiles.d/telegraf-xdp-drop.conf
+# The pin directory (pin_path), and search permission on the BPF
+# filesystem's root to reach it, added only where missing.
+/usr/lib/telegraf-xdp-drop/bpffs-access
+
+# An upgrade replaced the binary, but Telegraf runs the old one until it
+# restarts it. A reload is gap-free (the new binary takes the attachments
+# over in place), so reload a Telegraf that systemd runs, and say what
+# happened either way.
+if [ -n "$upgrade" ]; then
+	if [ ! -d /run/systemd/system ]; then
+		echo "telegraf-xdp-drop: not under systemd: a running Telegraf keeps the previous $BIN until it reloads (SIGHUP, or its service manager's reload), which takes the attachments over without a gap"
+	elif ! systemctl is-active --quiet telegraf 2>/dev/null; then
+		echo "telegraf-xdp-drop: telegraf.service is not active: it runs $BIN $VERSION when it starts"
+	elif systemctl try-reload-or-restart telegraf; then
+		echo "telegraf-xdp-drop: reloaded telegraf (systemctl try-reload-or-restart telegraf): it now runs $BIN $VERSION"
 	else
-		chmod o+x,g+x "$BPFFS"
-		mkdir -p "$BPFFS/xdp_drop"
-		chown root:"$GROUP" "$BPFFS/xdp_drop"
-		chmod 0770 "$BPFFS/xdp_drop"
+		echo "telegraf-xdp-drop: reloading telegraf failed: it runs the previous $BIN until it reloads; run systemctl reload telegraf"
 	fi
-else
-	echo "telegraf-xdp-drop: no BPF filesystem on $BPFFS; pin_path needs one (mount -t bpf bpf $BPFFS, then systemd-tmpfiles --create /usr/lib/tmpfiles.d/telegraf-xdp-drop.conf)"
 fi
 exit 0

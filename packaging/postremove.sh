@@ -5,30 +5,47 @@
 set -e
 
 GROUP=@GROUP@
-STATE=/var/lib/telegraf-xdp-drop
+NOTE=/run/telegraf-xdp-drop-bpffs-mode
 BPFFS=/sys/fs/bpf
 PINS=$BPFFS/xdp_drop
 
 case "$1" in
-remove | purge | 0) ;;
+remove | 0) remove=yes purge= ;;
+purge) remove= purge=yes ;;
 *) exit 0 ;;
 esac
+[ "$1" = 0 ] && purge=yes # rpm has no purge: an erase is the last step
 
-if [ -d "$PINS" ]; then
-	if rmdir "$PINS" 2>/dev/null; then
-		:
-	else
-		echo "telegraf-xdp-drop: $PINS still holds pins (counters, or attachments kept with keep_attached), left in place; rm -r $PINS releases them"
+if [ -n "$remove" ]; then
+	# The link in Telegraf's config directory went with the package.
+	echo "telegraf-xdp-drop: removed from Telegraf's config; a running Telegraf runs the removed binary until it reloads or restarts (systemctl reload telegraf), which stops it and releases its interfaces"
+	if [ -d "$PINS" ]; then
+		if rmdir "$PINS" 2>/dev/null; then
+			:
+		else
+			echo "telegraf-xdp-drop: $PINS still holds pins (counters, or attachments kept with keep_attached), left in place; rm -r $PINS releases them"
+		fi
+	fi
+	# A handover process still running keeps its sockets open and releases at
+	# its timeout; only the names go.
+	rm -rf /run/telegraf-xdp-drop
+fi
+
+if [ -n "$purge" ]; then
+	# Take back the search permission bpffs-access added to the BPF
+	# filesystem's root, pins or not: root reaches them all the same.
+	if [ -e "$NOTE" ]; then
+		if [ "$(stat -f -c %T "$BPFFS" 2>/dev/null)" = bpf_fs ]; then
+			chmod o-x "$BPFFS"
+			echo "telegraf-xdp-drop: took back the search permission for others on $BPFFS that the package added (chmod o-x): it is $(stat -c %a "$BPFFS") again"
+		fi
+		rm -f "$NOTE"
+	fi
+	if [ -d "$PINS" ]; then
+		rmdir "$PINS" 2>/dev/null ||
+			echo "telegraf-xdp-drop: $PINS still holds pins, left in place (only root reaches them now); rm -r $PINS releases them"
 	fi
 fi
-if [ -e "$STATE/bpffs-mode" ] && [ ! -d "$PINS" ]; then
-	chmod "$(cat "$STATE/bpffs-mode")" "$BPFFS" 2>/dev/null || true
-	rm -f "$STATE/bpffs-mode"
-fi
-rmdir "$STATE" 2>/dev/null || true
-# A handover process still running keeps its sockets open and releases at
-# its timeout; only the names go.
-rm -rf /run/telegraf-xdp-drop
 # The group $GROUP is kept: Telegraf's user may belong to it, and removing a
 # group could leave files owned by a number reused later.
 : "$GROUP"

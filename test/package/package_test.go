@@ -17,16 +17,13 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
 const (
@@ -39,7 +36,10 @@ const (
 	nobody     = 65534
 	lockFile   = "/tmp/xdpdrop-package.lock"
 	pluginConf = "/etc/telegraf-xdp-drop/xdp_drop.conf"
-	execdConf  = "/etc/telegraf/telegraf.d/xdp_drop.conf"
+	execdConf  = "/etc/telegraf-xdp-drop/execd.conf"      // the snippet, a conffile
+	execdLink  = "/etc/telegraf/telegraf.d/xdp_drop.conf" // its link in Telegraf's config directory
+	docDir     = "/usr/share/doc/telegraf-xdp-drop"
+	bpffsNote  = "/run/telegraf-xdp-drop-bpffs-mode"
 	tmpfiles   = "/usr/lib/tmpfiles.d/telegraf-xdp-drop.conf"
 	runDir     = "/run/telegraf-xdp-drop"
 	dropinDoc  = "/usr/share/doc/telegraf-xdp-drop/telegraf.service.d-xdp-drop.conf"
@@ -76,23 +76,28 @@ func TestDebContents(t *testing.T) {
 	list := run(t, "dpkg-deb", "-c", deb)
 	t.Logf("dpkg-deb -c %s:\n%s", deb, list)
 	want := map[string]string{
-		"./usr/bin/telegraf-xdp-drop":                                        "-rwxr-x--- root/root",
-		"./etc/telegraf-xdp-drop/xdp_drop.conf":                              "-rw-r--r-- root/root",
-		"./etc/telegraf/telegraf.d/xdp_drop.conf":                            "-rw-r--r-- root/root",
-		"./usr/lib/tmpfiles.d/telegraf-xdp-drop.conf":                        "-rw-r--r-- root/root",
-		"./usr/share/doc/telegraf-xdp-drop/telegraf.service.d-xdp-drop.conf": "-rw-r--r-- root/root",
-		"./usr/share/doc/telegraf-xdp-drop/README.md":                        "-rw-r--r-- root/root",
-		"./usr/share/lintian/overrides/telegraf-xdp-drop":                    "-rw-r--r-- root/root",
+		"./usr/bin/telegraf-xdp-drop":                                                     "-rwxr-x--- root/root",
+		"./etc/telegraf-xdp-drop/xdp_drop.conf":                                           "-rw-r--r-- root/root",
+		"./etc/telegraf-xdp-drop/execd.conf":                                              "-rw-r--r-- root/root",
+		"./etc/telegraf/telegraf.d/xdp_drop.conf":                                         "l--------- root/root -> ../../telegraf-xdp-drop/execd.conf",
+		"./usr/lib/tmpfiles.d/telegraf-xdp-drop.conf":                                     "-rw-r--r-- root/root",
+		"./usr/lib/telegraf-xdp-drop/bpffs-access":                                        "-rwxr-xr-x root/root",
+		"./usr/lib/systemd/system/telegraf-xdp-drop-bpffs.service":                        "-rw-r--r-- root/root",
+		"./usr/lib/systemd/system/telegraf.service.wants/telegraf-xdp-drop-bpffs.service": "l--------- root/root -> ../telegraf-xdp-drop-bpffs.service",
+		"./usr/share/doc/telegraf-xdp-drop/telegraf.service.d-xdp-drop.conf":              "-rw-r--r-- root/root",
+		"./usr/share/doc/telegraf-xdp-drop/packaging/telegraf.service.d-xdp-drop.conf":    "l--------- root/root -> ../telegraf.service.d-xdp-drop.conf",
+		"./usr/share/doc/telegraf-xdp-drop/README.md":                                     "-rw-r--r-- root/root",
+		"./usr/share/doc/telegraf-xdp-drop/BENCHMARKS.md":                                 "-rw-r--r-- root/root",
+		"./usr/share/lintian/overrides/telegraf-xdp-drop":                                 "-rw-r--r-- root/root",
 	}
-	files := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || strings.HasPrefix(f[0], "d") {
-			continue
+	// Every file of examples/, whatever it holds, under the doc directory.
+	require.NoError(t, filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			want["."+docDir+"/"+strings.TrimPrefix(path, "../../")] = "-rw-r--r-- root/root"
 		}
-		files[f[len(f)-1]] = f[0] + " " + f[1]
-	}
-	require.Equal(t, want, files, "the files the .deb holds, with mode and owner")
+		return err
+	}))
+	require.Equal(t, want, debFiles(list), "the files the .deb holds, with mode and owner")
 
 	info := run(t, "dpkg-deb", "-I", deb)
 	require.Regexp(t, `(?m)^ Depends: libc6 \(>= 2\.\d+\), libcap2-bin, passwd$`, info)
@@ -102,7 +107,7 @@ func TestDebContents(t *testing.T) {
 	run(t, "dpkg-deb", "-e", deb, ctrl)
 	conffiles, err := os.ReadFile(filepath.Join(ctrl, "conffiles"))
 	require.NoError(t, err)
-	require.Equal(t, pluginConf+"\n"+execdConf+"\n", string(conffiles))
+	require.Equal(t, execdConf+"\n"+pluginConf+"\n", string(conffiles), "the snippet's link is no conffile: it goes on remove")
 	postinst, err := os.ReadFile(filepath.Join(ctrl, "postinst"))
 	require.NoError(t, err)
 	checkPostinst(t, string(postinst))
@@ -111,6 +116,51 @@ func TestDebContents(t *testing.T) {
 	tmp := run(t, "sh", "-c", fmt.Sprintf("dpkg-deb --fsys-tarfile %s | tar -xOf - .%s", deb, tmpfiles))
 	require.Contains(t, tmp, "d /sys/fs/bpf/xdp_drop 0770 root "+group()+" -")
 	require.Contains(t, tmp, "d /run/telegraf-xdp-drop 0770 root "+group()+" -")
+	require.NotRegexp(t, `(?m)^[^#].*/sys/fs/bpf `, tmp, "tmpfiles sets no mode on the BPF filesystem's root (it would take away what others had)")
+}
+
+// debFiles maps each non-directory entry of a dpkg-deb -c listing to its
+// mode and owner, and a link's target.
+func debFiles(list string) map[string]string {
+	files := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || strings.HasPrefix(f[0], "d") {
+			continue
+		}
+		if len(f) >= 8 && f[len(f)-2] == "->" {
+			files[f[len(f)-3]] = f[0] + " " + f[1] + " -> " + f[len(f)-1]
+			continue
+		}
+		files[f[len(f)-1]] = f[0] + " " + f[1]
+	}
+	return files
+}
+
+// TestDebDocLinks: every relative link of the installed README resolves in
+// the installed doc directory, as it does in the repository.
+func TestDebDocLinks(t *testing.T) {
+	deb := built(t, "deb")
+	files := debFiles(run(t, "dpkg-deb", "-c", deb))
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	links := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, links)
+	for _, l := range links {
+		path := filepath.Join(docDir, l[1])
+		for hops := 0; ; hops++ { // through the package's own links
+			entry, ok := files["."+path]
+			require.True(t, ok, "the README links to %s, which the package does not install as %s", l[1], path)
+			_, target, isLink := strings.Cut(entry, " -> ")
+			if !isLink {
+				break
+			}
+			require.Less(t, hops, 4, "links from %s", l[1])
+			path = filepath.Join(filepath.Dir(path), target)
+		}
+		_, err := os.Stat(filepath.Join("../..", l[1]))
+		require.NoError(t, err, "the README's link %s resolves in the repository", l[1])
+	}
 }
 
 // TestDebLintian: lintian finds nothing but what is known and documented:
@@ -143,7 +193,9 @@ func TestRpmContents(t *testing.T) {
 	t.Logf("rpm -qlvp %s:\n%s", rpm, list)
 	require.Regexp(t, `(?m)^-rwxr-x--- +1 root +root +\d+ .* /usr/bin/telegraf-xdp-drop$`, list)
 	require.Regexp(t, `(?m)^-rw-r--r-- +1 root +root +\d+ .* /usr/lib/tmpfiles.d/telegraf-xdp-drop.conf$`, list)
-	require.Equal(t, pluginConf+"\n"+execdConf+"\n", run(t, "rpm", "-qp", "--configfiles", rpm))
+	require.Regexp(t, `(?m)^l.* /etc/telegraf/telegraf.d/xdp_drop.conf -> ../../telegraf-xdp-drop/execd.conf$`, list)
+	require.Regexp(t, `(?m)^-rw-r--r-- .* /usr/share/doc/telegraf-xdp-drop/examples/telegraf.d/xdp_drop.conf$`, list)
+	require.Equal(t, execdConf+"\n"+pluginConf+"\n", run(t, "rpm", "-qp", "--configfiles", rpm))
 	requires := run(t, "rpm", "-qpR", rpm)
 	require.Regexp(t, `(?m)^glibc >= 2\.\d+$`, requires)
 	require.Contains(t, requires, "libcap")
@@ -164,138 +216,6 @@ func checkPostinst(t *testing.T, script string) {
 	require.True(t, chown >= 0 && setcap > chown, "postinst sets the group, then the capabilities:\n%s", script)
 }
 
-// TestInstalledPackage installs the .deb, checks what it set up, runs the
-// installed binary as a member of the service group (attach, pin_path,
-// counters across a restart) and as nobody (refused, nothing attached), then
-// purges it and checks the machine is as it was.
-func TestInstalledPackage(t *testing.T) {
-	testns.RequirePrivileged(t)
-	deb := built(t, "deb")
-	lock := takeLock(t)
-	defer lock.Close()
-	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", pkgName).Output(); err == nil && strings.Contains(string(out), "installed") {
-		t.Fatalf("%s is installed on this machine (%s); this test installs and purges it: remove it first", pkgName, out)
-	}
-	_, err := os.Stat(pinDir)
-	require.ErrorIs(t, err, os.ErrNotExist, "%s exists already: not this test's to create and remove", pinDir)
-	bpffsMode := modeOf(t, bpffs)
-	groupExisted := exec.Command("getent", "group", group()).Run() == nil
-	t.Cleanup(func() {
-		if !groupExisted {
-			if out, err := exec.Command("groupdel", group()).CombinedOutput(); err != nil {
-				t.Errorf("groupdel %s (created by the package for this test): %v: %s", group(), err, out)
-			}
-		}
-		if m := modeOf(t, bpffs); m != bpffsMode {
-			t.Errorf("%s is %04o after the test, was %04o: restoring", bpffs, m, bpffsMode)
-			os.Chmod(bpffs, bpffsMode)
-		}
-	})
-
-	out := dpkg(t, "-i", deb)
-	t.Logf("dpkg -i %s:\n%s", deb, out)
-	t.Cleanup(func() {
-		if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", pkgName).Output(); err == nil && !strings.Contains(string(out), "not-installed") {
-			os.RemoveAll(filepath.Join(pinDir, testns.Dev))
-			dpkg(t, "--purge", pkgName)
-		}
-	})
-	if !groupExisted {
-		require.Contains(t, out, "created the system group "+group())
-	}
-
-	ls := run(t, "ls", "-l", installed)
-	getcap := run(t, "getcap", installed)
-	t.Logf("ls -l %s\n%s", installed, ls)
-	t.Logf("getcap %s\n%s", installed, getcap)
-	require.Regexp(t, `^-rwxr-x--- 1 root `+regexp.QuoteMeta(group())+` `, ls)
-	require.Equal(t, installed+" "+caps+"\n", getcap)
-	require.Equal(t, os.FileMode(0o1711), modeOf(t, bpffs)&0o7777, "tmpfiles lets the service user traverse %s", bpffs)
-	fi, err := os.Stat(pinDir)
-	require.NoError(t, err, "tmpfiles creates the pin directory")
-	require.Equal(t, os.FileMode(0o770), fi.Mode().Perm())
-	require.Equal(t, gid(t, group()), fi.Sys().(*syscall.Stat_t).Gid)
-
-	fi, err = os.Stat(runDir)
-	require.NoError(t, err, "the package creates the handover directory")
-	require.Equal(t, os.FileMode(0o770), fi.Mode().Perm())
-	require.Equal(t, gid(t, group()), fi.Sys().(*syscall.Stat_t).Gid)
-
-	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--no-user-group", "--gid", group(), svcUser)
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", svcUser).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", svcUser, err, out)
-		}
-	})
-
-	ns := testns.New(t)
-	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	// handover_timeout = "0s": a handover process would hold the service
-	// user for 10 s after each run, and userdel refuses a user in use.
-	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n  pin_path = %q\n  handover_timeout = \"0s\"\n", testns.Dev, pinDir))
-	// nsenter enters only the network namespace (ip netns exec would mount
-	// a new /sys, hiding the BPF filesystem), and runuser switches user the
-	// way a service manager does. (setpriv keeps root's capabilities until
-	// exec, so the kernel's exec permission check would still pass.)
-	as := func(user string, args ...string) *exec.Cmd {
-		return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns.Name, "--", "runuser", "-u", user, "--", installed}, args...)...)
-	}
-
-	t.Run("nobody is refused", func(t *testing.T) {
-		cmd := as("nobody", "-config", conf, "-poll_interval_disabled")
-		out, err := cmd.CombinedOutput()
-		t.Logf("%s\n%s(%v)", testns.Cmdline(cmd), out, err)
-		require.Error(t, err)
-		require.Contains(t, string(out), "Permission denied")
-		id, err := ns.XDPProgramID(testns.Dev)
-		require.NoError(t, err)
-		require.Zero(t, id, "nobody attached nothing")
-	})
-
-	t.Run("service user attaches and pins", func(t *testing.T) {
-		gen, err := txgen.New()
-		require.NoError(t, err)
-		defer gen.Close()
-		udp := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
-		send := func(n int) {
-			require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udp, n) }))
-		}
-		want := 0
-		for i, n := range []int{50, 30} {
-			p := start(t, as(svcUser, "-config", conf, "-poll_interval_disabled"))
-			p.waitLine(t, "xdp_drop_link,interface="+testns.Dev+",mode=native attached=true")
-			send(n)
-			want += n
-			p.waitLine(t, fmt.Sprintf("xdp_drop,action=drop,family=ipv4,interface=%s,protocol=udp packets=%di", testns.Dev, want))
-			require.NotContains(t, p.stderr.String(), "E! ")
-			p.stop(t)
-			if i == 0 {
-				t.Logf("pins after the first run:\n%s", run(t, "ls", "-lR", pinDir))
-			}
-		}
-	})
-
-	// Reinstalling (as an upgrade does) unpacks a binary without group or
-	// capabilities; the post-install script restores both.
-	dpkg(t, "-i", deb)
-	require.Regexp(t, `^-rwxr-x--- 1 root `+regexp.QuoteMeta(group())+` `, run(t, "ls", "-l", installed))
-	require.Equal(t, installed+" "+caps+"\n", run(t, "getcap", installed))
-
-	// Removing leaves the service user's pins, and says how to release them.
-	out = dpkg(t, "--remove", pkgName)
-	t.Logf("dpkg --remove %s:\n%s", pkgName, out)
-	require.Contains(t, out, pinDir+" still holds pins (counters, or attachments kept with keep_attached), left in place; rm -r "+pinDir+" releases them")
-	_, err = os.Stat(filepath.Join(pinDir, testns.Dev))
-	require.NoError(t, err, "the pins stay")
-	require.NoError(t, os.RemoveAll(filepath.Join(pinDir, testns.Dev)))
-	dpkg(t, "--purge", pkgName)
-	for _, p := range []string{installed, pluginConf, execdConf, tmpfiles, dropinDoc, pinDir, runDir, "/var/lib/telegraf-xdp-drop"} {
-		_, err := os.Stat(p)
-		require.ErrorIs(t, err, os.ErrNotExist, "%s after purge", p)
-	}
-	require.Equal(t, bpffsMode, modeOf(t, bpffs), "purge restores the mode of %s", bpffs)
-}
-
 // takeLock serialises the tests that install the package on this machine.
 func takeLock(t *testing.T) *os.File {
 	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
@@ -304,11 +224,12 @@ func takeLock(t *testing.T) *os.File {
 	return f
 }
 
-// dpkg runs dpkg, waiting while another dpkg or apt holds its lock.
-func dpkg(t *testing.T, args ...string) string {
+// dpkg runs dpkg in the test's mount namespace, with env added to its
+// environment, waiting while another dpkg or apt holds its lock.
+func dpkg(t *testing.T, m *mountNS, env []string, args ...string) string {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Minute); ; {
-		out, err := exec.Command("dpkg", args...).CombinedOutput()
+		out, err := m.command(env, "dpkg", args...).CombinedOutput()
 		if err == nil {
 			return string(out)
 		}
@@ -317,6 +238,79 @@ func dpkg(t *testing.T, args ...string) string {
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// mountNS is a mount namespace of the test's own with a fresh BPF
+// filesystem on /sys/fs/bpf: what the package does to the BPF filesystem
+// happens there, never to this machine's own, whatever its mode. The
+// filesystem is also mounted on a temporary directory of the initial mount
+// namespace, since the binary keeps pins only on a BPF filesystem that
+// outlives it there.
+type mountNS struct {
+	pid int
+}
+
+// newMountNS makes the namespace, with the BPF filesystem mounted with mode
+// (octal; the kernel adds the sticky bit).
+func newMountNS(t *testing.T, mode string) *mountNS {
+	t.Helper()
+	host := t.TempDir()
+	run(t, "mount", "-t", "bpf", "-o", "mode="+mode, "bpf", host)
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", host).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", host, err, out)
+		}
+	})
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+		"mount --bind "+host+" "+bpffs+" && echo ready && exec sleep infinity")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	require.Equal(t, "ready\n", line, "mount namespace with a BPF filesystem: %s", &stderr)
+	return &mountNS{pid: cmd.Process.Pid}
+}
+
+// command runs name in the namespace, with env added to the environment.
+func (m *mountNS) command(env []string, name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"-t", fmt.Sprint(m.pid), "-m", "--", "env"}, append(append(env, name), args...)...)...)
+}
+
+// path is where the test sees path of the namespace.
+func (m *mountNS) path(path string) string { return fmt.Sprintf("/proc/%d/root%s", m.pid, path) }
+
+// as runs the command as user in the mount namespace and the network
+// namespace ns. (ip netns exec would mount a new /sys, hiding the BPF
+// filesystem.) runuser switches user the way a service manager does;
+// setpriv would keep root's capabilities until exec, so the kernel's exec
+// permission check would still pass.
+func (m *mountNS) as(ns *testns.NS, user, name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"-t", fmt.Sprint(m.pid), "-m", "--net=/run/netns/" + ns.Name, "--", "runuser", "-u", user, "--", name}, args...)...)
+}
+
+// installOnce takes the lock of the tests that install the package, checks
+// that it is not installed, and purges it when the test ends.
+func installOnce(t *testing.T, m *mountNS) {
+	t.Helper()
+	lock := takeLock(t)
+	t.Cleanup(func() { lock.Close() })
+	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", pkgName).Output(); err == nil && strings.Contains(string(out), "installed") {
+		t.Fatalf("%s is installed on this machine (%s); this test installs and purges it: remove it first", pkgName, out)
+	}
+	hostMode := modeOf(t, bpffs)
+	t.Cleanup(func() {
+		if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", pkgName).Output(); err == nil && !strings.Contains(string(out), "not-installed") {
+			os.RemoveAll(m.path(filepath.Join(pinDir, testns.Dev)))
+			dpkg(t, m, nil, "--purge", pkgName)
+		}
+		require.Equal(t, hostMode, modeOf(t, bpffs), "this machine's own %s is untouched", bpffs)
+	})
 }
 
 func modeOf(t *testing.T, path string) os.FileMode {
