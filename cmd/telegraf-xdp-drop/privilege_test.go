@@ -149,8 +149,8 @@ func TestPinPathUnderFileCapabilities(t *testing.T) {
 			t.Logf("%s", errOut)
 			require.Contains(t, out, "attached=true", "the drop policy is enforced; stderr: %s", errOut)
 			require.Contains(t, errOut, fmt.Sprintf(`W! interface %q: attaching without pins, so counters restart at every restart: pin_path unusable: mkdir %s: permission denied; `+
-				`user nobody may not pass through %s (mode %04o); as root run: chmod o+x %s, or for the package's pin directory: systemd-tmpfiles --create %s`,
-				testns.Dev, pins, blocked, c.wantMode, blocked, bpf.PackageTmpfiles))
+				`user nobody may not pass through %s (mode %04o); as root run: chmod o+x %s, or for the package's pin directory: %s`,
+				testns.Dev, pins, blocked, c.wantMode, blocked, bpf.PackageBPFFSAccess))
 			require.NotContains(t, errOut, "E! ")
 			_, err := os.Stat(pins)
 			require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
