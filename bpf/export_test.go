@@ -38,3 +38,13 @@ var RunEach = runEach
 
 // PrefixProbes is how far past its home the program looks for a prefix.
 const PrefixProbes = prefixProbes
+
+// UseLimitClock makes the programs loaded until restore take the
+// limiter's time from SetLimitClock instead of the kernel's clock.
+func UseLimitClock() (restore func()) {
+	limitFakeClock = true
+	return func() { limitFakeClock = false }
+}
+
+// SetLimitClock sets the time, in ns, of a program loaded under UseLimitClock.
+func SetLimitClock(p *Program, ns uint64) error { return p.setLimitClock(ns) }

@@ -35,13 +35,16 @@ func (p Policy) FDs() int {
 	if ports {
 		n++
 	}
+	if p.hasLimits() {
+		n++ // the limiter's cells
+	}
 	return n
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// and the six rule maps (rule counters among them), which it closes again
-// when no rule uses them.
-const loadFDs = FDsPerInterface + 6
+// and the seven rule maps (rule counters and the limiter's cells among
+// them), which it closes again when no rule uses them.
+const loadFDs = FDsPerInterface + 7
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

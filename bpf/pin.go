@@ -41,6 +41,9 @@ func (p Policy) fingerprint() string {
 	// Rule counters are by position, and the rules decide the actions.
 	for _, r := range p.Rules {
 		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
+		if r.Limit != nil {
+			fmt.Fprintf(h, "limit %+v\n", *r.Limit)
+		}
 	}
 	if p.PerQueue {
 		h.Write([]byte("per_queue"))

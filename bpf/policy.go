@@ -98,6 +98,10 @@ func (p Policy) ruleDecisions() [MaxRules]uint32 {
 	var d [MaxRules]uint32
 	for i, r := range p.Rules {
 		v := uint32(0)
+		if r.Limit != nil {
+			// Pass within budget; the program decides the rest.
+			v = uint32(xdpDropVerdictVERDICT_LIMIT)
+		}
 		if r.Drop {
 			v = uint32(ActionDrop)
 			if !p.DryRun {

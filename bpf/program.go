@@ -29,16 +29,18 @@ type Counter struct {
 type Counters [ClassCount]Counter
 
 // Block is what a counter block holds: every frame under its class and the
-// action it got (Class[class][action]), and every frame a rule decided
-// under that rule.
+// action it got (Class[class][action]), every frame a rule decided
+// under that rule, and those of them a limit rule found over its budget
+// under Limited (the rest it passed).
 //
 // The kernel keeps it in two maps: counters holds, per class, the frames
 // that got the class's own action (every frame, without rules), and
 // rule_counters, which only rules touch, the frames a rule gave the other
 // action and the counters of the rules. A read puts them together.
 type Block struct {
-	Class [ClassCount][ActionCount]Counter
-	Rule  [MaxRules]Counter
+	Class   [ClassCount][ActionCount]Counter
+	Rule    [MaxRules]Counter
+	Limited [MaxRules]Counter
 }
 
 const counterSize = unsafe.Sizeof(Counter{})
@@ -47,8 +49,8 @@ const counterSize = unsafe.Sizeof(Counter{})
 var (
 	_ [unsafe.Sizeof(xdpDropCounterBlock{}) - uintptr(ClassCount)*counterSize]struct{}
 	_ [uintptr(ClassCount)*counterSize - unsafe.Sizeof(xdpDropCounterBlock{})]struct{}
-	_ [unsafe.Sizeof(xdpDropRuleBlock{}) - uintptr(ClassCount+MaxRules)*counterSize]struct{}
-	_ [uintptr(ClassCount+MaxRules)*counterSize - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
+	_ [unsafe.Sizeof(xdpDropRuleBlock{}) - uintptr(ClassCount+2*MaxRules)*counterSize]struct{}
+	_ [uintptr(ClassCount+2*MaxRules)*counterSize - unsafe.Sizeof(xdpDropRuleBlock{})]struct{}
 )
 
 // set makes b what one CPU counted: k, the counters map's block, holds
@@ -61,6 +63,7 @@ func (b *Block) set(k *xdpDropCounterBlock, r *xdpDropRuleBlock, own *[ClassCoun
 		b.Class[c][1-a] = Counter{}
 	}
 	b.Rule = [MaxRules]Counter{}
+	b.Limited = [MaxRules]Counter{}
 	if r != nil {
 		b.addRules(r, own)
 	}
@@ -89,6 +92,8 @@ func (b *Block) addRules(r *xdpDropRuleBlock, own *[ClassCount]uint8) {
 	for i := range b.Rule {
 		b.Rule[i].Packets += r.Rule[i].Packets
 		b.Rule[i].Bytes += r.Rule[i].Bytes
+		b.Limited[i].Packets += r.Limited[i].Packets
+		b.Limited[i].Bytes += r.Limited[i].Bytes
 	}
 }
 
@@ -185,6 +190,7 @@ type objects struct {
 	PrefixV4      *ebpf.Map
 	PrefixV6      *ebpf.Map
 	Ports         *ebpf.Map
+	LimitState    *ebpf.Map // the limiter's cells; closed without limit rules
 }
 
 func (o *objects) Close() error {
@@ -207,6 +213,7 @@ func (o *objects) maps() map[string]*ebpf.Map {
 		xdpDropMapPrefixV4:      o.PrefixV4,
 		xdpDropMapPrefixV6:      o.PrefixV6,
 		xdpDropMapPortsMap:      o.Ports,
+		xdpDropMapLimitState:    o.LimitState,
 	}
 	for name, m := range all {
 		if m == nil {
@@ -238,6 +245,9 @@ func (o *objects) dropUnused(count uint32, dims uint8) {
 	if dims&uint8(xdpDropRuleDimsRULE_DIM_PORTS) == 0 {
 		unused = append(unused, &o.Ports)
 	}
+	if dims&ruleDimLimits == 0 {
+		unused = append(unused, &o.LimitState)
+	}
 	for _, m := range unused {
 		(*m).Close()
 		*m = nil
@@ -256,6 +266,7 @@ type programObjects struct {
 	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.Map     `ebpf:"prefix_v6"`
 	Ports         *ebpf.Map     `ebpf:"ports_map"`
+	LimitState    *ebpf.Map     `ebpf:"limit_state"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -300,6 +311,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 		// The programs with rules are compiled apart, so that those
 		// without them keep every register for the frame's path.
 		single, multi = xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
+	}
+	if policy.hasLimits() {
+		single, multi = xdpDropProgXdpDropLimits, xdpDropProgXdpDropLimitsFrags
 	}
 	view := *parsed
 	view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: parsed.Programs[single], xdpDropProgXdpDropFrags: parsed.Programs[multi]}
@@ -362,6 +376,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	}
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
+	}
+	if err := setLimitSpec(spec, policy); err != nil {
+		return nil, err
 	}
 	return spec, nil
 }
@@ -482,6 +499,10 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		return nil, err
 	}
 	p.objs = objs
+	if err := objs.seedLimits(); err != nil {
+		p.objs.Close()
+		return nil, err
+	}
 	if err := objs.fillRules(rules); err != nil {
 		p.objs.Close()
 		return nil, err

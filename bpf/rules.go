@@ -46,6 +46,9 @@ type Rule struct {
 	// SrcPorts and DstPorts never match a later fragment, which carries no
 	// ports.
 	SrcPorts, DstPorts []PortRange
+	// Limit, when set, makes the rule a limit rule (Drop unset): it passes
+	// the frames it matches within their budget and drops the others.
+	Limit *Limit
 }
 
 func (r *Rule) hasPorts() bool { return len(r.SrcPorts) > 0 || len(r.DstPorts) > 0 }
@@ -75,6 +78,9 @@ func (r *Rule) check() error {
 		if !p.IsValid() || p != p.Masked() {
 			return fmt.Errorf("prefix %s is not a masked prefix", p)
 		}
+	}
+	if r.Limit != nil {
+		return r.checkLimit()
 	}
 	return nil
 }
@@ -124,6 +130,9 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 		dst.add(r.DstPrefixes, bit)
 		if r.hasPorts() {
 			t.ports |= bit
+		}
+		if r.Limit != nil {
+			t.dims |= ruleDimLimits
 		}
 	}
 	t.prefixesV4, t.prefixesV6 = src.v4+dst.v4, src.v6+dst.v6

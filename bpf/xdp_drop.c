@@ -68,8 +68,9 @@ struct ipv6_frag_hdr {
 volatile const __u8 verdicts[CLASS_COUNT];
 
 /*
- * A dry run counts drops as such but passes every frame. Not read by the
- * program: the loader leaves VERDICT_DROP out of verdicts and rule_decisions.
+ * A dry run counts drops as such but passes every frame. Read only by the
+ * limiter: otherwise the loader leaves VERDICT_DROP out of verdicts and
+ * rule_decisions.
  */
 volatile const __u8 dry_run;
 
@@ -524,12 +525,15 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
 	return XDP_PASS;
 }
 
+#include "limit.h"
+
 /*
- * The body of the programs. frags and rules are constants: each program is
- * compiled with its own branches only, so the program without rules runs
- * no rule code and keeps nothing for it.
+ * The body of the programs. frags, rules and limits are constants: each
+ * program is compiled with its own branches only, so the program without
+ * rules runs no rule code and keeps nothing for it, nor the one without
+ * limit rules any limiter code.
  */
-static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules)
+static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int limits)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -559,6 +563,8 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		return XDP_PASS;
+	if (limits && (ruled & VERDICT_LIMIT))
+		ruled = limit_decide(&cur, class, ruled, &key, len);
 	if (ruled)
 		return count_ruled(c, &key, class, ruled, len);
 	/* Its class's action: the counter's address needs no verdict. */
@@ -570,15 +576,15 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 }
 
 /*
- * Four programs, of which the loader loads one: with or without rules,
- * single- or multi-buffer. Each gets the kernel name xdp_drop.
+ * Six programs, of which the loader loads one: without rules, with rules,
+ * with limit rules among them; single- or multi-buffer. Each gets the kernel name xdp_drop.
  */
 
 /* Single-buffer XDP: every frame is in data..data_end. */
 SEC("xdp")
 int xdp_drop(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 0);
+	return frame_path(ctx, 0, 0, 0);
 }
 
 /*
@@ -588,19 +594,32 @@ int xdp_drop(struct xdp_md *ctx)
 SEC("xdp.frags")
 int xdp_drop_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 0);
+	return frame_path(ctx, 1, 0, 0);
 }
 
 SEC("xdp")
 int xdp_drop_rules(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1);
+	return frame_path(ctx, 0, 1, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_rules_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1);
+	return frame_path(ctx, 1, 1, 0);
+}
+
+/* With limit rules: the limiter's code is in these two only. */
+SEC("xdp")
+int xdp_drop_limits(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 1, 1);
+}
+
+SEC("xdp.frags")
+int xdp_drop_limits_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 1, 1);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -34,6 +34,7 @@ enum action {
 /* Verdict table bits besides the action in bit 0. */
 enum verdict {
 	VERDICT_DROP = 2, /* dropped, not only counted as such (dry run) */
+	VERDICT_LIMIT = 4, /* in rule_decisions: a limit rule, whose budget decides */
 };
 
 /* Rules: at most 64, one bit each in the per-dimension masks. */
@@ -63,11 +64,13 @@ struct counter_block {
 /*
  * The per-CPU block of rule_counters, touched by frames a rule decided
  * only: under other[class], those a rule gave the other action than their
- * class's; under rule[], every frame each rule decided.
+ * class's; under rule[], every frame each rule decided; under limited[],
+ * those of them a limit rule found over budget.
  */
 struct rule_block {
 	struct counter other[CLASS_COUNT];
 	struct counter rule[RULE_MAX];
+	struct counter limited[RULE_MAX];
 };
 
 /*

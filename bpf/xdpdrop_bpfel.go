@@ -46,6 +46,29 @@ type xdpDropCounterBlock struct {
 	Class [518]xdpDropCounter
 }
 
+type xdpDropLimitLimits uint32
+
+const (
+	xdpDropLimitLimitsLIMIT_ROWS       xdpDropLimitLimits = 4
+	xdpDropLimitLimitsLIMIT_COL_BITS   xdpDropLimitLimits = 17
+	xdpDropLimitLimitsLIMIT_COLS       xdpDropLimitLimits = 131072
+	xdpDropLimitLimitsLIMIT_RULE_CELLS xdpDropLimitLimits = 524288
+	xdpDropLimitLimitsLIMIT_SEED_CELL  xdpDropLimitLimits = 524352
+	xdpDropLimitLimitsLIMIT_CLOCK_CELL xdpDropLimitLimits = 524353
+	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524354
+	xdpDropLimitLimitsLIMIT_PER_RULE   xdpDropLimitLimits = 1
+)
+
+type xdpDropLimitParam struct {
+	_        structs.HostLayout
+	Interval uint64
+	Tau      uint64
+	Flags    uint8
+	Prefix4  uint8
+	Prefix6  uint8
+	Pad      [5]uint8
+}
+
 type xdpDropLpmV4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -92,9 +115,10 @@ type xdpDropPrefixSlot struct {
 }
 
 type xdpDropRuleBlock struct {
-	_     structs.HostLayout
-	Other [518]xdpDropCounter
-	Rule  [64]xdpDropCounter
+	_       structs.HostLayout
+	Other   [518]xdpDropCounter
+	Rule    [64]xdpDropCounter
+	Limited [64]xdpDropCounter
 }
 
 type xdpDropRuleDims uint32
@@ -116,41 +140,48 @@ const (
 type xdpDropVerdict uint32
 
 const (
-	xdpDropVerdictVERDICT_DROP xdpDropVerdict = 2
+	xdpDropVerdictVERDICT_DROP  xdpDropVerdict = 2
+	xdpDropVerdictVERDICT_LIMIT xdpDropVerdict = 4
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters           = "counters"
-	xdpDropMapPortsMap           = "ports_map"
-	xdpDropMapPrefixBuckets      = "prefix_buckets"
-	xdpDropMapPrefixExact        = "prefix_exact"
-	xdpDropMapPrefixV4           = "prefix_v4"
-	xdpDropMapPrefixV6           = "prefix_v6"
-	xdpDropMapRuleCounters       = "rule_counters"
-	xdpDropProgXdpDrop           = "xdp_drop"
-	xdpDropProgXdpDropFrags      = "xdp_drop_frags"
-	xdpDropProgXdpDropRules      = "xdp_drop_rules"
-	xdpDropProgXdpDropRulesFrags = "xdp_drop_rules_frags"
-	xdpDropVarActionDrop         = "action_drop"
-	xdpDropVarClassCount         = "class_count"
-	xdpDropVarDryRun             = "dry_run"
-	xdpDropVarPrefixHashShift    = "prefix_hash_shift"
-	xdpDropVarPrefixLimit        = "prefix_limit"
-	xdpDropVarQueueSlots         = "queue_slots"
-	xdpDropVarRuleCount          = "rule_count"
-	xdpDropVarRuleDecisions      = "rule_decisions"
-	xdpDropVarRuleDimPorts       = "rule_dim_ports"
-	xdpDropVarRuleDims           = "rule_dims"
-	xdpDropVarRuleMax            = "rule_max"
-	xdpDropVarRuleNoDst          = "rule_no_dst"
-	xdpDropVarRuleNoSrc          = "rule_no_src"
-	xdpDropVarRulePorts          = "rule_ports"
-	xdpDropVarRuleProto          = "rule_proto"
-	xdpDropVarVerdictDrop        = "verdict_drop"
-	xdpDropVarVerdicts           = "verdicts"
+	xdpDropMapCounters            = "counters"
+	xdpDropMapLimitState          = "limit_state"
+	xdpDropMapPortsMap            = "ports_map"
+	xdpDropMapPrefixBuckets       = "prefix_buckets"
+	xdpDropMapPrefixExact         = "prefix_exact"
+	xdpDropMapPrefixV4            = "prefix_v4"
+	xdpDropMapPrefixV6            = "prefix_v6"
+	xdpDropMapRuleCounters        = "rule_counters"
+	xdpDropProgXdpDrop            = "xdp_drop"
+	xdpDropProgXdpDropFrags       = "xdp_drop_frags"
+	xdpDropProgXdpDropLimits      = "xdp_drop_limits"
+	xdpDropProgXdpDropLimitsFrags = "xdp_drop_limits_frags"
+	xdpDropProgXdpDropRules       = "xdp_drop_rules"
+	xdpDropProgXdpDropRulesFrags  = "xdp_drop_rules_frags"
+	xdpDropVarActionDrop          = "action_drop"
+	xdpDropVarClassCount          = "class_count"
+	xdpDropVarDryRun              = "dry_run"
+	xdpDropVarLimitCells          = "limit_cells"
+	xdpDropVarLimitFakeClock      = "limit_fake_clock"
+	xdpDropVarLimitParams         = "limit_params"
+	xdpDropVarPrefixHashShift     = "prefix_hash_shift"
+	xdpDropVarPrefixLimit         = "prefix_limit"
+	xdpDropVarQueueSlots          = "queue_slots"
+	xdpDropVarRuleCount           = "rule_count"
+	xdpDropVarRuleDecisions       = "rule_decisions"
+	xdpDropVarRuleDimPorts        = "rule_dim_ports"
+	xdpDropVarRuleDims            = "rule_dims"
+	xdpDropVarRuleMax             = "rule_max"
+	xdpDropVarRuleNoDst           = "rule_no_dst"
+	xdpDropVarRuleNoSrc           = "rule_no_src"
+	xdpDropVarRulePorts           = "rule_ports"
+	xdpDropVarRuleProto           = "rule_proto"
+	xdpDropVarVerdictDrop         = "verdict_drop"
+	xdpDropVarVerdicts            = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -195,10 +226,12 @@ type xdpDropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropProgramSpecs struct {
-	XdpDrop           *ebpf.ProgramSpec `ebpf:"xdp_drop"`
-	XdpDropFrags      *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
-	XdpDropRules      *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
+	XdpDrop            *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDropFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
+	XdpDropLimits      *ebpf.ProgramSpec `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_frags"`
+	XdpDropRules       *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags  *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
 }
 
 // xdpDropMapSpecs contains maps before they are loaded into the kernel.
@@ -206,6 +239,7 @@ type xdpDropProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	LimitState    *ebpf.MapSpec `ebpf:"limit_state"`
 	PortsMap      *ebpf.MapSpec `ebpf:"ports_map"`
 	PrefixBuckets *ebpf.MapSpec `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.MapSpec `ebpf:"prefix_exact"`
@@ -221,6 +255,9 @@ type xdpDropVariableSpecs struct {
 	ActionDrop      *ebpf.VariableSpec `ebpf:"action_drop"`
 	ClassCount      *ebpf.VariableSpec `ebpf:"class_count"`
 	DryRun          *ebpf.VariableSpec `ebpf:"dry_run"`
+	LimitCells      *ebpf.VariableSpec `ebpf:"limit_cells"`
+	LimitFakeClock  *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
+	LimitParams     *ebpf.VariableSpec `ebpf:"limit_params"`
 	PrefixHashShift *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
 	PrefixLimit     *ebpf.VariableSpec `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.VariableSpec `ebpf:"queue_slots"`
@@ -258,6 +295,7 @@ func (o *xdpDropObjects) Close() error {
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
 	Counters      *ebpf.Map `ebpf:"counters"`
+	LimitState    *ebpf.Map `ebpf:"limit_state"`
 	PortsMap      *ebpf.Map `ebpf:"ports_map"`
 	PrefixBuckets *ebpf.Map `ebpf:"prefix_buckets"`
 	PrefixExact   *ebpf.Map `ebpf:"prefix_exact"`
@@ -269,6 +307,7 @@ type xdpDropMaps struct {
 func (m *xdpDropMaps) Close() error {
 	return _XdpDropClose(
 		m.Counters,
+		m.LimitState,
 		m.PortsMap,
 		m.PrefixBuckets,
 		m.PrefixExact,
@@ -285,6 +324,9 @@ type xdpDropVariables struct {
 	ActionDrop      *ebpf.Variable `ebpf:"action_drop"`
 	ClassCount      *ebpf.Variable `ebpf:"class_count"`
 	DryRun          *ebpf.Variable `ebpf:"dry_run"`
+	LimitCells      *ebpf.Variable `ebpf:"limit_cells"`
+	LimitFakeClock  *ebpf.Variable `ebpf:"limit_fake_clock"`
+	LimitParams     *ebpf.Variable `ebpf:"limit_params"`
 	PrefixHashShift *ebpf.Variable `ebpf:"prefix_hash_shift"`
 	PrefixLimit     *ebpf.Variable `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.Variable `ebpf:"queue_slots"`
@@ -305,16 +347,20 @@ type xdpDropVariables struct {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropPrograms struct {
-	XdpDrop           *ebpf.Program `ebpf:"xdp_drop"`
-	XdpDropFrags      *ebpf.Program `ebpf:"xdp_drop_frags"`
-	XdpDropRules      *ebpf.Program `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
+	XdpDrop            *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDropFrags       *ebpf.Program `ebpf:"xdp_drop_frags"`
+	XdpDropLimits      *ebpf.Program `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsFrags *ebpf.Program `ebpf:"xdp_drop_limits_frags"`
+	XdpDropRules       *ebpf.Program `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags  *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
 }
 
 func (p *xdpDropPrograms) Close() error {
 	return _XdpDropClose(
 		p.XdpDrop,
 		p.XdpDropFrags,
+		p.XdpDropLimits,
+		p.XdpDropLimitsFrags,
 		p.XdpDropRules,
 		p.XdpDropRulesFrags,
 	)
