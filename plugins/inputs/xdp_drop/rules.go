@@ -22,10 +22,16 @@ type Rule struct {
 	DstPrefix []string `toml:"dst_prefix"`
 	SrcPort   []any    `toml:"src_port"`
 	DstPort   []any    `toml:"dst_port"`
+	// The budget of action = "limit" (see limit.go).
+	Rate            any    `toml:"rate"`
+	Burst           any    `toml:"burst"`
+	Per             string `toml:"per"`
+	LimitPrefixIPv4 any    `toml:"limit_prefix_ipv4"`
+	LimitPrefixIPv6 any    `toml:"limit_prefix_ipv6"`
 }
 
 // RuleKeys are the keys a rule takes, for error messages.
-const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_port, dst_port"
+const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_port, dst_port, rate, burst, per, limit_prefix_ipv4, limit_prefix_ipv6"
 
 const maxRuleName = 64
 
@@ -83,11 +89,14 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	switch r.Action {
 	case "drop":
 		out.Drop = true
-	case "pass":
+	case "pass", "limit":
 	case "":
-		return out, fail(`action is missing; use action = "drop" or "pass"`)
+		return out, fail(`action is missing; use action = "drop", "pass" or "limit"`)
 	default:
-		return out, fail(`action = %s is not an action; use "drop" or "pass"`, Quote(r.Action))
+		return out, fail(`action = %s is not an action; use "drop", "pass" or "limit"`, Quote(r.Action))
+	}
+	if err := parseLimit(r, &out); err != nil {
+		return out, fail("%w", err)
 	}
 	if field := emptyCondition(r); field != "" {
 		return out, fail("%s = [] lists no value; leave %s out to match any value, or list the values to match", field, field)

@@ -635,25 +635,32 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 	}
 	name := tagName(ifc.name)
 	// Every block with traffic is passed once: their rule counters add up.
-	var rules [bpf.MaxRules]bpf.Counter
+	var rules, limited [bpf.MaxRules]bpf.Counter
 	err := x.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
 		snap.Series = x.appendClasses(snap.Series, name, b, queueTag(queue), cpuTag(cpu))
 		for i := range x.policy.Rules {
 			rules[i].Packets += b.Rule[i].Packets
 			rules[i].Bytes += b.Rule[i].Bytes
+			limited[i].Packets += b.Limited[i].Packets
+			limited[i].Bytes += b.Limited[i].Bytes
 		}
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
-	snap.Rules = x.appendRules(snap.Rules, name, &rules)
+	snap.Rules = x.appendRules(snap.Rules, name, &rules, &limited)
 }
 
 // appendRules appends one series per rule, also for rules that never
-// matched: the frames each rule decided.
-func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules *[bpf.MaxRules]bpf.Counter) []RuleSeries {
+// matched: the frames each rule decided. A limit rule has two, the frames
+// it passed within budget and those it dropped over it (limited).
+func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
 	for i, r := range x.policy.Rules {
+		if r.Limit != nil {
+			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
+			continue
+		}
 		action := bpf.ActionPass
 		if r.Drop {
 			action = bpf.ActionDrop
