@@ -1,0 +1,65 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
+)
+
+// TestLimitRuleLive sends a burst through a veth into the plugin's program
+// with a per-source DNS limit of 1 frame/s and burst 5: each of two sources
+// gets its 5 frames through and the rest dropped (would_drop in a dry run),
+// and the rule's pass and drop points and the classes count them exactly.
+func TestLimitRuleLive(t *testing.T) {
+	for _, dry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
+			ns := testns.New(t)
+			rules := []Rule{{Name: "dns-per-source", Action: "limit", Protocol: []any{"udp"}, DstPort: []any{int64(53)},
+				Rate: int64(1), Burst: int64(5), Per: "source"}}
+			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"tcp"}, Rules: rules, DryRun: dry, Log: testutil.Logger{}}
+			acc := startPlugin(t, ns, p)
+			require.Empty(t, acc.Errors)
+
+			a := ipFrame("203.0.113.5", "198.51.100.53", frames.ProtoUDP, 40000, 53)
+			b := ipFrame("2001:db8:2::5", "2001:db8:9::53", frames.ProtoUDP, 40000, 53)
+			send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 12}, {Name: "b", Frame: b, Count: 9}})
+			acc = gatherUntil(t, ns, p, 21)
+			require.Empty(t, acc.Errors)
+
+			over := "drop"
+			if dry {
+				over = "would_drop"
+			}
+			point := func(name string, tags map[string]string, n, size int) telegraf.Metric {
+				tags["interface"] = testns.Dev
+				return testutil.MustMetric(name, tags, map[string]any{"packets": uint64(n), "bytes": uint64(n * size)}, time.Unix(0, 0))
+			}
+			id, err := ns.XDPProgramID(testns.Dev)
+			require.NoError(t, err)
+			want := []telegraf.Metric{
+				point("xdp_drop", map[string]string{"family": "ipv4", "protocol": "udp", "action": "pass"}, 5, len(a)),
+				point("xdp_drop", map[string]string{"family": "ipv4", "protocol": "udp", "action": over}, 7, len(a)),
+				point("xdp_drop", map[string]string{"family": "ipv6", "protocol": "udp", "action": "pass"}, 5, len(b)),
+				point("xdp_drop", map[string]string{"family": "ipv6", "protocol": "udp", "action": over}, 4, len(b)),
+				testutil.MustMetric("xdp_drop_rule", map[string]string{"interface": testns.Dev, "rule": "dns-per-source", "action": "pass"},
+					map[string]any{"packets": uint64(10), "bytes": uint64(5*len(a) + 5*len(b))}, time.Unix(0, 0)),
+				testutil.MustMetric("xdp_drop_rule", map[string]string{"interface": testns.Dev, "rule": "dns-per-source", "action": over},
+					map[string]any{"packets": uint64(11), "bytes": uint64(7*len(a) + 4*len(b))}, time.Unix(0, 0)),
+				linkMetric(testns.Dev, "native", id),
+			}
+			testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
+			require.NotNil(t, p.policy.Rules[0].Limit)
+			require.Equal(t, uint64(1), p.policy.Rules[0].Limit.Rate)
+		})
+	}
+}
