@@ -208,6 +208,27 @@ func TestRenderRulesDryRun(t *testing.T) {
 	}, "\n")+"\n")
 }
 
+// TestRenderLimitRule: the pass and drop rows of a limit rule each have
+// their own rate.
+func TestRenderLimitRule(t *testing.T) {
+	h := newHistory()
+	snap := xdp_drop.Snapshot{Rules: []xdp_drop.RuleSeries{
+		rulePoint("eth1", "dns", xdp_drop.ActionPass, 100, 6000),
+		rulePoint("eth1", "dns", xdp_drop.ActionDrop, 900, 54000),
+	}}
+	render(snap, h, time.Second, time.Time{}, time.Second)
+	snap.Rules = []xdp_drop.RuleSeries{
+		rulePoint("eth1", "dns", xdp_drop.ActionPass, 110, 6600),
+		rulePoint("eth1", "dns", xdp_drop.ActionDrop, 1000, 60000),
+	}
+	got := render(snap, h, time.Second, time.Time{}, time.Second)
+	require.Contains(t, got, "\n"+strings.Join([]string{
+		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
+		"eth1         dns                  pass                10  600.0 B/s         110",
+		"eth1         dns                  drop               100   6.0 kB/s       1,000",
+	}, "\n")+"\n")
+}
+
 // TestRenderHugeTotals: totals and rates up to 2^64-1 keep their columns,
 // exact while they fit and with three significant digits and an SI prefix
 // past that, rounded up into the next prefix where rounding carries.
@@ -307,10 +328,11 @@ func TestRenderFits(t *testing.T) {
 		for range rnd.IntN(6) {
 			name := text("abcdefghijklmnopqrstuvwxyz0123456789_.-", 1+rnd.IntN(64))
 			iface := ifname()
+			action := xdp_drop.Actions[rnd.IntN(3)]
 			if rnd.IntN(2) == 0 {
-				h.rules[ruleKey{iface, name}] = sample{counter(), counter()}
+				h.rules[ruleKey{iface, name, action}] = sample{counter(), counter()}
 			}
-			snap.Rules = append(snap.Rules, rulePoint(iface, name, xdp_drop.Actions[rnd.IntN(3)], counter(), counter()))
+			snap.Rules = append(snap.Rules, rulePoint(iface, name, action, counter(), counter()))
 			labels = append(labels, iface)
 		}
 		for range rnd.IntN(3) {

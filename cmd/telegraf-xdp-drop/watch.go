@@ -68,8 +68,9 @@ type sample struct{ packets, bytes uint64 }
 // rates are packets and bytes per second.
 type rates struct{ pps, bps float64 }
 
-// ruleKey names one rule's series: rule names are unique per instance.
-type ruleKey struct{ iface, rule string }
+// ruleKey names one rule's series: rule names are unique per instance,
+// and a limit rule has one series per action.
+type ruleKey struct{ iface, rule, action string }
 
 // history holds the counters of the last screen, from which the next one
 // computes its rates.
@@ -175,7 +176,7 @@ func renderRules(t *table, rules []xdp_drop.RuleSeries, h *history, seconds floa
 	sort.SliceStable(rules, func(i, j int) bool { return rules[i].Interface < rules[j].Interface })
 	t.row("INTERFACE", fmt.Sprintf(ruleRow, "RULE", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS"))
 	for _, r := range rules {
-		key := ruleKey{r.Interface, r.Rule}
+		key := ruleKey{r.Interface, r.Rule, r.Action}
 		was, seen := h.rules[key]
 		cur := sample{r.Packets, r.Bytes}
 		rt := since(was, seen, cur, seconds)
