@@ -23,7 +23,7 @@ func TestConfigExpandsEnv(t *testing.T) {
   drop = ["${XDP_TEST_PROTO}", "$XDP_TEST_PROTO"]
   pin_path = "$XDP_TEST_PIN"
 `), 0o600))
-	plugin, err := loadConfig(path)
+	plugin, err := loadConfig(path, noTrustCheck)
 	require.NoError(t, err)
 	require.Equal(t, []string{"eth1", `we"ird\name`, "xy"}, plugin.Interfaces)
 	require.Equal(t, []any{"udp", "udp"}, plugin.Drop)
