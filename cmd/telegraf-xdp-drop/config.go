@@ -150,8 +150,8 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 const maxConfigSize = 1 << 20
 
 // noTrustCheck, as loadConfig's trustUID, reads the config without the
-// trust check: root, or a process without raised capabilities, could
-// attach anything anyway.
+// trust check: root could attach anything anyway, and a process without
+// raised capabilities can attach nothing.
 const noTrustCheck = -1
 
 // readConfigFile reads a regular file of at most maxConfigSize bytes
