@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -212,6 +213,8 @@ func TestConfigSymlinkRace(t *testing.T) {
 			}
 		}
 	}()
+	stopFlipping := sync.OnceValue(func() error { close(stop); return <-flipped })
+	t.Cleanup(func() { stopFlipping() }) // before base is removed
 
 	const starts = 200
 	outcomes := map[string]int{}
@@ -236,8 +239,7 @@ func TestConfigSymlinkRace(t *testing.T) {
 		}
 		require.Error(t, err, "every start ends at the config")
 	}
-	close(stop)
-	require.NoError(t, <-flipped)
+	require.NoError(t, stopFlipping())
 	t.Logf("%d starts: %v", starts, outcomes)
 	require.Zero(t, outcomes["attacker's file"], "starts that decoded the other user's file")
 }
