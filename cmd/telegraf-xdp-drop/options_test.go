@@ -103,7 +103,7 @@ func TestRuleTypeErrorNamesTheRule(t *testing.T) {
 				text = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n" + strings.Repeat("\n", 9) + c.rule
 			}
 			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
-			_, err := loadConfig(conf)
+			_, err := loadConfig(conf, noTrustCheck)
 			require.EqualError(t, err, "config "+conf+": "+c.want)
 		})
 	}
@@ -123,7 +123,7 @@ func TestLongKeysAndNamesClipped(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
-			_, err := loadConfig(conf)
+			_, err := loadConfig(conf, noTrustCheck)
 			require.Error(t, err)
 			require.Less(t, len(err.Error()), 1024, "%.300s", err)
 			require.Regexp(t, `"…\(9000\d\d bytes\)`, err.Error())
