@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -75,14 +76,18 @@ func run() int {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
 	}
-	if caps := raisedCapabilities(); caps != "" {
-		if err := checkConfigTrust(*configFile, os.Getuid()); err != nil {
-			log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
-			return 1
-		}
+	trustUID := noTrustCheck
+	caps := raisedCapabilities()
+	if caps != "" {
+		trustUID = os.Getuid()
 	}
-	plugin, err := loadConfig(*configFile)
-	if err != nil {
+	plugin, err := loadConfig(*configFile, trustUID)
+	var untrusted *untrustedError
+	switch {
+	case errors.As(err, &untrusted):
+		log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
+		return 1
+	case err != nil:
 		log.Errorf("%v", err)
 		return 1
 	}
