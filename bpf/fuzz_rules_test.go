@@ -263,6 +263,9 @@ func randomRules(rng *rand.Rand) []bpf.Rule {
 				r.DstPorts = randomPorts(rng)
 			}
 		}
+		if rng.IntN(4) == 0 {
+			r.Drop, r.Limit = false, randomLimit(rng)
+		}
 	}
 	return rules
 }
@@ -397,6 +400,7 @@ type ruleProgram struct {
 	prog          *bpf.Program
 	before, after bpf.Block
 	ref           refIndex // nil: the reference scans every prefix
+	budgets       refBudgets
 	// aim are the prefixes of the long lists of ref, by direction and
 	// family (source and IPv4 first), which steer sends frames into.
 	aim [2][2][]netip.Prefix
@@ -405,7 +409,7 @@ type ruleProgram struct {
 // newRuleProgram indexes the long prefix lists of policy for the reference
 // and for steer.
 func newRuleProgram(name string, policy bpf.Policy, prog *bpf.Program) *ruleProgram {
-	rp := &ruleProgram{name: name, policy: policy, prog: prog, ref: refIndexFrom(policy.Rules)}
+	rp := &ruleProgram{name: name, policy: policy, prog: prog, ref: refIndexFrom(policy.Rules), budgets: refBudgets{}}
 	for _, r := range policy.Rules {
 		for dir, ps := range [][]netip.Prefix{r.SrcPrefixes, r.DstPrefixes} {
 			if rp.ref[unsafe.SliceData(ps)] == nil {
@@ -475,6 +479,7 @@ func (rp *ruleProgram) checkSplit(t *testing.T, frame []byte, linear int) {
 	}
 	r := refClassify(first)
 	rule, drop, want := refDecision(first, r, rp.policy, rp.ref)
+	limited := rp.refLimit(first, rule, &drop, &want)
 	require.NoError(t, rp.prog.ReadBlock(&rp.before))
 	verdict, err := runSplit(rp.prog.XDP(), frame, linear)
 	require.NoError(t, err)
@@ -492,6 +497,9 @@ func (rp *ruleProgram) checkSplit(t *testing.T, frame []byte, linear int) {
 	one(&expect.Class[r.class()][action])
 	if rule >= 0 {
 		one(&expect.Rule[rule])
+	}
+	if limited {
+		one(&expect.Limited[rule])
 	}
 	if verdict != want || expect != rp.after {
 		t.Fatalf("%s: frame %s (%d bytes in the first buffer, 0: all): verdict %d, reference %d (rule %d, drop %v, class %d); counters as the reference: %v",
@@ -525,6 +533,9 @@ func FuzzRules(f *testing.F) {
 	}
 	seed := fuzzRuleSeed()
 	rng := rand.New(rand.NewPCG(seed, seed))
+	// Limit rules run on the test clock, which stays put (see refBudgets).
+	restoreClock := bpf.UseLimitClock()
+	defer restoreClock()
 	var progs []*ruleProgram
 	for i := 0; i < 6; i++ {
 		policy := bpf.Policy{Rules: randomRules(rng)}
