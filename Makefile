@@ -39,8 +39,9 @@ help: ## Show this help
 	@echo "  BIN=$(BIN) VERSION=$(VERSION) PKGDIR=$(PKGDIR) PKGARCH=$(PKGARCH) FUZZTIME=$(FUZZTIME)"
 
 .PHONY: generate
-generate: ## Compile bpf/xdp_drop.c with $(CLANG) and regenerate the bpf2go Go bindings
+generate: ## Compile bpf/xdp_drop.c and the benchmark's bench/limitbench.c with $(CLANG) and regenerate the bpf2go Go bindings
 	cd bpf && BPF_CLANG=$(CLANG) BPF_CFLAGS="$(BPF_CFLAGS)" $(GO) generate ./...
+	cd bench && BPF_CLANG=$(CLANG) BPF_CFLAGS="$(BPF_CFLAGS)" $(GO) generate .
 
 .PHONY: build
 build: ## Build the plugin binary into $(BIN) (version $(VERSION))

@@ -38,7 +38,7 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -56,9 +56,9 @@ func run() int {
 		cfg.memory.trials = 1
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "limit", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -130,6 +130,14 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			return nil, fmt.Errorf("rules start-up: %w", err)
 		}
 		rep.rulesStartup = &s
+	}
+	if want("limit") {
+		lc := cfg.perPacket
+		lc.rounds = max(lc.rounds/2, 1)
+		status("limit: a limit rule against the same rule as drop, 1 and %d sources, and an LRU limiter, %d rounds of %d runs", limitSources, lc.rounds, lc.repeat)
+		if rep.limit, rep.limitNotes, err = limitPerPacket(lc); err != nil {
+			return nil, fmt.Errorf("limit: %w", err)
+		}
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

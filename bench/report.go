@@ -39,6 +39,8 @@ type report struct {
 	rulesNotes      []string
 	rulesThroughput []throughputResult
 	rulesStartup    *ruleStartup
+	limit           []limitBenchResult
+	limitNotes      []string
 	memory          []memoryResult // 1 interface, then 64
 	took            time.Duration
 }
@@ -94,6 +96,7 @@ func (r *report) print(w io.Writer) {
 			met(p.withinNoise(), fmt.Sprintf("%.2f ns beyond", math.Abs(p.delta.median)-p.noise())))
 	}
 	r.printRules(w)
+	r.printLimit(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -165,6 +168,13 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "Rules: the same policy (drop tcp, udp) with and without rules, paired round by round as per-packet is; frames from a source in the last rule's prefixes to a port in its range, so that every lookup is made and the last rule decides.\n")
 	}
 	for _, n := range r.rulesNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(r.limit) > 0 {
+		fmt.Fprintf(w, "Limit: through a front program (bench/limitbench.c) that gives each frame a source of its own (1 source: the frame's) and tail-calls the program measured, paired round by round; "+
+			"ours: a limit rule (rate 1000/s, burst 1000, per source) against the same rule with action = \"drop\"; the baseline limiter: an LRU hash entry per source with a 1-s window, against the same program without it.\n")
+	}
+	for _, n := range r.limitNotes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
 	for _, n := range r.throughputNotes {
