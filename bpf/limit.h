@@ -27,11 +27,17 @@ enum limit_limits {
 	LIMIT_ROWS = 4,
 	LIMIT_COL_BITS = 17,
 	LIMIT_COLS = 1 << LIMIT_COL_BITS,
-	/* Past the sketch: one cell per rule for per = "rule", then the seed, then the test clock. */
+	/*
+	 * Past the sketch: one cell per rule for per = "rule", then the seed,
+	 * the test clock and the time of the last tick with its jiffies, all
+	 * four in one cache line (a page-aligned array: see limit_state).
+	 */
 	LIMIT_RULE_CELLS = LIMIT_ROWS * LIMIT_COLS,
 	LIMIT_SEED_CELL = LIMIT_RULE_CELLS + RULE_MAX,
 	LIMIT_CLOCK_CELL = LIMIT_SEED_CELL + 1,
-	LIMIT_CELLS = LIMIT_CLOCK_CELL + 1,
+	LIMIT_JIFFY_CELL = LIMIT_SEED_CELL + 2,
+	LIMIT_TICK_CELL = LIMIT_SEED_CELL + 3,
+	LIMIT_CELLS = LIMIT_SEED_CELL + 8,
 	LIMIT_PER_RULE = 1, /* in limit_param.flags */
 };
 
@@ -61,6 +67,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE); /* page-aligned cells */
 	__uint(max_entries, 1);
 } limit_state SEC(".maps");
 
@@ -107,15 +114,35 @@ static __always_inline void limit_take(__u64 *cell, __u64 tat, __u64 now, __u64 
 	__sync_fetch_and_add(cell, interval);
 }
 
+/*
+ * The time, in ns of bpf_ktime_get_coarse_ns, which moves at every tick
+ * only: it is read once per tick and kept with the tick's jiffies, which
+ * cost a fraction of it to read. A CPU that sees a new tick's jiffies
+ * before its time reads the time of the tick before: one tick late, never
+ * more.
+ */
 static __always_inline __u64 limit_now(void)
 {
 	__u32 k = LIMIT_CLOCK_CELL;
-	__u64 *t;
+	__u64 *t, *j, now, jiffies;
 
-	if (!limit_fake_clock)
-		return bpf_ktime_get_coarse_ns();
+	if (limit_fake_clock) {
+		t = bpf_map_lookup_elem(&limit_state, &k);
+		return t ? *t : 0;
+	}
+	k = LIMIT_JIFFY_CELL;
+	j = bpf_map_lookup_elem(&limit_state, &k);
+	k = LIMIT_TICK_CELL;
 	t = bpf_map_lookup_elem(&limit_state, &k);
-	return t ? *t : 0;
+	if (!j || !t)
+		return bpf_ktime_get_coarse_ns();
+	jiffies = bpf_jiffies64();
+	if (*j == jiffies)
+		return *t;
+	now = bpf_ktime_get_coarse_ns();
+	*t = now;
+	*j = jiffies;
+	return now;
 }
 
 /* Whether the source of the frame is over the budget of limit rule r, taking one frame when not. */
@@ -171,24 +198,18 @@ static __always_inline int limit_over(struct hdr_cursor *nh, __u32 class, __u32 
 
 /*
  * The decision of a limit rule on a frame (ruled as rule_verdict returns
- * it): its own, pass, within budget; drop (would_drop in a dry run) over
- * it, counted under limited[] of the rule block too.
+ * it): its own, pass, within budget; over it, drop (would_drop in a dry
+ * run) and VERDICT_LIMITED, for count_ruled to count it under limited[].
  */
-static __always_inline __u32 limit_decide(struct hdr_cursor *nh, __u32 class, __u32 ruled, __u32 *key, __u64 len)
+static __always_inline __u32 limit_decide(struct hdr_cursor *nh, __u32 class, __u32 ruled)
 {
 	__u32 r = (ruled >> 8) - 1;
-	struct rule_block *rc;
 
 	asm volatile("" : "+r"(r));
 	r &= RULE_MAX - 1;
 	if (!limit_over(nh, class, r))
 		return ruled;
-	rc = bpf_map_lookup_elem(&rule_counters, key);
-	if (rc) {
-		rc->limited[r].packets++;
-		rc->limited[r].bytes += len;
-	}
-	ruled |= ACTION_DROP;
+	ruled |= ACTION_DROP | VERDICT_LIMITED;
 	if (!dry_run)
 		ruled |= VERDICT_DROP;
 	return ruled;

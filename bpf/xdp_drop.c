@@ -499,9 +499,10 @@ static __always_inline __u32 rule_verdict(struct hdr_cursor *nh, void *data_end,
  * Counts a frame a rule decided (ruled as rule_verdict returns it) and
  * returns its action: under its class in c when the rule gave it its
  * class's action, else under other[class] of the rule block; and under the
- * rule, always.
+ * rule, always; with limits, under limited[] too when over budget.
  */
-static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u32 class, __u32 ruled, __u64 len)
+static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u32 class, __u32 ruled, __u64 len,
+				       const int limits)
 {
 	struct rule_block *rc = bpf_map_lookup_elem(&rule_counters, key);
 	struct counter *cc;
@@ -520,6 +521,10 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
 	r &= RULE_MAX - 1;
 	rc->rule[r].packets++;
 	rc->rule[r].bytes += len;
+	if (limits && (ruled & VERDICT_LIMITED)) {
+		rc->limited[r].packets++;
+		rc->limited[r].bytes += len;
+	}
 	if (ruled & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
@@ -564,9 +569,9 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	if (!c)
 		return XDP_PASS;
 	if (limits && (ruled & VERDICT_LIMIT))
-		ruled = limit_decide(&cur, class, ruled, &key, len);
+		ruled = limit_decide(&cur, class, ruled);
 	if (ruled)
-		return count_ruled(c, &key, class, ruled, len);
+		return count_ruled(c, &key, class, ruled, len, limits);
 	/* Its class's action: the counter's address needs no verdict. */
 	c->class[class].packets++;
 	c->class[class].bytes += len;

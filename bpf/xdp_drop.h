@@ -35,6 +35,7 @@ enum action {
 enum verdict {
 	VERDICT_DROP = 2, /* dropped, not only counted as such (dry run) */
 	VERDICT_LIMIT = 4, /* in rule_decisions: a limit rule, whose budget decides */
+	VERDICT_LIMITED = 8, /* a limit rule found the frame over budget */
 };
 
 /* Rules: at most 64, one bit each in the per-dimension masks. */

@@ -55,7 +55,9 @@ const (
 	xdpDropLimitLimitsLIMIT_RULE_CELLS xdpDropLimitLimits = 524288
 	xdpDropLimitLimitsLIMIT_SEED_CELL  xdpDropLimitLimits = 524352
 	xdpDropLimitLimitsLIMIT_CLOCK_CELL xdpDropLimitLimits = 524353
-	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524354
+	xdpDropLimitLimitsLIMIT_JIFFY_CELL xdpDropLimitLimits = 524354
+	xdpDropLimitLimitsLIMIT_TICK_CELL  xdpDropLimitLimits = 524355
+	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524360
 	xdpDropLimitLimitsLIMIT_PER_RULE   xdpDropLimitLimits = 1
 )
 
@@ -140,8 +142,9 @@ const (
 type xdpDropVerdict uint32
 
 const (
-	xdpDropVerdictVERDICT_DROP  xdpDropVerdict = 2
-	xdpDropVerdictVERDICT_LIMIT xdpDropVerdict = 4
+	xdpDropVerdictVERDICT_DROP    xdpDropVerdict = 2
+	xdpDropVerdictVERDICT_LIMIT   xdpDropVerdict = 4
+	xdpDropVerdictVERDICT_LIMITED xdpDropVerdict = 8
 )
 
 // Names of all BPF objects in the ELF.
