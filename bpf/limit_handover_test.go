@@ -1,0 +1,77 @@
+//go:build linux
+
+package bpf_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+)
+
+// handOver attaches a program of policy to the test veth, runs n DNS
+// frames from one source through it, and hands it over, as a stopping
+// instance does, to a successor of next: the successor's program and
+// whether it continued the first.
+func handOver(t *testing.T, policy, next bpf.Policy, n int) (*bpf.Program, bool) {
+	ns := testns.New(t)
+	p, err := bpf.Load(policy)
+	require.NoError(t, err)
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
+	frame := dnsFrom("198.51.100.1")
+	c := &limitClock{t: t, p: p}
+	passed, _ := c.send(frame, n)
+	require.Equal(t, min(n, 3), passed)
+	l, prog, counters, err := p.FDs()
+	require.NoError(t, err)
+	rc, ok := p.RuleCountersFD()
+	require.True(t, ok)
+	dup := func(fd int) int {
+		d, err := unix.Dup(fd)
+		require.NoError(t, err)
+		return d
+	}
+	h := bpf.Handed{LinkFD: dup(l), ProgFD: dup(prog), CountersFD: dup(counters), RuleCountersFD: dup(rc), HasRuleCounters: true,
+		Fingerprint: p.Fingerprint()}
+	require.NoError(t, p.Close(), "only the handed-over descriptors hold the link now")
+	var q *bpf.Program
+	var continued bool
+	require.NoError(t, ns.Do(func() (err error) {
+		q, continued, err = bpf.Adopt(h, ns.DevIdx, bpf.ModeNative, next, func() (*bpf.Program, error) { return bpf.Load(next) })
+		return err
+	}))
+	t.Cleanup(func() { q.Close() })
+	return q, continued
+}
+
+// TestLimitHandover: a successor with the same limit rules continues the
+// program, and with it the budgets spent and the over-budget counts; one
+// whose budget changed starts afresh, with full bursts.
+func TestLimitHandover(t *testing.T) {
+	lim := bpf.Limit{Rate: 1, Burst: 3, PrefixV4: 32, PrefixV6: 64}
+	policy := bpf.Policy{Rules: []bpf.Rule{limitRule(lim)}}
+	frame := dnsFrom("198.51.100.1")
+
+	t.Run("same rules", func(t *testing.T) {
+		q, continued := handOver(t, policy, policy, 4)
+		require.True(t, continued)
+		c := &limitClock{t: t, p: q}
+		passed, dropped := c.send(frame, 2)
+		require.Equal(t, [2]int{0, 2}, [2]int{passed, dropped}, "the budget spent before the handover stays spent")
+		var b bpf.Block
+		require.NoError(t, q.ReadBlock(&b))
+		require.Equal(t, [2]uint64{6, 3}, [2]uint64{b.Rule[0].Packets, b.Limited[0].Packets}, "decided and over budget, before and after")
+	})
+	t.Run("budget changed", func(t *testing.T) {
+		next := lim
+		next.Burst = 4
+		q, continued := handOver(t, policy, bpf.Policy{Rules: []bpf.Rule{limitRule(next)}}, 4)
+		require.False(t, continued)
+		c := &limitClock{t: t, p: q}
+		passed, dropped := c.send(frame, 5)
+		require.Equal(t, [2]int{4, 1}, [2]int{passed, dropped}, "a new budget starts full")
+	})
+}
