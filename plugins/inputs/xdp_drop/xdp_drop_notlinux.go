@@ -18,4 +18,4 @@ func (*XDPDrop) Stop()                             {}
 
 func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
 
-func handoverDir() string { return "" }
+func handoverDir(string) (string, string) { return "", "" }
