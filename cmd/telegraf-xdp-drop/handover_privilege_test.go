@@ -23,6 +23,10 @@ type serviceUser struct {
 	bin, conf, tmp string
 }
 
+// noRunDir hides the host's /run/telegraf-xdp-drop, which the package's
+// tests may create and remove meanwhile.
+const noRunDir = "mount -t tmpfs -o mode=0755 tmpfs /run"
+
 func newServiceUser(t *testing.T, config string) *serviceUser {
 	t.Helper()
 	// Not under /tmp, which the test's own directory is mounted on.
@@ -63,13 +67,13 @@ func TestHandoverOverlapUnderFileCapabilities(t *testing.T) {
 	s := newServiceUser(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 
-	prev := runProc(t, s.cmd(ns, ":"))
+	prev := runProc(t, s.cmd(ns, noRunDir))
 	attached, id, _ := linkPoint(t, prev.gather(t, testns.Dev))
 	require.True(t, attached, "stderr: %s", prev.stderr)
 	const restarts = 20
 	took := 0
 	for i := range restarts {
-		next := runProc(t, s.cmd(ns, ":"))
+		next := runProc(t, s.cmd(ns, noRunDir))
 		time.Sleep(300 * time.Millisecond) // both run
 		require.NoError(t, prev.stdin.Close())
 		require.NoError(t, prev.wait(t), "stderr: %s", prev.stderr)

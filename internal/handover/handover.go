@@ -94,16 +94,18 @@ const (
 func Dir() (dir, note string) {
 	user := userDirPrefix + strconv.Itoa(os.Geteuid())
 	if base, _, _ := strings.Cut(os.Getenv("RUNTIME_DIRECTORY"), ":"); base != "" {
-		if err := usableBase(base, user); err == nil {
+		err := usableBase(base, user)
+		if err == nil {
 			return filepath.Join(base, user), ""
-		} else {
-			note = fmt.Sprintf("RUNTIME_DIRECTORY %s: %v", base, err)
 		}
+		note = fmt.Sprintf("RUNTIME_DIRECTORY %s: %v", base, err)
 	}
 	if trustedBase(RunDir) {
-		if err := usableBase(RunDir, user); err == nil {
+		err := usableBase(RunDir, user)
+		if err == nil {
 			return filepath.Join(RunDir, user), note
-		} else if note == "" {
+		}
+		if note == "" {
 			note = fmt.Sprintf("%v; as root run: systemd-tmpfiles --create /usr/lib/tmpfiles.d/telegraf-xdp-drop.conf "+
 				"(or chown root:<the service user's group> %s && chmod 0770 %s)", err, RunDir, RunDir)
 		}
