@@ -139,9 +139,6 @@ func runHolder() int {
 	send(c, reply, nil)
 	c.Close()
 	h.Wait(stop)
-	if isInstanceDir(dir) {
-		os.Remove(dir) // only when empty: no other holder of the instance offers there
-	}
 	return 0
 }
 
