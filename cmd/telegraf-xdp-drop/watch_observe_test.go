@@ -233,3 +233,54 @@ func TestWatchUnderFileCapabilities(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, cur, "left attached")
 }
+
+// TestWatchOutlivesInstance: when the observed instance stops, the view
+// says the interface has no program and does not attach one itself (it
+// would hold the interface against the instance's return); when an
+// instance attaches again, the view shows its counters.
+func TestWatchOutlivesInstance(t *testing.T) {
+	ns := testns.New(t)
+	conf := observedConfig(false)
+	first := start(t, ns, conf)
+	id := waitAttached(t, ns, testns.Dev)
+	w := &watchView{cmd: ns.Exec(binary, "-config", writeConfig(t, conf), "-watch"), done: make(chan error, 1)}
+	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
+	require.NoError(t, w.cmd.Start())
+	go func() { w.done <- w.cmd.Wait() }()
+	t.Cleanup(func() { w.cmd.Process.Kill() })
+	waitScreen := func(re *regexp.Regexp) {
+		t.Helper()
+		deadline := time.Now().Add(testns.Hang)
+		for !re.MatchString(lastScreen(w.out.String())) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.Regexp(t, re, lastScreen(w.out.String()), "stderr: %s", w.errOut.String())
+	}
+	waitScreen(regexp.MustCompile(fmt.Sprintf(`(?m)^link xdpt0: read-only, native mode, program id %d `, id)))
+
+	require.NoError(t, first.stdin.Close())
+	require.NoError(t, first.wait(t))
+	waitScreen(regexp.MustCompile(`(?m)^link xdpt0: NOT attached: interface "xdpt0": no XDP program attached now`))
+	for range 3 {
+		time.Sleep(time.Second) // a few screens: none of them attaches
+		cur, err := ns.XDPProgramID(testns.Dev)
+		require.NoError(t, err)
+		require.Zero(t, cur, "the view attached to an interface it observed")
+	}
+
+	start(t, ns, conf)
+	again := waitAttached(t, ns, testns.Dev)
+	require.NotEqual(t, id, again)
+	waitScreen(regexp.MustCompile(fmt.Sprintf(`(?m)^read-only xdpt0: counters of the instance of pid \d+, program id %d$`, again)))
+
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-w.done:
+		require.NoError(t, err, "stderr: %s", w.errOut.String())
+	case <-time.After(testns.Hang):
+		t.Fatalf("watch view still running %v after SIGINT", testns.Hang)
+	}
+	cur, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, again, cur, "the second instance stays attached")
+}
