@@ -32,7 +32,7 @@ type PolicyMismatchError struct {
 }
 
 func (e *PolicyMismatchError) Error() string {
-	return fmt.Sprintf("XDP program id %d (%s) was loaded from another config: %s", e.ID, ProgramName, e.Reason)
+	return fmt.Sprintf("XDP program id %d (%s) was loaded from another config, or by another version: %s", e.ID, ProgramName, e.Reason)
 }
 
 // Observe opens, read-only, the xdp_drop program another process attached
@@ -90,20 +90,17 @@ func Observe(ifindex int, policy Policy) (p *Program, owners []Holder, err error
 	if !continuable(spec, rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
 		return nil, nil, &PolicyMismatchError{ID: id, Reason: "its counters have another shape (rules, or per_queue, differ)"}
 	}
-	p, err = newProgram(policy, rules)
-	if err != nil {
+	if owners, err = linkOwners(ifindex, id); err != nil {
+		return nil, nil, err
+	}
+	if p, err = newProgram(policy, rules); err != nil {
 		return nil, nil, err
 	}
 	p.objs.Prog, p.objs.Counters, p.objs.RuleCounters = prog, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]
-	maps[rodataMap].Close()
+	maps[rodataMap].Close() // read: the comparison is done
 	p.id, p.observed = id, ifindex
 	if m, ok := attachedMode(attachMode); ok {
 		p.mode = m.mode
-	}
-	owners, err = linkOwners(ifindex, id)
-	if err != nil {
-		p.Close()
-		return nil, nil, err
 	}
 	return p, owners, nil
 }

@@ -145,7 +145,7 @@ func TestWatchOtherConfig(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "output: %s", out)
 	require.Equal(t, 1, exit.ExitCode(), "output: %s", out)
-	require.Contains(t, out, fmt.Sprintf("E! interface %q: XDP program id %d (xdp_drop) was loaded from another config: its constants dry_run, verdicts differ from this config's", testns.Dev, id))
+	require.Contains(t, out, fmt.Sprintf("E! interface %q: XDP program id %d (xdp_drop) was loaded from another config, or by another version: its constants dry_run, verdicts differ from this config's", testns.Dev, id))
 	require.Contains(t, out, "run -watch with the config that instance runs")
 	cur, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
