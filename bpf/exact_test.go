@@ -10,7 +10,7 @@ import (
 
 // exactFind looks k up in tbl as the program's prefix_find does.
 func exactFind(tbl exactTable, k exactKey) (uint64, bool) {
-	idx := k.home(tbl.shift)
+	idx := k.home(&tbl.key, tbl.shift)
 	for i := 0; i < prefixProbes; i, idx = i+1, idx+1 {
 		if idx >= len(tbl.slots) || tbl.slots[idx].Len == 0 {
 			return 0, false
@@ -64,7 +64,7 @@ func TestExactTableLayout(t *testing.T) {
 			continue
 		}
 		used++
-		home := exactKey{len: s.Len, addr: s.Addr}.home(tb.exact.shift)
+		home := exactKey{len: s.Len, addr: s.Addr}.home(&tb.exact.key, tb.exact.shift)
 		require.LessOrEqual(t, home, i)
 		require.Less(t, i-home, prefixProbes, "slot %d: %d past its home", i, i-home)
 		for j := home; j < i; j++ {
@@ -98,15 +98,15 @@ func TestExactTableLayout(t *testing.T) {
 	}
 }
 
-// collidingPrefixes finds n /24s whose exact keys share one home in a table
-// of 1<<bits slots.
-func collidingPrefixes(n, bits int) []netip.Prefix {
+// collidingPrefixes finds n /24s whose exact keys share one home under key
+// in a table of 1<<bits slots.
+func collidingPrefixes(key hashKey, n, bits int) []netip.Prefix {
 	rng := rand.New(rand.NewPCG(1, 1))
 	shift := uint32(64 - bits)
 	var out []netip.Prefix
 	for len(out) < n {
 		p, _ := netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.IntN(256)), byte(rng.IntN(256)), 0}).Prefix(24)
-		if prefixKey(p).home(shift) == 3 {
+		if prefixKey(p).home(&key, shift) == 3 {
 			out = append(out, p)
 		}
 	}
@@ -114,17 +114,21 @@ func collidingPrefixes(n, bits int) []netip.Prefix {
 }
 
 // TestExactTableGivesUpToTheTrie: prefixes that cannot be placed near
-// their home even in the largest table move their buckets to the trie;
-// the others stay exact, and every prefix is in one of the two.
+// their home even in the largest table move their buckets to the trie, and
+// the table counts them; the others stay exact, and every prefix is in one
+// of the two.
 func TestExactTableGivesUpToTheTrie(t *testing.T) {
 	const reach = 8
 	defer SetExactRoom(2, 0, reach)()
+	defer FixHashKey(1)()
 	// 12 prefixes: a table of 32 slots, where all 12 share slot 3.
-	ps := collidingPrefixes(12, bitsFor(2*12))
+	ps := collidingPrefixes(seededKey(1), 12, bitsFor(2*12))
 	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: ps}})
 	require.NoError(t, err)
 	require.Len(t, tb.src.exact, reach, "as many as fit near their home stay exact")
 	require.Len(t, tb.src.trie4, 12-reach)
+	require.Equal(t, 12-reach, tb.exact.overflowPrefixes)
+	buckets := map[int]bool{}
 	for _, p := range ps {
 		b := tb.src.buckets[bucketOf(p.Addr())]
 		k := prefixKey(p)
@@ -134,9 +138,11 @@ func TestExactTableGivesUpToTheTrie(t *testing.T) {
 			require.True(t, found, "%s", p)
 			continue
 		}
+		buckets[bucketOf(p.Addr())] = true
 		require.Equal(t, uint8(1), b.Trie, "%s", p)
 		require.Contains(t, tb.src.trie4, p)
 	}
+	require.Equal(t, len(buckets), tb.exact.overflowBuckets)
 
 	// With growth allowed, a larger table separates them.
 	maxExactGrowth = 4
@@ -144,6 +150,7 @@ func TestExactTableGivesUpToTheTrie(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tb.src.exact, 12)
 	require.Empty(t, tb.src.trie4)
+	require.Zero(t, tb.exact.overflowPrefixes)
 	require.Greater(t, len(tb.exact.slots), 32)
 }
 

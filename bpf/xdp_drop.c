@@ -95,6 +95,11 @@ volatile const __u64 rule_no_src;     /* rules without a source prefix: the mask
 volatile const __u64 rule_no_dst;     /* rules without a destination prefix: likewise */
 volatile const __u64 rule_ports;      /* rules with a port condition */
 volatile const __u32 prefix_hash_shift; /* 64 - log2(slots of prefix_exact's hash) */
+/*
+ * The secret of prefix_exact's hash, drawn by the loader at every load: a
+ * rule set cannot be chosen to collide in a table it cannot predict.
+ */
+volatile const __u32 prefix_hash_key[PREFIX_HASH_KEY_WORDS];
 
 /*
  * Per-RX-queue counting: the number of counter blocks, one per queue, the
@@ -309,26 +314,28 @@ static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cur
 	return CLASS_L2_OTHER;
 }
 
-/* Multiplier of the exact-prefix hash (2^64 / golden ratio); the loader hashes alike. */
+/* Multiplier of the exact-prefix hash's last step (2^64 / golden ratio); the loader hashes alike. */
 #define PREFIX_HASH_MUL 0x9E3779B97F4A7C15ULL
 
 /*
- * The slot where the search for an exact prefix starts: its length word
- * and address words (network order; an IPv4 prefix has one) folded by
- * multiplication, the top bits taken. The words are hashed as numbers, so
- * consecutive addresses are consecutive keys, which the multiplication
- * spreads evenly; in network order they would differ in their high bytes
- * and cluster.
+ * The slot where the search for an exact prefix starts. Its length word and
+ * address words (network order; an IPv4 prefix has one), as numbers, are
+ * hashed with the secret key by NH (the universal hash of UMAC): each pair
+ * of words plus key words, multiplied, summed. Two distinct prefixes get the
+ * same sum with chance at most 2^-32 whatever they are, so no set of
+ * prefixes collides but by luck; the three products of IPv6 are independent,
+ * not a chain. The sum is folded and multiplied by the golden ratio, whose
+ * top bits spread what is left of consecutive addresses' regularity.
  */
 static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int v6)
 {
-	__u64 x = (__u64)len << 32 | bpf_ntohl(key[0]);
+	__u64 x = (__u64)(__u32)(len + prefix_hash_key[0]) * (__u32)(bpf_ntohl(key[0]) + prefix_hash_key[1]);
 
 	if (v6) {
-		x = x * PREFIX_HASH_MUL + ((__u64)bpf_ntohl(key[1]) << 32 | bpf_ntohl(key[2]));
-		x = x * PREFIX_HASH_MUL + bpf_ntohl(key[3]);
+		x += (__u64)(__u32)(bpf_ntohl(key[1]) + prefix_hash_key[2]) * (__u32)(bpf_ntohl(key[2]) + prefix_hash_key[3]);
+		x += (__u64)(__u32)(bpf_ntohl(key[3]) + prefix_hash_key[4]) * prefix_hash_key[5];
 	}
-	/* Without folding the high half in, keys a constant apart would get homes a constant apart. */
+	/* Without folding the high half in, sums a constant apart would get homes a constant apart. */
 	x ^= x >> 32;
 	return (x * PREFIX_HASH_MUL) >> prefix_hash_shift;
 }
