@@ -290,3 +290,31 @@ func TestRulesExactTableCeiling(t *testing.T) {
 	}
 	checkChosen(t, rng, newRuleProgram("chosen against a known key", policy, p), chosen, list)
 }
+
+// TestRulesMultiBufferKeepsKey: the multi-buffer variant, loaded later on
+// the same prefix maps, hashes with the key they were laid out with: it
+// finds every exact prefix.
+func TestRulesMultiBufferKeepsKey(t *testing.T) {
+	testns.RequirePrivileged(t)
+	rng := rand.New(rand.NewPCG(21, 2))
+	list := benignPrefixes(rng, 1000, 1000)
+	policy := bpf.Policy{Rules: []bpf.Rule{{Name: "list", Drop: true, SrcPrefixes: list}}}
+	p, err := bpf.Load(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.UseMultiBuffer(); err != nil {
+		t.Fatal(err)
+	}
+	rp := newRuleProgram("multi-buffer", policy, p)
+	dst4, dst6 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::2")
+	for _, pr := range list {
+		a := randomIn(rng, pr)
+		frame := frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(8)), a, dst4))
+		if a.Is6() {
+			frame = frames.Ether(frames.EtherIPv6, frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(8)), a, dst6))
+		}
+		rp.check(t, frame)
+	}
+}
