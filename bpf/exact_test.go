@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -198,4 +199,48 @@ func TestExactTableConsecutiveAddresses(t *testing.T) {
 		require.Equal(t, n, len(tb.src.exact), c.name)
 		require.Equal(t, 1<<bitsFor(exactRoom*n)+prefixProbes-1, len(tb.exact.slots), "%s: the table grew", c.name)
 	}
+}
+
+// TestExactTableLinearCollisions: 64 IPv6 /128s whose words, multiplied
+// and added in a chain by a fixed multiplier (the hash before it had a key),
+// give one 64-bit value, so that no step after the chain could tell them
+// apart: under the keyed hash they spread as any prefixes do, and stay exact
+// (all 64 went to the trie before).
+func TestExactTableLinearCollisions(t *testing.T) {
+	const mul = 0x9E3779B97F4A7C15
+	inv := uint64(mul) // the inverse of mul modulo 2^64, by Newton's method
+	for range 5 {
+		inv *= 2 - mul*inv
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	u0 := rng.Uint64()
+	var ps []netip.Prefix
+	for i := range uint64(64) {
+		// Words 1 and 2 (u) and word 3 (i): u*mul + i is the same for all.
+		u := u0 - i*inv
+		var b [16]byte
+		b[0], b[1], b[2], b[3] = 0x20, 0x01, 0x0d, 0xb8
+		binary.BigEndian.PutUint64(b[4:], u)
+		binary.BigEndian.PutUint32(b[12:], uint32(i))
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom16(b), 128))
+	}
+	chain := func(p netip.Prefix) uint64 {
+		b := p.Addr().As16()
+		x := uint64(128|uint32(xdpDropPrefixLimitsPREFIX_KEY_V6))<<32 | uint64(binary.BigEndian.Uint32(b[:4]))
+		x = x*mul + binary.BigEndian.Uint64(b[4:12])
+		return x*mul + uint64(binary.BigEndian.Uint32(b[12:]))
+	}
+	for _, p := range ps[1:] {
+		require.Equal(t, chain(ps[0]), chain(p), "%s", p)
+	}
+	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: append(ps, randomLongPrefixes(rng, 1000)...)}})
+	require.NoError(t, err)
+	trie := 0
+	for _, p := range ps {
+		if _, ok := tb.src.trie6[p]; ok {
+			trie++
+		}
+	}
+	require.Zero(t, trie, "of the 64 prefixes, %d went to the trie", trie)
+	require.Equal(t, 1<<bitsFor(exactRoom*len(tb.src.exact))+prefixProbes-1, len(tb.exact.slots), "the table grew")
 }

@@ -44,8 +44,9 @@ func seededKey(seed uint64) hashKey {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var k hashKey
 	for i := range k {
-		k[i] = rng.Uint32()
+		k[i] = rng.Uint64()
 	}
+	k[0] |= 1
 	return k
 }
 

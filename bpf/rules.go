@@ -387,34 +387,36 @@ const prefixHashMul = 0x9E3779B97F4A7C15
 
 const prefixProbes = int(xdpDropPrefixLimitsPREFIX_PROBES)
 
-// hashKey is the secret key of the exact-prefix hash (prefix_hash_key). A
-// layout is made with one key, and the program that reads it must be loaded
-// with the same: the key travels with the tables.
-type hashKey [xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS]uint32
+// hashKey is the secret key of the exact-prefix hash (prefix_hash_key), its
+// first word odd. A layout is made with one key, and the program that reads
+// it must be loaded with the same: the key travels with the tables.
+type hashKey [xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS]uint64
 
 // newHashKey draws the key of a layout. A variable for tests, which need
 // to know where prefixes land.
 var newHashKey = func() hashKey {
 	var k hashKey
-	var b [4 * len(k)]byte
+	var b [8 * len(k)]byte
 	// crypto/rand never fails on Linux (getrandom, or a crash).
 	_, _ = rand.Read(b[:])
 	for i := range k {
-		k[i] = binary.NativeEndian.Uint32(b[4*i:])
+		k[i] = binary.NativeEndian.Uint64(b[8*i:])
 	}
+	k[0] |= 1
 	return k
 }
 
 // home is the slot where the program's search for k starts in a table of
 // 1<<(64-shift) slots under key (prefix_home): the length and address words
-// (host order of network-order words) hashed by NH with the key, folded and
-// multiplied.
+// (host order of network-order words) hashed by multiply-shift with the
+// key, folded and multiplied.
 func (k exactKey) home(key *hashKey, shift uint32) int {
-	w := func(i int) uint32 { return bits.ReverseBytes32(k.addr[i]) }
-	x := uint64(k.len+key[0]) * uint64(w(0)+key[1])
+	w := func(i int) uint64 { return uint64(bits.ReverseBytes32(k.addr[i])) }
+	var x uint64
 	if k.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
-		x += uint64(w(1)+key[2]) * uint64(w(2)+key[3])
-		x += uint64(w(3)+key[4]) * uint64(key[5])
+		x = uint64(k.len)*key[0] + w(0)*key[1] + w(1)*key[2] + w(2)*key[3] + w(3)*key[4]
+	} else {
+		x = (uint64(k.len)<<32 | w(0)) * key[0]
 	}
 	x ^= x >> 32
 	return int((x * prefixHashMul) >> shift)

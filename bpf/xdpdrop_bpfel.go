@@ -81,7 +81,7 @@ const (
 	xdpDropPrefixLimitsPREFIX_DIR_DST        xdpDropPrefixLimits = 1
 	xdpDropPrefixLimitsPORTS                 xdpDropPrefixLimits = 65536
 	xdpDropPrefixLimitsPREFIX_PROBES         xdpDropPrefixLimits = 16
-	xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS xdpDropPrefixLimits = 6
+	xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS xdpDropPrefixLimits = 5
 )
 
 type xdpDropPrefixSlot struct {
