@@ -88,3 +88,6 @@ func ChosenAgainstKey(rng *rand.Rand, n, bits int) []netip.Addr {
 func ExactOverflow(p *Program) (prefixes, buckets int) {
 	return p.rules.exact.overflowPrefixes, p.rules.exact.overflowBuckets
 }
+
+// MaxRuleMemory is maxRuleMemory, for the external tests.
+var MaxRuleMemory = maxRuleMemory

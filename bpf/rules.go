@@ -443,11 +443,6 @@ var (
 	exactReach     = prefixProbes // slots past its home a prefix may be placed
 )
 
-// maxExactSlots is the most slots the table of n exact prefixes has.
-func maxExactSlots(n int) int {
-	return 1<<(bitsFor(exactRoom*n)+maxExactGrowth) + prefixProbes - 1
-}
-
 // placeExact lays out both directions' exact prefixes under a key of its
 // own. Placed in order of their home slots, each prefix goes to its home or
 // the first free slot after it, which keeps the farthest any prefix sits
