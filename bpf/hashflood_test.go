@@ -188,12 +188,54 @@ func checkChosen(t *testing.T, rng *rand.Rand, rp *ruleProgram, chosen []netip.A
 	}
 }
 
+// checkEveryPrefix runs a frame from the first address of every prefix of
+// the list (rule 1, pass, under a policy that drops all) through p: each is
+// passed, but those of a chosen address (rule 0, drop), and rule 1 counts
+// exactly the frames it passed.
+func checkEveryPrefix(t *testing.T, p *bpf.Program, list []netip.Prefix, chosen []netip.Addr) {
+	t.Helper()
+	var before, after bpf.Block
+	if err := p.ReadBlock(&before); err != nil {
+		t.Fatal(err)
+	}
+	dst4, dst6 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::2")
+	passed := uint64(0)
+	for _, pr := range list {
+		a := pr.Addr()
+		frame := frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(8)), a, dst4))
+		if a.Is6() {
+			frame = frames.Ether(frames.EtherIPv6, frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(8)), a, dst6))
+		}
+		ret, err := p.XDP().Run(&ebpf.RunOptions{Data: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint32(xdpPass)
+		if slices.Contains(chosen, a) {
+			want = xdpDrop
+		} else {
+			passed++
+		}
+		if ret != want {
+			t.Fatalf("a frame from %s (prefix %s): verdict %d, want %d", a, pr, ret, want)
+		}
+	}
+	if err := p.ReadBlock(&after); err != nil {
+		t.Fatal(err)
+	}
+	if got := after.Rule[1].Packets - before.Rule[1].Packets; got != passed {
+		t.Fatalf("the list's rule counted %d frames, passed %d", got, passed)
+	}
+}
+
 // TestRulesChosenPrefixes: 64 IPv4 addresses chosen against the exact-prefix
 // hash as it was without a key (homes in 64 consecutive slots of a table 16
 // times the size it needs, so that every smaller table was too crowded),
 // among 100,000 IPv4 and 100,000 IPv6 prefixes, the limit: the table is the
 // size the same number of benign prefixes gets (it grew 16-fold, to 268 MB,
-// without the key), and every frame is decided as the reference decides it.
+// without the key), every prefix decides its frames, and frames from and
+// next to the chosen addresses and random ones are decided as the reference
+// decides them.
 func TestRulesChosenPrefixes(t *testing.T) {
 	testns.RequirePrivileged(t)
 	const perFamily, chosenN = bpf.MaxPrefixes, 64
@@ -211,8 +253,8 @@ func TestRulesChosenPrefixes(t *testing.T) {
 	}
 	policy := bpf.Policy{Rules: []bpf.Rule{
 		{Name: "chosen", Drop: true, SrcPrefixes: chosenPrefixes},
-		{Name: "list", Drop: true, SrcPrefixes: list},
-	}}
+		{Name: "list", SrcPrefixes: list},
+	}, DropAll: true}
 	p, err := bpf.Load(policy)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +271,7 @@ func TestRulesChosenPrefixes(t *testing.T) {
 		t.Fatalf("the chosen prefixes went to the trie, with a key they cannot know: %s", note)
 	}
 	checkRuleMemory(t, p)
+	checkEveryPrefix(t, p, list, chosen)
 	checkChosen(t, rng, newRuleProgram("chosen against the unkeyed hash", policy, p), chosen, list)
 }
 
@@ -288,6 +331,7 @@ func TestRulesExactTableCeiling(t *testing.T) {
 	if note := p.PrefixNote(); len(note) < len(want) || note[:len(want)] != want {
 		t.Fatalf("PrefixNote %q, want it to begin %q", note, want)
 	}
+	checkEveryPrefix(t, p, list, chosen)
 	checkChosen(t, rng, newRuleProgram("chosen against a known key", policy, p), chosen, list)
 }
 
