@@ -177,6 +177,9 @@ type Program struct {
 	rules *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
+	// observed is the ifindex of another process's program opened
+	// read-only by Observe, 0 for a program of this process.
+	observed int
 }
 
 // objects is what one load of the program gives: one variant of the program,
@@ -351,6 +354,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 		{xdpDropVarRuleNoDst, rules.noDst},
 		{xdpDropVarRulePorts, rules.ports},
 		{xdpDropVarPrefixHashShift, rules.exact.shift},
+		// The key the maps were laid out with: a variant loaded later on
+		// the same maps (loadMultiBuffer) gets it from the same tables.
+		{xdpDropVarPrefixHashKey, rules.exact.key},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
@@ -774,6 +780,9 @@ func attachError(ifindex int, mode Mode, err error) error {
 // Attached reports whether the attachment still holds; it returns
 // ErrInterfaceGone when the kernel detached it because the interface went away.
 func (p *Program) Attached() error {
+	if p.observed != 0 {
+		return p.stillAttached()
+	}
 	if p.link == nil {
 		return errors.New("not attached")
 	}
@@ -964,6 +973,19 @@ func (p *Program) ReadCounters(dst *Counters) error {
 	}
 	b.Totals(dst)
 	return nil
+}
+
+// PrefixNote says, when there is something to say, how many exact prefixes
+// the hash table could not hold within its ceiling and left to the trie:
+// their frames are decided the same, at the trie's speed. Only a rule set
+// built against the table's secret key, or rare bad luck, does that.
+func (p *Program) PrefixNote() string {
+	if p.rules == nil || p.rules.exact.overflowPrefixes == 0 {
+		return ""
+	}
+	e := &p.rules.exact
+	return fmt.Sprintf("%d exact prefixes (in %d buckets) did not fit the exact-prefix hash table within its ceiling of %d slots per prefix "+
+		"and are looked up in the trie instead: decided the same, more slowly (bad luck, or a list built against this load's secret hash key; the next load draws another)", e.overflowPrefixes, e.overflowBuckets, exactRoom<<(maxExactGrowth+1))
 }
 
 // RuleMemory is the kernel memory the program's rule maps (rule_counters

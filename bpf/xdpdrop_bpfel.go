@@ -98,14 +98,15 @@ type xdpDropPrefixBucket struct {
 type xdpDropPrefixLimits uint32
 
 const (
-	xdpDropPrefixLimitsPREFIX_BUCKETS     xdpDropPrefixLimits = 65536
-	xdpDropPrefixLimitsPREFIX_BUCKET_LENS xdpDropPrefixLimits = 6
-	xdpDropPrefixLimitsPREFIX_KEY_V6      xdpDropPrefixLimits = 256
-	xdpDropPrefixLimitsPREFIX_KEY_DST     xdpDropPrefixLimits = 512
-	xdpDropPrefixLimitsPREFIX_DIR_SRC     xdpDropPrefixLimits = 0
-	xdpDropPrefixLimitsPREFIX_DIR_DST     xdpDropPrefixLimits = 1
-	xdpDropPrefixLimitsPORTS              xdpDropPrefixLimits = 65536
-	xdpDropPrefixLimitsPREFIX_PROBES      xdpDropPrefixLimits = 16
+	xdpDropPrefixLimitsPREFIX_BUCKETS        xdpDropPrefixLimits = 65536
+	xdpDropPrefixLimitsPREFIX_BUCKET_LENS    xdpDropPrefixLimits = 6
+	xdpDropPrefixLimitsPREFIX_KEY_V6         xdpDropPrefixLimits = 256
+	xdpDropPrefixLimitsPREFIX_KEY_DST        xdpDropPrefixLimits = 512
+	xdpDropPrefixLimitsPREFIX_DIR_SRC        xdpDropPrefixLimits = 0
+	xdpDropPrefixLimitsPREFIX_DIR_DST        xdpDropPrefixLimits = 1
+	xdpDropPrefixLimitsPORTS                 xdpDropPrefixLimits = 65536
+	xdpDropPrefixLimitsPREFIX_PROBES         xdpDropPrefixLimits = 16
+	xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS xdpDropPrefixLimits = 5
 )
 
 type xdpDropPrefixSlot struct {
@@ -171,6 +172,7 @@ const (
 	xdpDropVarLimitCells          = "limit_cells"
 	xdpDropVarLimitFakeClock      = "limit_fake_clock"
 	xdpDropVarLimitParams         = "limit_params"
+	xdpDropVarPrefixHashKey       = "prefix_hash_key"
 	xdpDropVarPrefixHashShift     = "prefix_hash_shift"
 	xdpDropVarPrefixLimit         = "prefix_limit"
 	xdpDropVarQueueSlots          = "queue_slots"
@@ -261,6 +263,7 @@ type xdpDropVariableSpecs struct {
 	LimitCells      *ebpf.VariableSpec `ebpf:"limit_cells"`
 	LimitFakeClock  *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
 	LimitParams     *ebpf.VariableSpec `ebpf:"limit_params"`
+	PrefixHashKey   *ebpf.VariableSpec `ebpf:"prefix_hash_key"`
 	PrefixHashShift *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
 	PrefixLimit     *ebpf.VariableSpec `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.VariableSpec `ebpf:"queue_slots"`
@@ -330,6 +333,7 @@ type xdpDropVariables struct {
 	LimitCells      *ebpf.Variable `ebpf:"limit_cells"`
 	LimitFakeClock  *ebpf.Variable `ebpf:"limit_fake_clock"`
 	LimitParams     *ebpf.Variable `ebpf:"limit_params"`
+	PrefixHashKey   *ebpf.Variable `ebpf:"prefix_hash_key"`
 	PrefixHashShift *ebpf.Variable `ebpf:"prefix_hash_shift"`
 	PrefixLimit     *ebpf.Variable `ebpf:"prefix_limit"`
 	QueueSlots      *ebpf.Variable `ebpf:"queue_slots"`
