@@ -658,6 +658,13 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 			return nil, err
 		}
 	}
+	if p.objs.LimitState == nil {
+		// Nor its limiter's cells: fresh ones need a seed.
+		if err := objs.seedLimits(); err != nil {
+			objs.Close()
+			return nil, err
+		}
+	}
 	// Clones of p's maps, or unused ones: the program holds its own references.
 	for _, m := range objs.maps() {
 		m.Close()

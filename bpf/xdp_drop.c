@@ -593,7 +593,8 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 
 /*
  * Six programs, of which the loader loads one: without rules, with rules,
- * with limit rules among them; single- or multi-buffer. Each gets the kernel name xdp_drop.
+ * with limit rules among them; single- or multi-buffer. Each gets the
+ * kernel name xdp_drop.
  */
 
 /* Single-buffer XDP: every frame is in data..data_end. */
