@@ -59,9 +59,10 @@ volatile const __u8 limit_fake_clock;
 volatile const enum limit_limits limit_cells = LIMIT_CELLS;
 
 /*
- * The cells. The seed lives in the map, not in a constant, so that a
- * successor handed the map finds its sources' cells where they were. One
- * entry in the programs without limit rules, which never touch it.
+ * The cells. The seed lives in the map, not in a constant, so that another
+ * program loaded on the same map (the multi-buffer variant) finds every
+ * source's cells where they are. One entry in the programs without limit
+ * rules, which never touch it.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
