@@ -75,3 +75,32 @@ func TestLimitHandover(t *testing.T) {
 		require.Equal(t, [2]int{4, 1}, [2]int{passed, dropped}, "a new budget starts full")
 	})
 }
+
+// TestLimitObserved: a read-only view of a running program with limit
+// rules (the -watch of another instance) accepts the same config, whose
+// budgets are constants the view can compare (the seed is in the map), and
+// reads the frames over budget.
+func TestLimitObserved(t *testing.T) {
+	ns := testns.New(t)
+	policy := bpf.Policy{Rules: []bpf.Rule{limitRule(bpf.Limit{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 64})}}
+	p, err := bpf.Load(policy)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
+	c := &limitClock{t: t, p: p}
+	passed, dropped := c.send(dnsFrom("198.51.100.1"), 5)
+	require.Equal(t, [2]int{2, 3}, [2]int{passed, dropped})
+
+	var o *bpf.Program
+	require.NoError(t, ns.Do(func() (err error) { o, _, err = bpf.Observe(ns.DevIdx, policy); return err }))
+	t.Cleanup(func() { o.Close() })
+	var b bpf.Block
+	require.NoError(t, o.ReadBlock(&b))
+	require.Equal(t, [2]uint64{5, 3}, [2]uint64{b.Rule[0].Packets, b.Limited[0].Packets})
+
+	other := bpf.Policy{Rules: []bpf.Rule{limitRule(bpf.Limit{Rate: 2, Burst: 2, PrefixV4: 32, PrefixV6: 64})}}
+	err = ns.Do(func() error { _, _, err := bpf.Observe(ns.DevIdx, other); return err })
+	var mismatch *bpf.PolicyMismatchError
+	require.ErrorAs(t, err, &mismatch, "another budget is another config")
+	require.ErrorContains(t, err, "limit_params")
+}
