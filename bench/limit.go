@@ -13,7 +13,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 )
 
-// Targets of the limit rows, as the limit rules' issue states them.
+// Targets of the limit rows, as BENCHMARKS.md states them.
 const (
 	targetLimitDeltaNs   = 15   // a limit rule over the same rule as drop, 1 source
 	targetLimitManyRatio = 2    // 10,000,000 sources against 1 source
