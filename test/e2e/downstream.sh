@@ -154,10 +154,10 @@ minus() {
 
 # rule_counted: "rule/action packets" the e2e rules decided in every report:
 # the drop rule every UDP frame (the mix's and the reloads' come from source
-# port 40000), the other rule none.
+# port 40000), the other rules none (the limit rule gets its frames after).
 rule_counted() {
-	printf '%s/drop %s\n%s/pass 0\n' "$RULE_DROP" "$(counted_totals | awk '$1 == "udp" {print $2}')" "$RULE_NEVER" |
-		LC_ALL=C sort
+	printf '%s/drop %s\n%s/pass 0\n%s/pass 0\n%s/drop 0\n' "$RULE_DROP" "$(counted_totals | awk '$1 == "udp" {print $2}')" "$RULE_NEVER" \
+		"$RULE_LIMIT" "$RULE_LIMIT" | LC_ALL=C sort
 }
 
 # rule_minus FIRST: "rule/action=packets ..." of rule_counted less FIRST

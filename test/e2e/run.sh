@@ -37,6 +37,8 @@ RULE_RULES=$ROOT/examples/prometheus/xdp_drop_rule.rules.yml
 RULE_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_rule.rules.test.yml
 RULE_DROP=udp-from-40000 # e2e drop rule: the mix's UDP (source port 40000), which DROP drops anyway
 RULE_NEVER=never         # e2e rule that matches nothing: zero counts
+RULE_LIMIT=sctp-ceiling  # e2e limit rule: SCTP to port 9, which only sendlimit sends, at the end
+LIMIT_BURST=50           # its burst; its rate is 1 frame/s, per rule
 EXECD_SNIPPET=$ROOT/examples/telegraf.d/xdp_drop.conf
 QUERIES=$ROOT/examples/influxdb/queries.md
 DASHBOARD=$ROOT/examples/grafana/xdp_drop.json
@@ -180,6 +182,7 @@ log "building telegraf-xdp-drop and sendmix"
 go build -o "$WORK/bin/telegraf-xdp-drop" ./cmd/telegraf-xdp-drop
 go build -o "$WORK/bin/sendmix" ./test/e2e/sendmix
 go build -o "$WORK/bin/udpstream" ./test/e2e/udpstream
+go build -o "$WORK/bin/sendlimit" ./test/e2e/sendlimit
 
 # ---------------------------------------------------------------- namespace
 log "network namespace"
@@ -205,7 +208,8 @@ cat >"$WORK/xdp_drop.conf" <<EOF
   handover_timeout = "${HANDOVER_TIMEOUT}s"
 
   # Rules that change no frame's action from what drop gives it, so that
-  # sendmix's expected series hold: one counts the mix's UDP, one nothing.
+  # sendmix's expected series hold: one counts the mix's UDP, one nothing,
+  # and a limit rule that no frame of the mix matches (check_limit).
   [[inputs.xdp_drop.rule]]
     name = "$RULE_DROP"
     action = "drop"
@@ -217,6 +221,15 @@ cat >"$WORK/xdp_drop.conf" <<EOF
     action = "pass"
     protocol = ["tcp"]
     src_prefix = ["198.18.0.0/15"]
+
+  [[inputs.xdp_drop.rule]]
+    name = "$RULE_LIMIT"
+    action = "limit"
+    protocol = ["sctp"]
+    dst_port = [9]
+    rate = 1
+    burst = $LIMIT_BURST
+    per = "rule"
 EOF
 
 cat >"$WORK/influxdb.conf" <<EOF
@@ -453,11 +466,11 @@ rule_counts() {
 check_rule_counts() {
 	local udp want
 	udp=$(jq '[.series[] | select(.protocol == "udp") | .packets] | add' "$2")
-	want=$(printf '%s pass 0\n%s drop %s\n' "$RULE_NEVER" "$RULE_DROP" "$udp" | sort)
+	want=$(printf '%s pass 0\n%s drop %s\n%s pass 0\n%s drop 0\n' "$RULE_NEVER" "$RULE_DROP" "$udp" "$RULE_LIMIT" "$RULE_LIMIT" | sort)
 	rules_match() { [ "$(rule_counts "$1")" = "$want" ]; }
 	wait_until 20 rules_match "$1" ||
 		fail "xdp_drop_rule in InfluxDB: want '$(tr '\n' ';' <<<"$want")', got '$(rule_counts "$1" | tr '\n' ';')'"
-	note "InfluxDB: xdp_drop_rule $RULE_DROP drop = $udp packets (the mix's UDP), $RULE_NEVER pass = 0, exactly"
+	note "InfluxDB: xdp_drop_rule $RULE_DROP drop = $udp packets (the mix's UDP), $RULE_NEVER pass = 0, $RULE_LIMIT pass = drop = 0, exactly"
 }
 
 # rule_alerts STATE: the rules XDPDropRuleHighDropRate is in STATE for on $DEV.
@@ -663,7 +676,8 @@ while IFS=$'\t' read -r title q; do
 	"Frames/s per rule" | "Frames per rule (time range)")
 		# Every rule, also the one that never matched.
 		got=$(jq -r '[.results[0].series[]? | "\(.tags.rule)/\(.tags.action)"] | unique | join(" ")' <<<"$out")
-		[ "$got" = "$RULE_NEVER/pass $RULE_DROP/drop" ] || fail "dashboard panel '$title': rules '$got', want '$RULE_NEVER/pass $RULE_DROP/drop'" ;;
+		rules="$RULE_NEVER/pass $RULE_LIMIT/drop $RULE_LIMIT/pass $RULE_DROP/drop"
+		[ "$got" = "$rules" ] || fail "dashboard panel '$title': rules '$got', want '$rules'" ;;
 	esac
 done < <(dashboard_queries)
 note "Grafana dashboard: all $(dashboard_queries | wc -l) panel queries run; drop panels show $want_alerts"
@@ -814,6 +828,63 @@ check_dry_run() {
 	note "dry run: $dev counted $(jq '[.series[] | select(.action == "would_drop") | .packets] | add' "$WORK/dry_run.json") frames would_drop ($would) and dropped none; every series = sent, exactly"
 }
 check_dry_run
+
+# ================================================================ limit rule
+# limit_counts SINCE_MS: "action packets bytes" of the limit rule's
+# xdp_drop_rule series on $DEV.
+limit_counts() {
+	influx_query "SELECT last(\"packets\") AS \"packets\", last(\"bytes\") AS \"bytes\" FROM \"xdp_drop_rule\"
+		WHERE \"interface\" = '$DEV' AND \"rule\" = '$RULE_LIMIT' AND time >= ${1}ms GROUP BY \"action\"" |
+		jq -r '.results[0].series[]? | [.tags.action, .values[0][1], .values[0][2]] | map(tostring) | join(" ")' | sort
+}
+sctp_counts() { latest_counts "$1" | awk -v dev="$DEV" '$1 == dev && $3 == "sctp" {print $4, $5, $6}'; }
+limit_alert() {
+	prom_get /api/v1/alerts | jq -r --arg s "$1" --arg dev "$DEV" \
+		'[.data.alerts[] | select(.labels.alertname == "XDPDropLimitRuleHighDropShare" and .state == $s
+		  and .labels.interface == $dev) | .labels.rule] | unique | join(" ")'
+}
+limit_alert_am() {
+	nsx curl -sS --fail -G http://127.0.0.1:9093/api/v2/alerts --data-urlencode 'filter=alertname="XDPDropLimitRuleHighDropShare"' |
+		jq -r --arg dev "$DEV" '[.[] | select(.status.state == "active" and .labels.interface == $dev) | .labels.rule] | unique | join(" ")'
+}
+
+# check_limit: the limit rule (per rule, 1 frame/s, burst LIMIT_BURST) gets
+# 200 frames in one send, well within a second: LIMIT_BURST pass, the rest
+# are dropped, and InfluxDB holds the rule's pass and drop points and the
+# sctp classes exactly so. Then steady SCTP far over the rate until the
+# shipped XDPDropLimitRuleHighDropShare fires for it and reaches
+# Alertmanager.
+check_limit() {
+	log "limit rule: $RULE_LIMIT (SCTP to port 9, per rule, rate 1/s, burst $LIMIT_BURST)"
+	local t0 n size secs want sender
+	t0=$(now_ms)
+	[ -z "$(limit_counts "$t0" | awk '$2 != 0')" ] || fail "limit rule: counted frames before any were sent: $(limit_counts "$t0")"
+	nsx "$WORK/bin/sendlimit" -netns "$NS" -iface "$PEER" -count 200 >"$WORK/limit.json" || fail "sendlimit failed"
+	n=$(jq .frames "$WORK/limit.json")
+	size=$(($(jq .bytes "$WORK/limit.json") / n))
+	secs=$(jq '.seconds | floor' "$WORK/limit.json")
+	[ "$secs" = 0 ] || fail "limit rule: sending $n frames took $(jq .seconds "$WORK/limit.json") s; the exact check needs them within a second"
+	want=$(printf 'drop %d %d\npass %d %d\n' $((n - LIMIT_BURST)) $(((n - LIMIT_BURST) * size)) "$LIMIT_BURST" $((LIMIT_BURST * size)))
+	limit_match() { [ "$(limit_counts "$t0")" = "$want" ] && [ "$(sctp_counts "$t0")" = "$want" ]; }
+	wait_until 20 limit_match ||
+		fail "limit rule in InfluxDB: want '$(tr '\n' ';' <<<"$want")' for the rule and the ipv4/sctp classes, got rule '$(limit_counts "$t0" | tr '\n' ';')', classes '$(sctp_counts "$t0" | tr '\n' ';')'"
+	note "InfluxDB: xdp_drop_rule $RULE_LIMIT pass = $LIMIT_BURST (its burst), drop = $((n - LIMIT_BURST)) of $n frames sent in $(jq .seconds "$WORK/limit.json") s; ipv4/sctp classes alike, exactly"
+
+	t0=$(now_ms)
+	ip netns exec "$NS" "$WORK/bin/sendlimit" -netns "$NS" -iface "$PEER" -duration 120s -batch 20 -every 100ms \
+		>"$WORK/limit_steady.json" 2>"$LOGS/sendlimit.log" &
+	sender=$!
+	limit_firing() { [ "$(limit_alert firing)" = "$RULE_LIMIT" ]; }
+	wait_until 90 limit_firing || fail "XDPDropLimitRuleHighDropShare firing for '$(limit_alert firing)', want '$RULE_LIMIT'"
+	limit_in_am() { [ "$(limit_alert_am)" = "$RULE_LIMIT" ]; }
+	wait_until 30 limit_in_am || fail "Alertmanager has XDPDropLimitRuleHighDropShare for '$(limit_alert_am)', want '$RULE_LIMIT'"
+	share=$(prom_get /api/v1/query --data-urlencode 'query=xdp_drop:limit_rule_drop_share:rate2m' |
+		jq -r '[.data.result[] | "\(.metric.rule)=\(.value[1] | tonumber * 1000 | floor / 1000)"] | sort | join(" ")')
+	kill -TERM "$sender"
+	wait "$sender" || fail "steady sendlimit failed: $(cat "$LOGS/sendlimit.log")"
+	note "Prometheus: XDPDropLimitRuleHighDropShare firing for $RULE_LIMIT, active in Alertmanager ($(since_ms "$t0") ms after steady SCTP began); xdp_drop:limit_rule_drop_share:rate2m: $share"
+}
+check_limit
 
 OK=1
 printf '\nxdp_drop e2e: PASS in %d s\n' $(((${EPOCHREALTIME/[.,]/} - START_US) / 1000000))
