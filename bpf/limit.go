@@ -31,7 +31,7 @@ const (
 	LimitRows = int(xdpDropLimitLimitsLIMIT_ROWS)
 	LimitCols = int(xdpDropLimitLimitsLIMIT_COLS)
 	// LimitMemory is the size of the limiter's cells in bytes: the sketch,
-	// one cell per rule for per-rule budgets, the seed and a test clock.
+	// a cache line per rule for per-rule budgets, the seed and the clocks.
 	LimitMemory = int(xdpDropLimitLimitsLIMIT_CELLS) * 8
 )
 

@@ -28,12 +28,15 @@ enum limit_limits {
 	LIMIT_COL_BITS = 17,
 	LIMIT_COLS = 1 << LIMIT_COL_BITS,
 	/*
-	 * Past the sketch: one cell per rule for per = "rule", then the seed,
-	 * the test clock and the time of the last tick with its jiffies, all
-	 * four in one cache line (a page-aligned array: see limit_state).
+	 * Past the sketch: a cache line per rule, whose first cell is the
+	 * budget of a per = "rule" rule (rules' budgets do not share lines),
+	 * then the seed, the test clock and the time of the last tick with its
+	 * jiffies, all four in one cache line (a page-aligned array: see
+	 * limit_state).
 	 */
+	LIMIT_LINE_CELLS = 8,
 	LIMIT_RULE_CELLS = LIMIT_ROWS * LIMIT_COLS,
-	LIMIT_SEED_CELL = LIMIT_RULE_CELLS + RULE_MAX,
+	LIMIT_SEED_CELL = LIMIT_RULE_CELLS + RULE_MAX * LIMIT_LINE_CELLS,
 	LIMIT_CLOCK_CELL = LIMIT_SEED_CELL + 1,
 	LIMIT_JIFFY_CELL = LIMIT_SEED_CELL + 2,
 	LIMIT_TICK_CELL = LIMIT_SEED_CELL + 3,
@@ -158,7 +161,7 @@ static __always_inline int limit_over(struct hdr_cursor *nh, __u32 class, __u32 
 	int i, over = 1;
 
 	if (limit_params[r].flags & LIMIT_PER_RULE) {
-		k = LIMIT_RULE_CELLS + r;
+		k = LIMIT_RULE_CELLS + r * LIMIT_LINE_CELLS;
 		cells[0] = bpf_map_lookup_elem(&limit_state, &k);
 		if (!cells[0])
 			return 0;

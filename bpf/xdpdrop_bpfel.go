@@ -52,12 +52,13 @@ const (
 	xdpDropLimitLimitsLIMIT_ROWS       xdpDropLimitLimits = 4
 	xdpDropLimitLimitsLIMIT_COL_BITS   xdpDropLimitLimits = 17
 	xdpDropLimitLimitsLIMIT_COLS       xdpDropLimitLimits = 131072
+	xdpDropLimitLimitsLIMIT_LINE_CELLS xdpDropLimitLimits = 8
 	xdpDropLimitLimitsLIMIT_RULE_CELLS xdpDropLimitLimits = 524288
-	xdpDropLimitLimitsLIMIT_SEED_CELL  xdpDropLimitLimits = 524352
-	xdpDropLimitLimitsLIMIT_CLOCK_CELL xdpDropLimitLimits = 524353
-	xdpDropLimitLimitsLIMIT_JIFFY_CELL xdpDropLimitLimits = 524354
-	xdpDropLimitLimitsLIMIT_TICK_CELL  xdpDropLimitLimits = 524355
-	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524360
+	xdpDropLimitLimitsLIMIT_SEED_CELL  xdpDropLimitLimits = 524800
+	xdpDropLimitLimitsLIMIT_CLOCK_CELL xdpDropLimitLimits = 524801
+	xdpDropLimitLimitsLIMIT_JIFFY_CELL xdpDropLimitLimits = 524802
+	xdpDropLimitLimitsLIMIT_TICK_CELL  xdpDropLimitLimits = 524803
+	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524808
 	xdpDropLimitLimitsLIMIT_PER_RULE   xdpDropLimitLimits = 1
 )
 
