@@ -34,6 +34,7 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
+	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -56,6 +57,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		return nil
 	})
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	return nil
 }
 
@@ -118,6 +120,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -137,6 +140,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		}
 	}
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
 		snap.Links = append(snap.Links, x.link(ifc))
@@ -372,6 +376,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = prog
 	ifc.ifindex = dev.Index
+	ifc.rulesGen = x.files.gen
 	ifc.err = nil
 	ifc.reported = ""
 	if fellBack(x.mode, prog) {
@@ -658,10 +663,12 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules *[bpf.MaxR
 		if r.Drop {
 			action = bpf.ActionDrop
 		}
-		series = append(series, RuleSeries{
+		s := RuleSeries{
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
-		})
+		}
+		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		series = append(series, s)
 	}
 	return series
 }

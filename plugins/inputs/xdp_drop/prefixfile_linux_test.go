@@ -1,0 +1,172 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/txgen"
+)
+
+// The two versions of a blocklist in the live tests: both list the
+// sources of the UDP flood; only the first the 198.51.100.0/24 and only the
+// second the TCP flood's 203.0.113.0/24 and 2001:db8:c::/48.
+var (
+	listV1 = []string{"# v1", "192.0.2.0/24 ; SBL1", "2001:db8:a::/48", "198.51.100.0/24"}
+	listV2 = []string{"# v2", "192.0.2.0/24 ; SBL1", "2001:db8:a::/48", "203.0.113.0/24", "2001:db8:c::/48"}
+	// Sources in both versions (UDP) and only in the second (TCP).
+	bothV4 = ipFrame("192.0.2.7", "10.0.0.1", frames.ProtoUDP, 1, 2)
+	bothV6 = ipFrame("2001:db8:a::7", "2001:db8:ffff::1", frames.ProtoUDP, 1, 2)
+	newV4  = ipFrame("203.0.113.9", "10.0.0.1", frames.ProtoTCP, 1, 2)
+	newV6  = ipFrame("2001:db8:c::9", "2001:db8:ffff::1", frames.ProtoTCP, 1, 2)
+)
+
+// classPackets is the packets of every xdp_drop point by family, protocol
+// and action, and of the rule's points.
+func classPackets(acc *testutil.Accumulator) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range acc.GetTelegrafMetrics() {
+		v, _ := m.GetField("packets")
+		switch m.Name() {
+		case MeasurementCounters:
+			out[m.Tags()["family"]+"/"+m.Tags()["protocol"]+"/"+m.Tags()["action"]] += v.(uint64)
+		case MeasurementRule:
+			out["rule/"+m.Tags()["rule"]] += v.(uint64)
+		}
+	}
+	return out
+}
+
+func rulePoint(t *testing.T, acc *testutil.Accumulator, rule string) map[string]any {
+	t.Helper()
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == MeasurementRule && m.Tags()["rule"] == rule {
+			return m.Fields()
+		}
+	}
+	t.Fatalf("no xdp_drop_rule point for %q", rule)
+	return nil
+}
+
+// TestPrefixFileSwapLive floods an interface from sources listed in both
+// versions of a blocklist (UDP) and from sources listed only in the second
+// (TCP) while the file flips between them 20 times, a gather putting each
+// version in force: no frame from a source of both versions ever passes.
+// Once the second version is in force, none of its new sources passes
+// either, and the rule's counters went on through every swap.
+func TestPrefixFileSwapLive(t *testing.T) {
+	ns := testns.New(t)
+	list := filepath.Join(t.TempDir(), "drop.txt")
+	writeList(t, list, listV1...)
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{
+		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
+	}, Log: testutil.Logger{}}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+	firstID := p.ifaces[0].prog.ID()
+
+	gen, err := txgen.New()
+	require.NoError(t, err)
+	defer gen.Close()
+	var sent atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := ns.Do(func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				for _, f := range [][]byte{bothV4, bothV6, newV4, newV6} {
+					if err := gen.Send(ns.PeerIdx, f, 64); err != nil {
+						return err
+					}
+					sent.Add(64)
+				}
+			}
+		})
+		if err != nil {
+			t.Errorf("flood: %v", err)
+		}
+	}()
+	// Every swap is made while the flood runs: the flood has sent more
+	// since the last one.
+	floodOn := func(since uint64) {
+		t.Helper()
+		deadline := time.Now().Add(testns.Hang)
+		for sent.Load() <= since && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		require.Greater(t, sent.Load(), since, "the flood runs")
+	}
+	swaps := 0
+	for i := range 20 {
+		floodOn(sent.Load())
+		version := listV2
+		if i%2 == 1 {
+			version = listV1
+		}
+		writeList(t, list, version...)
+		before := p.files.gen
+		acc := &testutil.Accumulator{}
+		inNS(t, ns, p, func() error { return p.Gather(acc) })
+		require.Empty(t, acc.Errors, "swap %d", i)
+		require.Equal(t, before+1, p.files.gen, "swap %d: a new set", i)
+		require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "swap %d: in force on the interface", i)
+		swaps++
+	}
+	floodOn(sent.Load())
+	close(stop)
+	wg.Wait()
+	require.Equal(t, 20, swaps)
+	require.NotEqual(t, firstID, p.ifaces[0].prog.ID(), "the program was replaced")
+
+	acc = gatherUntil(t, ns, p, sent.Load())
+	got := classPackets(acc)
+	t.Logf("flood of %d frames through 20 swaps: %v", sent.Load(), got)
+	require.Zero(t, got["ipv4/udp/pass"]+got["ipv6/udp/pass"], "frames from sources both versions list passed")
+	both := got["ipv4/udp/drop"] + got["ipv6/udp/drop"]
+	require.Equal(t, sent.Load()/2, both, "every frame of the sources both versions list dropped")
+	require.Equal(t, got["ipv4/udp/drop"]+got["ipv6/udp/drop"]+got["ipv4/tcp/drop"]+got["ipv6/tcp/drop"], got["rule/blocklist"],
+		"the rule counted every frame it dropped, across all programs")
+	require.Equal(t, sent.Load(), got["ipv4/udp/drop"]+got["ipv6/udp/drop"]+got["ipv4/tcp/drop"]+got["ipv6/tcp/drop"]+got["ipv4/tcp/pass"]+got["ipv6/tcp/pass"])
+
+	// The last version in force is the first (20 flips end on it): put the
+	// second in force and flood from its new sources alone: none passes.
+	writeList(t, list, listV2...)
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	total := sent.Load()
+	send(t, ns, nil)
+	require.NoError(t, ns.Do(func() error {
+		for _, f := range [][]byte{newV4, newV6} {
+			if err := gen.Send(ns.PeerIdx, f, 1000); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	acc = gatherUntil(t, ns, p, total+2000)
+	after := classPackets(acc)
+	require.Equal(t, got["ipv4/tcp/pass"], after["ipv4/tcp/pass"], "no frame from a new source passed after the swap")
+	require.Equal(t, got["ipv6/tcp/pass"], after["ipv6/tcp/pass"], "no frame from a new source passed after the swap")
+	require.Equal(t, got["ipv4/tcp/drop"]+1000, after["ipv4/tcp/drop"])
+	require.Equal(t, got["ipv6/tcp/drop"]+1000, after["ipv6/tcp/drop"])
+	fields := rulePoint(t, acc, "blocklist")
+	require.Equal(t, int64(4), fields["prefixes"])
+	require.NotContains(t, fields, "error")
+}
