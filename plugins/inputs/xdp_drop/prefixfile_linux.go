@@ -25,8 +25,8 @@ func stampOf(fi os.FileInfo) fileStamp {
 // next gather.
 func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	for _, ifc := range x.ifaces {
-		if ifc.prog == nil || ifc.rulesGen == x.files.gen {
-			continue
+		if ifc.prog == nil || ifc.rulesGen == x.files.gen || ifc.observer != "" {
+			continue // observed (the console view): another instance's to swap
 		}
 		old := ifc.prog.ID()
 		if err := ifc.prog.SwapRules(x.policy); err != nil {

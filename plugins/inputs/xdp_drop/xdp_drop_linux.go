@@ -35,6 +35,11 @@ type iface struct {
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
 	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	// stuck: the holder offering the interface did not answer, in this attach.
+	stuck *handover.StuckError
+	// observer names whose program prog is when it was observed (Observe),
+	// not attached here; it stays set, so the interface is only observed.
+	observer string
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -45,8 +50,10 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
-	x.offerDeadline = time.Now().Add(offerWait)
-	defer func() { x.offerDeadline = time.Time{} }()
+	x.prepareHandover()
+	x.holderDeadline = time.Now().Add(startWait)
+	x.starting = true
+	defer func() { x.starting = false }()
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -120,6 +127,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	x.holderDeadline = time.Now().Add(gatherWait)
 	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
@@ -176,9 +184,14 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.release(ifc, gone)
 		ifc.missing = true
 		x.report(acc, ifc, gone)
-		if x.PinPath != "" {
+		if x.PinPath != "" && ifc.observer == "" {
 			x.removePins(ifc.name)
 		}
+		return
+	}
+	if ifc.observer != "" {
+		x.Log.Infof("interface %q: the observed program id %d is no longer attached: %v; its counters show again once an instance attaches one", ifc.name, ifc.prog.ID(), err)
+		x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
 	if removed && ifc.matched {
@@ -188,7 +201,7 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
 	}
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-	if removed && x.PinPath != "" {
+	if removed && x.PinPath != "" && ifc.observer == "" {
 		// A new interface of that name starts from zero, like without pins.
 		x.removePins(ifc.name)
 	}
@@ -330,6 +343,12 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
+	ifc.stuck = nil
+	if x.Observe {
+		if observed, err := x.observe(ifc, dev.Index); observed || err != nil {
+			return err
+		}
+	}
 	// An offer found here is tried now; waiting for one again below would
 	// only retry what it refused, load after load.
 	await := true
@@ -349,7 +368,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
 	var existing *bpf.ExistingProgramError
-	if errors.As(err, &existing) && existing.Name == bpf.ProgramName && await && x.awaitOffer(ifc, dev.Index) {
+	// An xdp_drop program, or one this process may not tell (under file
+	// capabilities): maybe this instance's predecessor, still stopping.
+	maybeOurs := errors.As(err, &existing) && (existing.Name == bpf.ProgramName || existing.Uninspectable)
+	if maybeOurs && await && x.awaitOffer(ifc, dev.Index) {
 		// A stopping instance is handing the interface over.
 		prog.Close()
 		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
@@ -369,6 +391,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 			if x.PinPath != "" {
 				x.removePins(ifc.name)
 			}
+			return ifc.err
+		}
+		if ifc.stuck != nil {
+			ifc.err = stuckError(ifc.name, err, ifc.stuck)
 			return ifc.err
 		}
 		ifc.err = x.explain(ifc.name, err)
@@ -749,6 +775,9 @@ func (x *XDPDrop) link(ifc *iface) Link {
 	switch {
 	case ifc.prog != nil:
 		l.Attached = true
+		if ifc.prog.Observed() {
+			l.Observer = ifc.observer
+		}
 		l.Mode = string(ifc.prog.Mode())
 		l.ProgramID = int64(ifc.prog.ID())
 		l.Fallback = fellBack(x.mode, ifc.prog)
