@@ -3,6 +3,8 @@
 package xdp_drop
 
 import (
+	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -80,6 +82,9 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	var sent atomic.Uint64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	stopFlood := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	defer stopFlood() // before gen closes, also when the test fails
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -129,8 +134,7 @@ func TestPrefixFileSwapLive(t *testing.T) {
 		swaps++
 	}
 	floodOn(sent.Load())
-	close(stop)
-	wg.Wait()
+	stopFlood()
 	require.Equal(t, 20, swaps)
 	require.NotEqual(t, firstID, p.ifaces[0].prog.ID(), "the program was replaced")
 
@@ -169,4 +173,28 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	fields := rulePoint(t, acc, "blocklist")
 	require.Equal(t, int64(4), fields["prefixes"])
 	require.NotContains(t, fields, "error")
+}
+
+// TestPrefixFileTrust reads prefix files under the config's trust rules
+// when the binary runs with raised capabilities: a list others may write
+// is refused, at start and later (the set in force stays).
+func TestPrefixFileTrust(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	list := filepath.Join(dir, "drop.txt")
+	writeList(t, list, "203.0.113.0/24")
+	require.NoError(t, os.Chmod(list, 0o666))
+	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{list}})
+	p.TrustPrefixFiles(os.Getuid())
+	require.EqualError(t, p.Init(), `rule "list": src_prefix_file: `+list+` is writable by its group and all users (mode 0666), who could then choose which traffic is dropped; run: chmod go-w `+list)
+
+	require.NoError(t, os.Chmod(list, 0o644))
+	require.NoError(t, p.Init())
+	writeList(t, list, "198.51.100.0/24")
+	require.NoError(t, os.Chmod(list, 0o664))
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], "is writable by its group (mode 0664)")
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")
 }
