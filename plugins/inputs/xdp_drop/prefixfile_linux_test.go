@@ -6,16 +6,22 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
 
@@ -197,4 +203,70 @@ func TestPrefixFileTrust(t *testing.T) {
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], "is writable by its group (mode 0664)")
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")
+}
+
+// TestPrefixFileHandover: a successor that takes over a handed-over
+// program with its counters (the same rules and files) puts in force what
+// the files hold at its start, not what they held when the program was
+// loaded; the counters continue.
+func TestPrefixFileHandover(t *testing.T) {
+	ns := testns.New(t)
+	list := filepath.Join(t.TempDir(), "drop.txt")
+	writeList(t, list, listV1...)
+	rules := []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
+	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	startPlugin(t, ns, a)
+	send(t, ns, []traffic.Flow{{Name: "both", Frame: bothV4, Count: 5, Class: bpf.IPv4Class(frames.ProtoUDP)}})
+	gatherUntil(t, ns, a, 5)
+
+	// a stops: a holder in this process keeps its link for the successor.
+	prog := a.ifaces[0].prog
+	l, pfd, m, err := prog.FDs()
+	require.NoError(t, err)
+	r, ok := prog.RuleCountersFD()
+	require.True(t, ok)
+	var netns uint64
+	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
+	dir := filepath.Join(t.TempDir(), "handover")
+	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
+			Mode: string(prog.Mode()), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
+		FDs: dupAll(t, l, pfd, m, r),
+	}}, testutil.Logger{})
+	require.NoError(t, errs[0])
+	stop := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() { h.Wait(stop); close(done) }()
+	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	handedID := prog.ID()
+	a.HandoverTimeout = 0
+	inNS(t, ns, a, func() error { a.Stop(); return nil })
+
+	// The list changes between the two instances.
+	writeList(t, list, listV2...)
+	log := &testutil.CaptureLogger{}
+	b := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: log}
+	require.NoError(t, b.Init())
+	b.handoverDir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, b, func() error { return b.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	var infos []string
+	for _, e := range log.Messages() {
+		infos = append(infos, e.Text)
+	}
+	require.Contains(t, strings.Join(infos, "\n"), "counters continue", "the handed-over program was taken over with its counters")
+	require.NotEqual(t, handedID, b.ifaces[0].prog.ID(), "the files' new set swapped in")
+
+	for _, c := range []struct {
+		frame []byte
+		want  uint32
+	}{{newV4, 1}, {newV6, 1}, {bothV4, 1}, {ipFrame("198.51.100.9", "10.0.0.1", frames.ProtoUDP, 1, 2), 2}} {
+		verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: c.frame})
+		require.NoError(t, err)
+		require.Equal(t, c.want, verdict, "XDP_DROP (1) for the second list's sources, XDP_PASS (2) for the first's alone")
+	}
+	got := classPackets(gatherUntil(t, ns, b, 5+4))
+	require.Equal(t, uint64(5+3), got["rule/blocklist"], "the rule's counters continued")
 }
