@@ -137,12 +137,14 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		rep.rulesStartup = &s
 	}
 	if want("prefixfile") {
-		status("prefix files: %d prefixes swapped in %d times through the plugin", prefixFileBenchPrefixes, cfg.prefixSwaps)
-		r, err := prefixFileSwap(e, cfg.prefixSwaps)
-		if err != nil {
-			return nil, fmt.Errorf("prefix files: %w", err)
+		status("prefix files: %d prefixes swapped in %d times through the plugin, on 1 and 8 interfaces", prefixFileBenchPrefixes, cfg.prefixSwaps)
+		for _, n := range []int{1, 8} {
+			r, err := prefixFileSwap(e, cfg.prefixSwaps, n)
+			if err != nil {
+				return nil, fmt.Errorf("prefix files, %d interfaces: %w", n, err)
+			}
+			rep.prefixFile = append(rep.prefixFile, r)
 		}
-		rep.prefixFile = &r
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

@@ -34,6 +34,7 @@ const targetPrefixFileSwap = 2 * time.Second
 const targetPrefixFileMemory = 2.0
 
 type prefixFileResult struct {
+	ifaces     int
 	prefixes   int
 	swaps      int
 	parse      time.Duration // median, ParsePrefixFile of the file alone
@@ -67,18 +68,22 @@ func prefixListFile(path string, n int, seed uint64) error {
 	return os.Rename(tmp, path)
 }
 
-// prefixFileSwap runs the plugin on one interface with a drop rule fed
+// prefixFileSwap runs the plugin on ifaces interfaces with a drop rule fed
 // from a file of 100,000 prefixes, replaces the file by rename with
 // another 100,000 and times the gather that puts it in force, as an
 // operator's cron job and Telegraf would; the process's RSS peak during the
 // swaps is taken against its steady state with one set in force.
-func prefixFileSwap(e *env, swaps int) (prefixFileResult, error) {
-	r := prefixFileResult{prefixes: prefixFileBenchPrefixes, swaps: swaps}
-	const dev = "xdpbpf0"
-	if _, _, err := e.ns.AddVeth(dev, dev+"p"); err != nil {
-		return r, err
+func prefixFileSwap(e *env, swaps, ifaces int) (prefixFileResult, error) {
+	r := prefixFileResult{ifaces: ifaces, prefixes: prefixFileBenchPrefixes, swaps: swaps}
+	var devs []string
+	for i := range ifaces {
+		dev := fmt.Sprintf("xdpbpf%d", i)
+		if _, _, err := e.ns.AddVeth(dev, dev+"p"); err != nil {
+			return r, err
+		}
+		defer e.ns.DelLink(dev)
+		devs = append(devs, dev)
 	}
-	defer e.ns.DelLink(dev)
 	dir, err := os.MkdirTemp("", "xdpdrop-bench-list")
 	if err != nil {
 		return r, err
@@ -103,7 +108,7 @@ func prefixFileSwap(e *env, swaps int) (prefixFileResult, error) {
 	}
 	r.parse = medianDuration(parses)
 
-	p := &xdp_drop.XDPDrop{Interfaces: []string{dev}, Log: testutil.Logger{Quiet: true}, Rules: []xdp_drop.Rule{
+	p := &xdp_drop.XDPDrop{Interfaces: devs, Log: testutil.Logger{Quiet: true}, Rules: []xdp_drop.Rule{
 		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
 	}}
 	if err := p.Init(); err != nil {
@@ -157,6 +162,9 @@ func prefixFileSwap(e *env, swaps int) (prefixFileResult, error) {
 		if got := ruleField(acc, "prefixes"); got != int64(r.prefixes) {
 			return r, fmt.Errorf("swap %d: %d prefixes in force, want %d", i, got, r.prefixes)
 		}
+		if n := pointsOf(acc, xdp_drop.MeasurementRule); n != ifaces {
+			return r, fmt.Errorf("swap %d: %d interfaces report the rule, want %d", i, n, ifaces)
+		}
 		times = append(times, took)
 	}
 	if r.rssPeak, err = procStatus("VmHWM"); err != nil {
@@ -199,6 +207,16 @@ func ruleField(acc *testutil.Accumulator, field string) int64 {
 	return -1
 }
 
+func pointsOf(acc *testutil.Accumulator, measurement string) int {
+	n := 0
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == measurement {
+			n++
+		}
+	}
+	return n
+}
+
 // procStatus reads a size (kB) of /proc/self/status, in bytes.
 func procStatus(key string) (uint64, error) {
 	b, err := os.ReadFile("/proc/self/status")
@@ -218,11 +236,11 @@ func (r *prefixFileResult) rows() []string {
 	kernel := 2 * r.ruleMemory
 	rss := float64(r.rssPeak) / float64(r.rssSteady)
 	return []string{
-		fmt.Sprintf("| prefix file swap | %d IPv4 prefixes, file replaced by rename, one interface | gather that puts it in force: median %s, worst %s of %d (parsing alone %s) | — | — | ≤ %s | %s |",
-			r.prefixes, round(r.swap), round(r.worst), r.swaps, round(r.parse), targetPrefixFileSwap,
+		fmt.Sprintf("| prefix file swap | %d IPv4 prefixes, file replaced by rename, %d interface%s | gather that puts it in force: median %s, worst %s of %d (parsing alone %s) | — | — | ≤ %s | %s |",
+			r.prefixes, r.ifaces, plural(r.ifaces), round(r.swap), round(r.worst), r.swaps, round(r.parse), targetPrefixFileSwap,
 			met(r.worst <= targetPrefixFileSwap, fmt.Sprintf("%s over", round(r.worst-targetPrefixFileSwap)))),
-		fmt.Sprintf("| prefix file swap memory | idem | kernel rule maps %.1f MB per set, %.1f MB while old and new are held (2.00×); process RSS %.1f MB steady, %.1f MB peak during the swaps | — | %.2f× RSS | ≤ %.0f× | %s |",
-			float64(r.ruleMemory)/1e6, float64(kernel)/1e6, float64(r.rssSteady)/1e6, float64(r.rssPeak)/1e6, rss, targetPrefixFileMemory,
+		fmt.Sprintf("| prefix file swap memory | %d interface%s | kernel rule maps %.1f MB per set (one set serves every interface once swapped), %.1f MB while old and new are held (2.00×); process RSS %.1f MB steady, %.1f MB peak during the swaps | — | %.2f× RSS | ≤ %.0f× | %s |",
+			r.ifaces, plural(r.ifaces), float64(r.ruleMemory)/1e6, float64(kernel)/1e6, float64(r.rssSteady)/1e6, float64(r.rssPeak)/1e6, rss, targetPrefixFileMemory,
 			met(rss <= targetPrefixFileMemory, fmt.Sprintf("%.2f× over", rss-targetPrefixFileMemory))),
 	}
 }

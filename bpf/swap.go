@@ -5,42 +5,74 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/cilium/ebpf"
 )
 
-// SwapRules puts the rules of policy in force on the attached program with
-// no gap: a copy of the program with its rule maps filled from policy, on
+// Rules is a policy compiled for the program once, to be swapped into the
+// programs of several interfaces (SwapRules) without compiling it for each;
+// the first swap fills rule maps that the programs swapped after it share.
+// The caller must Close it once the swaps are done: the programs hold
+// their own references to the maps.
+type Rules struct {
+	policy Policy
+	spec   *ebpf.CollectionSpec
+	tables *ruleTables
+	maps   map[string]*ebpf.Map // filled rule maps, after the first swap
+}
+
+// CompileRules compiles policy's rules for SwapRules.
+func CompileRules(policy Policy) (*Rules, error) {
+	spec, tables, err := configuredSpec(policy)
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{policy: policy, spec: spec, tables: tables}, nil
+}
+
+// Close releases the rule maps the swaps shared.
+func (r *Rules) Close() error {
+	var err error
+	for _, m := range r.maps {
+		err = errors.Join(err, m.Close())
+	}
+	r.maps = nil
+	return err
+}
+
+// SwapRules puts the compiled rules in force on the attached program with
+// no gap: a copy of the program with its rule maps filled from them, on
 // p's counters, replaces p's program on its link. The kernel swaps a link's
 // program atomically, and a program holds its own rule maps, so every frame
 // is decided wholly by the old rules or wholly by the new ones, never by a
-// half-written set; the counters continue. policy may differ from p's only
-// in the rules' prefixes (prefix files change): the same rules in the same
-// order with the same actions, so that every counter keeps its meaning. On
-// error p is as it was, its rules in force.
-func (p *Program) SwapRules(policy Policy) error {
+// half-written set; the counters continue. The policy may differ from p's
+// only in the rules' prefixes (prefix files change): the same rules in the
+// same order with the same actions, so that every counter keeps its
+// meaning. On error p is as it was, its rules in force.
+func (p *Program) SwapRules(r *Rules) error {
 	if p.link == nil {
 		return errors.New("swap rules: not attached")
 	}
-	if err := sameCounting(p.policy, policy); err != nil {
+	if err := sameCounting(p.policy, r.policy); err != nil {
 		return fmt.Errorf("swap rules: %w", err)
 	}
-	spec, rules, err := configuredSpec(policy)
-	if err != nil {
-		return err
-	}
-	counters := map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}
+	policy, spec, rules := r.policy, r.spec, r.tables
+	shared := map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}
 	if p.objs.RuleCounters != nil {
-		counters[xdpDropMapRuleCounters] = p.objs.RuleCounters
+		shared[xdpDropMapRuleCounters] = p.objs.RuleCounters
 	}
-	objs, err := loadVariant(spec, p.multiBuffer, &ebpf.CollectionOptions{MapReplacements: counters})
+	maps.Copy(shared, r.maps)
+	objs, err := loadVariant(spec, p.multiBuffer, &ebpf.CollectionOptions{MapReplacements: shared})
 	if err != nil {
 		return err
 	}
-	if err := objs.fillRules(rules); err != nil {
-		objs.Close()
-		return err
+	if r.maps == nil {
+		if err := objs.fillRules(rules); err != nil {
+			objs.Close()
+			return err
+		}
 	}
 	objs.dropUnused(rules.count, rules.dims)
 	id, err := programID(objs.Prog)
@@ -51,6 +83,9 @@ func (p *Program) SwapRules(policy Policy) error {
 	if err := p.link.Update(objs.Prog); err != nil {
 		objs.Close()
 		return fmt.Errorf("swap rules: replace the program on its link: %w", err)
+	}
+	if r.maps == nil {
+		r.shareMaps(&objs)
 	}
 	// The new objects hold clones of p's counters: p keeps its own (pinned,
 	// handed over by descriptor), and the old program goes with its rule maps.
@@ -66,6 +101,24 @@ func (p *Program) SwapRules(policy Policy) error {
 	p.policy, p.rules, p.id = policy, rules, id
 	p.fingerprint = policy.fingerprint()
 	return nil
+}
+
+// shareMaps keeps references to the rule maps objs were filled with, for
+// the programs swapped after it; one that cannot be kept leaves each to
+// fill its own.
+func (r *Rules) shareMaps(objs *objects) {
+	all := objs.maps()
+	delete(all, xdpDropMapCounters)
+	delete(all, xdpDropMapRuleCounters)
+	r.maps = make(map[string]*ebpf.Map, len(all))
+	for name, m := range all {
+		c, err := m.Clone()
+		if err != nil {
+			r.Close()
+			return
+		}
+		r.maps[name] = c
+	}
 }
 
 // sameCounting reports how next counts differently from cur, beyond the

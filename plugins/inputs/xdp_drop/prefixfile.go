@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,6 +45,10 @@ type prefixFiles struct {
 	gen        uint64
 	trustCheck bool // read the files under the trust check for trustUID
 	trustUID   int
+	// memoryBound holds the memory limit to restore while a changed set
+	// is read and swapped in under a tighter one (see boundMemory).
+	memoryBound  bool
+	memoryBefore int64
 }
 
 const staleRules = 0
@@ -369,6 +375,7 @@ func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
 			}
 			var got *fileRead
 			if err == nil {
+				x.boundMemory()
 				got, err = x.readPrefixFile(pf)
 			} else {
 				err = fmt.Errorf("%s: %w", pf.key, err)
@@ -523,4 +530,38 @@ func parseRuleFiles(r *Rule, out *bpf.Rule) error {
 		out.PrefixFiles = append(out.PrefixFiles, keyDstPrefixFile+" "+p)
 	}
 	return nil
+}
+
+// swapMemory is the memory limit while a changed set is read and swapped
+// in, against what the Go runtime holds when it starts.
+const swapMemory = 1.5
+
+// boundMemory caps the Go runtime's memory while a changed set is read,
+// compiled and swapped in: the new set is built beside the one in force,
+// and without a limit the collector lets the heap grow to twice its live
+// size first, which took the process to 3× its steady RSS for a
+// 100,000-prefix list (BENCHMARKS.md). The limit is soft: the collector
+// works harder near it, nothing fails. A lower limit set by GOMEMLIMIT is
+// kept. releaseMemory restores it.
+func (x *XDPDrop) boundMemory() {
+	if x.files.memoryBound {
+		return
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := debug.SetMemoryLimit(-1)
+	x.files.memoryBound, x.files.memoryBefore = true, before
+	debug.SetMemoryLimit(min(before, int64(float64(ms.Sys-ms.HeapReleased)*swapMemory)))
+}
+
+// releaseMemory restores the memory limit boundMemory set, and returns what
+// the swap freed to the system.
+func (x *XDPDrop) releaseMemory() {
+	if !x.files.memoryBound {
+		return
+	}
+	debug.SetMemoryLimit(x.files.memoryBefore)
+	x.files.memoryBound = false
+	debug.FreeOSMemory()
 }

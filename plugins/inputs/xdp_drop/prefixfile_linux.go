@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"github.com/influxdata/telegraf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
 func stampOf(fi os.FileInfo) fileStamp {
@@ -24,12 +26,22 @@ func stampOf(fi os.FileInfo) fileStamp {
 // An interface whose swap fails keeps its set, and is tried again at the
 // next gather.
 func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
+	defer x.releaseMemory()
+	var rules *bpf.Rules // compiled once for every interface
 	for _, ifc := range x.ifaces {
 		if ifc.prog == nil || ifc.rulesGen == x.files.gen || ifc.observer != "" {
 			continue // observed (the console view): another instance's to swap
 		}
+		if rules == nil {
+			var err error
+			if rules, err = bpf.CompileRules(x.policy); err != nil {
+				acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
+				return
+			}
+			defer rules.Close()
+		}
 		old := ifc.prog.ID()
-		if err := ifc.prog.SwapRules(x.policy); err != nil {
+		if err := ifc.prog.SwapRules(rules); err != nil {
 			x.report(acc, ifc, fmt.Errorf("interface %q: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", ifc.name, err))
 			continue
 		}

@@ -200,6 +200,7 @@ func TestPrefixFileTrust(t *testing.T) {
 	require.NoError(t, os.Chmod(list, 0o664))
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], "is writable by its group (mode 0664)")
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")

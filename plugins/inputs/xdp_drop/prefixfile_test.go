@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	refresh := func() *testutil.Accumulator {
 		acc := &testutil.Accumulator{}
 		p.refreshPrefixFiles(acc)
+		p.releaseMemory() // as a gather's swap does
 		return acc
 	}
 	fields := func() (int64, string) {
@@ -243,4 +245,29 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	require.Len(t, refresh().Errors, 1)
 	require.Equal(t, gen+1, p.files.gen, "an empty list is refused")
 	require.Empty(t, refresh().Errors, "read again, reported once")
+}
+
+// TestSwapMemoryBound: reading a changed list tightens the Go memory limit
+// until the swap is done, never above a limit already set, and restores it.
+func TestSwapMemoryBound(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	writeList(t, path, "203.0.113.0/24")
+	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
+	require.NoError(t, p.Init())
+	writeList(t, path, "198.51.100.0/24")
+	p.refreshPrefixFiles(&testutil.Accumulator{})
+	bound := debug.SetMemoryLimit(-1)
+	require.Less(t, bound, before, "a limit while the set is swapped in")
+	p.releaseMemory()
+	require.Equal(t, before, debug.SetMemoryLimit(-1), "restored")
+
+	debug.SetMemoryLimit(1 << 20)
+	writeList(t, path, "192.0.2.0/24")
+	p.refreshPrefixFiles(&testutil.Accumulator{})
+	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1), "a lower limit is kept")
+	p.releaseMemory()
+	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1))
 }
