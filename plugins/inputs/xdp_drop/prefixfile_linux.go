@@ -47,5 +47,8 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 		}
 		ifc.rulesGen = x.files.gen
 		x.Log.Infof("interface %q: prefix files swapped in, program id %d (was %d)", ifc.name, ifc.prog.ID(), old)
+		if note := ifc.prog.PrefixNote(); note != "" {
+			x.Log.Warnf("interface %q: %s", ifc.name, note)
+		}
 	}
 }
