@@ -151,7 +151,10 @@ func (x *XDPDrop) loadPrefixFiles() error {
 		x.files.rules = nil
 		return nil
 	}
-	return checkPrefixTotals(x.policy.Rules)
+	if err := checkPrefixTotals(x.policy.Rules); err != nil {
+		return fmt.Errorf("rule: %w", err)
+	}
+	return nil
 }
 
 // union is the rule's prefixes: those of its options and of its files,
@@ -219,7 +222,7 @@ func checkPrefixTotals(rules []bpf.Rule) error {
 		n    int
 	}{{"IPv4", v4}, {"IPv6", v6}} {
 		if f.n > bpf.MaxPrefixes {
-			return fmt.Errorf("rule: the rules and their prefix files list %d %s prefixes; at most %d per family fit: shorten the lists, or merge adjacent prefixes", f.n, f.name, bpf.MaxPrefixes)
+			return fmt.Errorf("the rules and their prefix files list %d %s prefixes; at most %d per family fit: shorten the lists, or merge adjacent prefixes", f.n, f.name, bpf.MaxPrefixes)
 		}
 	}
 	return nil

@@ -271,3 +271,43 @@ func TestSwapMemoryBound(t *testing.T) {
 	p.releaseMemory()
 	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1))
 }
+
+// hostList writes n IPv4 host addresses from base on, one a line.
+func hostList(t *testing.T, path string, base byte, n int) {
+	t.Helper()
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = netip.AddrFrom4([4]byte{base, byte(i >> 16), byte(i >> 8), byte(i)}).String()
+	}
+	writeList(t, path, lines...)
+}
+
+// TestPrefixFileTotals: the rules and their files hold at most 100,000
+// prefixes per family together; more is an Init error, and later a
+// refused change that keeps the set in force.
+func TestPrefixFileTotals(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	hostList(t, a, 10, 60_000)
+	hostList(t, b, 11, 50_000)
+	p := fileRulePlugin(
+		Rule{Name: "a", Action: "drop", SrcPrefixFile: []string{a}},
+		Rule{Name: "b", Action: "drop", DstPrefixFile: []string{b}},
+	)
+	require.EqualError(t, p.Init(), "rule: the rules and their prefix files list 110000 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes")
+
+	hostList(t, b, 11, 40_000)
+	require.NoError(t, p.Init())
+	gen := p.files.gen
+	hostList(t, b, 11, 40_001)
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Len(t, acc.Errors, 1)
+	require.EqualError(t, acc.Errors[0], `rule "b": the rules and their prefix files list 100001 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes; the last good prefixes stay in force`)
+	require.Equal(t, gen, p.files.gen)
+	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
+	_, n, _, errText := p.ruleFileFields(1)
+	require.Equal(t, int64(40_000), n)
+	require.Contains(t, errText, "100001 IPv4 prefixes")
+}
