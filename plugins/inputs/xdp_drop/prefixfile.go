@@ -115,14 +115,14 @@ func checkPrefixFilePaths(key string, paths []string) error {
 func (x *XDPDrop) loadPrefixFiles() error {
 	x.files.rules = make([]*fileRule, len(x.Rules))
 	x.files.gen = 1
-	any := false
+	hasFiles := false
 	now := time.Now()
 	for i := range x.Rules {
 		r := &x.Rules[i]
 		if len(r.SrcPrefixFile)+len(r.DstPrefixFile) == 0 {
 			continue
 		}
-		any = true
+		hasFiles = true
 		br := &x.policy.Rules[i]
 		fr := &fileRule{index: i, name: r.Name, src: br.SrcPrefixes, dst: br.DstPrefixes}
 		for _, f := range []struct {
@@ -147,7 +147,7 @@ func (x *XDPDrop) loadPrefixFiles() error {
 		fr.prefixes, fr.loaded = len(src)+len(dst), now
 		x.files.rules[i] = fr
 	}
-	if !any {
+	if !hasFiles {
 		x.files.rules = nil
 		return nil
 	}
@@ -359,8 +359,16 @@ func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
 	if x.files.rules == nil {
 		return
 	}
-	now := time.Now()
-	defer x.markLoaded(now)
+	defer x.markLoaded(time.Now())
+	pending, changed := x.readChangedFiles(acc)
+	if len(changed) > 0 {
+		x.applyPrefixFiles(acc, pending, changed)
+	}
+}
+
+// readChangedFiles reads the files whose stat changed; it returns the new
+// contents of those that read and parse and differ, and their rules.
+func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*fileRead, []*fileRule) {
 	pending := map[*prefixFile]*fileRead{}
 	var changed []*fileRule
 	for _, fr := range x.files.rules {
@@ -370,11 +378,8 @@ func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
 		dirty := false
 		for _, pf := range fr.files {
 			fi, err := os.Stat(pf.path)
-			if err == nil && stampOf(fi) == pf.stamp && pf.err == nil {
-				continue
-			}
 			if err == nil && stampOf(fi) == pf.stamp {
-				continue // failed as it is: reported already
+				continue // unchanged: in force, or failed and reported already
 			}
 			var got *fileRead
 			if err == nil {
@@ -404,9 +409,13 @@ func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
 			changed = append(changed, fr)
 		}
 	}
-	if len(changed) == 0 {
-		return
-	}
+	return pending, changed
+}
+
+// applyPrefixFiles puts the changed rules' new sets in the policy, unless
+// a set has a direction without prefixes or the sets pass the limit: then
+// those files' new contents are refused and the sets in force stay.
+func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefixFile]*fileRead, changed []*fileRule) {
 	next := x.policy
 	next.Rules = slices.Clone(x.policy.Rules)
 	counts := map[*fileRule]int{}
