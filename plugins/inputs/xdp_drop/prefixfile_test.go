@@ -311,3 +311,22 @@ func TestPrefixFileTotals(t *testing.T) {
 	require.Equal(t, int64(40_000), n)
 	require.Contains(t, errText, "100001 IPv4 prefixes")
 }
+
+// TestRuleSeriesFileFields: the prefix file fields are integers and a
+// string, on rules with files only, error only while a file fails.
+func TestRuleSeriesFileFields(t *testing.T) {
+	for _, c := range []struct {
+		series RuleSeries
+		want   map[string]any
+	}{
+		{RuleSeries{Packets: 3, Bytes: 180}, map[string]any{"packets": uint64(3), "bytes": uint64(180)}},
+		{RuleSeries{Packets: 3, Bytes: 180, Files: true, Prefixes: 1437, Loaded: 1796137694},
+			map[string]any{"packets": uint64(3), "bytes": uint64(180), "prefixes": int64(1437), "loaded": int64(1796137694)}},
+		{RuleSeries{Files: true, Prefixes: 2, Loaded: 1796137694, Error: "src_prefix_file: /l.txt:4: bad"},
+			map[string]any{"packets": uint64(0), "bytes": uint64(0), "prefixes": int64(2), "loaded": int64(1796137694), "error": "src_prefix_file: /l.txt:4: bad"}},
+	} {
+		got := map[string]any{}
+		c.series.PutFields(got)
+		require.Equal(t, c.want, got)
+	}
+}
