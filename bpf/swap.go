@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 )
@@ -20,6 +21,7 @@ type Rules struct {
 	policy Policy
 	spec   *ebpf.CollectionSpec
 	tables *ruleTables
+	mu     sync.Mutex           // SwapRules may run for several programs at once
 	maps   map[string]*ebpf.Map // filled rule maps, after the first swap
 }
 
@@ -34,6 +36,12 @@ func CompileRules(policy Policy) (*Rules, error) {
 
 // Close releases the rule maps the swaps shared.
 func (r *Rules) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closeMaps()
+}
+
+func (r *Rules) closeMaps() error {
 	var err error
 	for _, m := range r.maps {
 		err = errors.Join(err, m.Close())
@@ -58,17 +66,21 @@ func (p *Program) SwapRules(r *Rules) error {
 	if err := sameCounting(p.policy, r.policy); err != nil {
 		return fmt.Errorf("swap rules: %w", err)
 	}
-	policy, spec, rules := r.policy, r.spec, r.tables
+	// A copy of the spec each: the loads of several programs may run at once.
+	policy, spec, rules := r.policy, r.spec.Copy(), r.tables
 	shared := map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}
 	if p.objs.RuleCounters != nil {
 		shared[xdpDropMapRuleCounters] = p.objs.RuleCounters
 	}
-	maps.Copy(shared, r.maps)
+	r.mu.Lock()
+	filled := r.maps != nil
+	maps.Copy(shared, r.maps) // set once, closed only by Close
+	r.mu.Unlock()
 	objs, err := loadVariant(spec, p.multiBuffer, &ebpf.CollectionOptions{MapReplacements: shared})
 	if err != nil {
 		return err
 	}
-	if r.maps == nil {
+	if !filled {
 		if err := objs.fillRules(rules); err != nil {
 			objs.Close()
 			return err
@@ -84,9 +96,11 @@ func (p *Program) SwapRules(r *Rules) error {
 		objs.Close()
 		return fmt.Errorf("swap rules: replace the program on its link: %w", err)
 	}
+	r.mu.Lock()
 	if r.maps == nil {
 		r.shareMaps(&objs)
 	}
+	r.mu.Unlock()
 	// The new objects hold clones of p's counters: p keeps its own (pinned,
 	// handed over by descriptor), and the old program goes with its rule maps.
 	objs.Counters.Close()
@@ -114,7 +128,7 @@ func (r *Rules) shareMaps(objs *objects) {
 	for name, m := range all {
 		c, err := m.Clone()
 		if err != nil {
-			r.Close()
+			r.closeMaps()
 			return
 		}
 		r.maps[name] = c

@@ -3,6 +3,7 @@
 package xdp_drop
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -270,4 +271,73 @@ func TestPrefixFileHandover(t *testing.T) {
 	}
 	got := classPackets(gatherUntil(t, ns, b, 5+4))
 	require.Equal(t, uint64(5+3), got["rule/blocklist"], "the rule's counters continued")
+}
+
+// TestPrefixFileSwapInterfaces swaps a changed list into the programs of
+// several interfaces, loaded side by side on one set of rule maps: each
+// then decides by the new list and keeps its own counters.
+func TestPrefixFileSwapInterfaces(t *testing.T) {
+	ns := testns.New(t)
+	names := []string{testns.Dev}
+	for i := range 3 {
+		name := fmt.Sprintf("xdpm%d", i)
+		_, _, err := ns.AddVeth(name, name+"p")
+		require.NoError(t, err)
+		names = append(names, name)
+	}
+	list := filepath.Join(t.TempDir(), "drop.txt")
+	writeList(t, list, listV1...)
+	p := &XDPDrop{Interfaces: names, Rules: []Rule{
+		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
+	}, Log: testutil.Logger{}}
+	require.Empty(t, startPlugin(t, ns, p).Errors)
+	before := map[string]ebpf.ProgramID{}
+	for _, ifc := range p.ifaces {
+		before[ifc.name] = ifc.prog.ID()
+	}
+
+	writeList(t, list, listV2...)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	for i, ifc := range p.ifaces {
+		require.NotEqual(t, before[ifc.name], ifc.prog.ID(), "%s: swapped", ifc.name)
+		require.Equal(t, p.files.gen, ifc.rulesGen)
+		for range i + 1 {
+			verdict, err := ifc.prog.XDP().Run(&ebpf.RunOptions{Data: newV4})
+			require.NoError(t, err)
+			require.Equal(t, uint32(1), verdict, "%s: the new list's source dropped", ifc.name)
+		}
+	}
+	// One set of rule maps in the kernel: the maps every program uses.
+	common := map[ebpf.MapID]int{}
+	for _, ifc := range p.ifaces {
+		info, err := ifc.prog.XDP().Info()
+		require.NoError(t, err)
+		ids, ok := info.MapIDs()
+		require.True(t, ok)
+		for _, id := range ids {
+			common[id]++
+		}
+	}
+	shared := 0
+	for _, n := range common {
+		if n == len(p.ifaces) {
+			shared++
+		}
+	}
+	require.GreaterOrEqual(t, shared, 2, "rule maps shared by every interface's program")
+
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	for i, name := range names {
+		var got uint64
+		for _, m := range acc.GetTelegrafMetrics() {
+			if m.Name() == MeasurementRule && m.Tags()["interface"] == name {
+				v, _ := m.GetField("packets")
+				got = v.(uint64)
+			}
+		}
+		require.Equal(t, uint64(i+1), got, "%s: its own rule counters", name)
+	}
 }
