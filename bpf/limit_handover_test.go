@@ -104,3 +104,52 @@ func TestLimitObserved(t *testing.T) {
 	require.ErrorAs(t, err, &mismatch, "another budget is another config")
 	require.ErrorContains(t, err, "limit_params")
 }
+
+// TestLimitSwapRules: a prefix file's change swaps the program of each
+// interface, on that interface's budgets: what a source spent before the
+// swap stays spent, each interface keeps budgets of its own, and a swap
+// may not change a budget.
+func TestLimitSwapRules(t *testing.T) {
+	policy := func(list ...string) bpf.Policy {
+		r := limitRule(bpf.Limit{Rate: 1, Burst: 3, PrefixV4: 32, PrefixV6: 64})
+		r.SrcPrefixes, r.PrefixFiles = prefixes(list...), []string{"src /lists/limited.txt"}
+		return bpf.Policy{Rules: []bpf.Rule{r}}
+	}
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdps0", "xdps1")
+	require.NoError(t, err)
+	var progs []*bpf.Program
+	for _, dev := range []string{testns.Dev, "xdps0"} {
+		p, err := bpf.Load(policy("198.51.100.0/24"))
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		l, err := ns.Netlink().LinkByName(dev)
+		require.NoError(t, err)
+		require.NoError(t, ns.Attach(dev, func() error { return p.Attach(l.Attrs().Index, bpf.ModeNative) }))
+		progs = append(progs, p)
+	}
+	frame := dnsFrom("198.51.100.1")
+	first := &limitClock{t: t, p: progs[0]}
+	passed, _ := first.send(frame, 2)
+	require.Equal(t, 2, passed)
+
+	r, err := bpf.CompileRules(policy("198.51.100.0/24", "203.0.113.0/24"))
+	require.NoError(t, err)
+	defer r.Close()
+	for _, p := range progs {
+		require.NoError(t, p.SwapRules(r))
+	}
+	passed, dropped := (&limitClock{t: t, p: progs[0]}).send(frame, 3)
+	require.Equal(t, [2]int{1, 2}, [2]int{passed, dropped}, "the budget spent before the swap stays spent")
+	passed, dropped = (&limitClock{t: t, p: progs[1]}).send(frame, 4)
+	require.Equal(t, [2]int{3, 1}, [2]int{passed, dropped}, "the other interface's budget is its own, and full")
+	passed, dropped = (&limitClock{t: t, p: progs[0]}).send(dnsFrom("203.0.113.9"), 4)
+	require.Equal(t, [2]int{3, 1}, [2]int{passed, dropped}, "the new prefix is in force, with a budget of its own")
+
+	changed := policy("198.51.100.0/24")
+	changed.Rules[0].Limit.Burst = 4
+	c, err := bpf.CompileRules(changed)
+	require.NoError(t, err)
+	defer c.Close()
+	require.ErrorContains(t, progs[0].SwapRules(c), "differs in more than its prefixes")
+}

@@ -50,6 +50,11 @@ type Rule struct {
 	// Limit, when set, makes the rule a limit rule (Drop unset): it passes
 	// the frames it matches within their budget and drops the others.
 	Limit *Limit
+	// PrefixFiles names the files some of the prefixes come from, which
+	// change while the program runs (see Program.SwapRules): the counters'
+	// fingerprint names the files instead of the rule's prefixes, so that
+	// counters continue across their changes.
+	PrefixFiles []string
 }
 
 func (r *Rule) hasPorts() bool { return len(r.SrcPorts) > 0 || len(r.DstPorts) > 0 }

@@ -34,6 +34,7 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
+	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -63,6 +64,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		return nil
 	})
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	return nil
 }
 
@@ -126,6 +128,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
 	x.holderDeadline = time.Now().Add(gatherWait)
+	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -145,6 +148,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		}
 	}
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
 		snap.Links = append(snap.Links, x.link(ifc))
@@ -398,6 +402,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = prog
 	ifc.ifindex = dev.Index
+	ifc.rulesGen = x.files.gen
 	ifc.err = nil
 	ifc.reported = ""
 	if fellBack(x.mode, prog) {
@@ -698,10 +703,12 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *
 		if r.Drop {
 			action = bpf.ActionDrop
 		}
-		series = append(series, RuleSeries{
+		s := RuleSeries{
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
-		})
+		}
+		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		series = append(series, s)
 	}
 	return series
 }
