@@ -46,6 +46,9 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
+	// kernel is the policy's kernel side: created at the first attach,
+	// closed by Stop.
+	kernel *bpf.Instance
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
