@@ -1,6 +1,8 @@
-// Package bpf loads the xdp_drop XDP program, attaches it to a network
-// interface with bpf_link and reads its per-class counters. It knows nothing
-// of Telegraf.
+// Package bpf loads the xdp_drop XDP program, attaches it to network
+// interfaces with bpf_link and reads their per-class counters. An Instance
+// holds one policy and the rule maps its programs share; Instance.Acquire
+// gets an interface its program, whatever the route. It knows nothing of
+// Telegraf.
 package bpf
 
 import (
