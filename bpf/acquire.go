@@ -25,8 +25,8 @@ type Want struct {
 	// Handed is what a stopping instance handed over for the interface,
 	// nil when nothing was.
 	Handed *Handed
-	// AwaitHanded, when set, is asked when an xdp_drop program is in the
-	// way: it waits for a stopping instance to offer the interface, and
+	// AwaitHanded, when set, is asked when an xdp_drop program (or one
+	// this process may not inspect) is in the way: it waits for a stopping instance to offer the interface, and
 	// says whether one did, with what it handed over (nil when taking it
 	// failed: the fresh attach is tried again).
 	AwaitHanded func() (offered bool, h *Handed)
@@ -94,7 +94,10 @@ func (in *Instance) Acquire(w Want) (Got, error) {
 		}
 		p, pinned, route, err := in.acquireFresh(w, &got)
 		var existing *ExistingProgramError
-		if errors.As(err, &existing) && existing.Name == ProgramName && w.AwaitHanded != nil {
+		// An xdp_drop program, or one this process may not tell (under file
+		// capabilities): maybe this instance's predecessor, still stopping.
+		maybeOurs := errors.As(err, &existing) && (existing.Name == ProgramName || existing.Uninspectable)
+		if maybeOurs && w.AwaitHanded != nil {
 			var offered bool
 			if offered, handed = w.AwaitHanded(); offered {
 				// A stopping instance is handing the interface over.

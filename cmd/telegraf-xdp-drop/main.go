@@ -4,10 +4,13 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -45,6 +48,22 @@ func closePipes() {
 	if pipe {
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// handoverInstance names the instance a config file runs, for handover:
+// the hash of the file's absolute path, symbolic links resolved. With the
+// user (the handover directory is the user's), it is what makes a process
+// the successor of a stopped one: the same config file run by the same user.
+func handoverInstance(configFile string) string {
+	path, err := filepath.Abs(configFile)
+	if err != nil {
+		path = configFile
+	}
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
+	sum := sha256.Sum256([]byte(path))
+	return hex.EncodeToString(sum[:8])
 }
 
 func run() int {
@@ -92,6 +111,7 @@ func run() int {
 		return 1
 	}
 	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
+	plugin.HandoverInstance = handoverInstance(*configFile)
 
 	if *watchView {
 		plugin.Log = log

@@ -113,7 +113,7 @@ cleanup() {
 		ip netns del "$NS"
 	fi
 	wait 2>/dev/null
-	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR" 2>/dev/null
+	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR"/i-* "$HANDOVER_DIR" 2>/dev/null
 	if [ -n "$WORK" ]; then
 		if [ "$OK" = 1 ] && [ -z "${E2E_KEEP:-}" ]; then
 			rm -rf "$WORK"

@@ -34,6 +34,8 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
+	// stuck: the holder offering the interface did not answer, in this attach.
+	stuck *handover.StuckError
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -44,8 +46,10 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
-	x.offerDeadline = time.Now().Add(offerWait)
-	defer func() { x.offerDeadline = time.Time{} }()
+	x.prepareHandover()
+	x.holderDeadline = time.Now().Add(startWait)
+	x.starting = true
+	defer func() { x.starting = false }()
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -118,6 +122,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	x.holderDeadline = time.Now().Add(gatherWait)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -332,6 +337,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
+	ifc.stuck = nil
 	want := bpf.Want{
 		Ifindex: dev.Index, Name: ifc.name, Mode: x.mode,
 		PinPath: x.PinPath, KeepAttached: x.KeepAttached, Replace: x.Replace,
@@ -349,6 +355,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 			if x.PinPath != "" {
 				x.removePins(ifc.name)
 			}
+			return ifc.err
+		}
+		if ifc.stuck != nil {
+			ifc.err = stuckError(ifc.name, err, ifc.stuck)
 			return ifc.err
 		}
 		ifc.err = x.explain(ifc.name, err)
