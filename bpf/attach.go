@@ -149,6 +149,9 @@ func allows(configured, cur Mode) bool {
 // Attached reports whether the attachment still holds; it returns
 // ErrInterfaceGone when the kernel detached it because the interface went away.
 func (p *Program) Attached() error {
+	if p.observed != 0 {
+		return p.stillAttached()
+	}
 	if p.link == nil {
 		return errors.New("not attached")
 	}

@@ -58,7 +58,7 @@ func checkNotLive(ifindex int, id ebpf.ProgramID) error {
 	if err != nil {
 		return fmt.Errorf("read link info of program %d: %w", id, err)
 	}
-	owners, complete, err := linkOwners(info.ID)
+	owners, complete, err := processesHolding(info.ID)
 	if err != nil {
 		return err
 	}
@@ -68,9 +68,9 @@ func checkNotLive(ifindex int, id ebpf.ProgramID) error {
 	return nil
 }
 
-// linkOwners lists the processes holding link id, this one included, and
+// processesHolding lists the processes holding link id, this one included, and
 // reports whether every process's descriptors could be read.
-func linkOwners(id link.ID) (owners []Owner, complete bool, err error) {
+func processesHolding(id link.ID) (owners []Owner, complete bool, err error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, false, fmt.Errorf("list processes: %w", err)
@@ -146,7 +146,7 @@ func checkKeptLinkFree(dir string) error {
 	if err != nil {
 		return nil
 	}
-	owners, _, err := linkOwners(info.ID)
+	owners, _, err := processesHolding(info.ID)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,9 @@ type Program struct {
 	// own is, per class, the action (bit 0) of the frames the counters map
 	// counts: the class's own, as the verdict table gives it.
 	own [ClassCount]uint8
+	// observed is the ifindex of another process's program opened
+	// read-only by Observe, 0 for a program of this process.
+	observed int
 }
 
 // ID is the kernel's id of the loaded program, as ip link and bpftool show it.

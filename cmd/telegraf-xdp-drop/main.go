@@ -72,7 +72,8 @@ func run() int {
 	pollDisabled := flag.Bool("poll_interval_disabled", false,
 		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
 	debug := flag.Bool("debug", false, "log debug messages")
-	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol")
+	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol; "+
+		"an interface a running instance holds is shown read-only, from its program (as root)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
 	if *showVersion {
@@ -117,6 +118,8 @@ func run() int {
 		plugin.Log = log
 		// The console view promises that Ctrl-C detaches: no handover.
 		plugin.HandoverTimeout = 0
+		// Beside a running instance it shows that instance's counters.
+		plugin.Observe = true
 		if err := plugin.Init(); err != nil {
 			log.Errorf("config %s: %v", *configFile, err)
 			return 1

@@ -52,7 +52,7 @@ func (x *XDPDrop) handOver() {
 	var offers []handover.Offer
 	var names []*iface
 	for _, ifc := range x.ifaces {
-		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Attached() != nil {
+		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Observed() || ifc.prog.Attached() != nil {
 			continue
 		}
 		fds, err := ifc.prog.Handed()

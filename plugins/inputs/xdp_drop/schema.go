@@ -121,6 +121,9 @@ type Link struct {
 	ProgramID int64  // when attached
 	Fallback  bool   // when attached: mode = "auto" fell back to generic
 	Error     string // when not attached: why, in one line ("" if unknown)
+	// Observer, when attached, names whose program is read, not attached
+	// here: set only when Observe is (the console view), never a field.
+	Observer string
 }
 
 // PutTags adds the link point's tags to tags.

@@ -48,6 +48,11 @@ type XDPDrop struct {
 	HandoverInstance string `toml:"-"`
 
 	Log telegraf.Logger `toml:"-"`
+	// Observe, set by the console view, reads the counters of an interface
+	// another running xdp_drop holds from its attached program, read-only,
+	// instead of failing to attach; an interface observed once is only
+	// ever observed. Not an option of the config.
+	Observe bool `toml:"-"`
 
 	mode   bpf.Mode
 	policy bpf.Policy

@@ -36,6 +36,9 @@ type iface struct {
 	counters bpf.Block
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
+	// observer names whose program prog is when it was observed (Observe),
+	// not attached here; it stays set, so the interface is only observed.
+	observer string
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -177,9 +180,14 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.release(ifc, gone)
 		ifc.missing = true
 		x.report(acc, ifc, gone)
-		if x.PinPath != "" {
+		if x.PinPath != "" && ifc.observer == "" {
 			x.removePins(ifc.name)
 		}
+		return
+	}
+	if ifc.observer != "" {
+		x.Log.Infof("interface %q: the observed program id %d is no longer attached: %v; its counters show again once an instance attaches one", ifc.name, ifc.prog.ID(), err)
+		x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
 	if removed && ifc.matched {
@@ -189,7 +197,7 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
 	}
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-	if removed && x.PinPath != "" {
+	if removed && x.PinPath != "" && ifc.observer == "" {
 		// A new interface of that name starts from zero, like without pins.
 		x.removePins(ifc.name)
 	}
@@ -338,6 +346,11 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		return ifc.err
 	}
 	ifc.stuck = nil
+	if x.Observe {
+		if observed, err := x.observe(ifc, dev.Index); observed || err != nil {
+			return err
+		}
+	}
 	want := bpf.Want{
 		Ifindex: dev.Index, Name: ifc.name, Mode: x.mode,
 		PinPath: x.PinPath, KeepAttached: x.KeepAttached, Replace: x.Replace,
@@ -649,6 +662,9 @@ func (x *XDPDrop) link(ifc *iface) Link {
 	switch {
 	case ifc.prog != nil:
 		l.Attached = true
+		if ifc.prog.Observed() {
+			l.Observer = ifc.observer
+		}
 		l.Mode = string(ifc.prog.Mode())
 		l.ProgramID = int64(ifc.prog.ID())
 		l.Fallback = fellBack(x.mode, ifc.prog)
