@@ -56,9 +56,9 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
-	// kernel is the policy's kernel side: created at the first attach,
-	// closed by Stop.
-	kernel *bpf.Instance
+	// kernel is the policy's kernel side (Linux): created at the first
+	// attach, closed by Stop.
+	kernel kernelSide
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter

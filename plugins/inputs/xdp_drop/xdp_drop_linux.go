@@ -313,11 +313,11 @@ func (x *XDPDrop) Stop() {
 		}
 		x.release(ifc, errors.New("stopped"))
 	}
-	if x.kernel != nil {
-		if err := x.kernel.Close(); err != nil {
+	if x.kernel.in != nil {
+		if err := x.kernel.in.Close(); err != nil {
 			x.Log.Errorf("release the rule maps: %v", err)
 		}
-		x.kernel = nil
+		x.kernel.in = nil
 	}
 }
 
@@ -384,16 +384,19 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	return nil
 }
 
+// kernelSide holds the plugin instance's bpf.Instance.
+type kernelSide struct{ in *bpf.Instance }
+
 // instance is the kernel side of the plugin instance, whose rule maps the
 // programs of all its interfaces share.
 func (x *XDPDrop) instance() *bpf.Instance {
-	if x.kernel == nil {
-		x.kernel = bpf.NewInstance(x.policy)
+	if x.kernel.in == nil {
+		x.kernel.in = bpf.NewInstance(x.policy)
 		if x.singleBufferOnly {
-			x.kernel.DisableMultiBuffer()
+			x.kernel.in.DisableMultiBuffer()
 		}
 	}
-	return x.kernel
+	return x.kernel.in
 }
 
 // logNotes logs what Acquire reports, under the interface's name.
