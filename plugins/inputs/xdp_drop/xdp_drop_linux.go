@@ -129,7 +129,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, &snap, true)
+			x.releaseDetached(acc, ifc, &snap, true)
 			if ifc.prog == nil {
 				if err := x.attach(ifc); err != nil {
 					x.report(acc, ifc, err)
@@ -141,7 +141,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	if err != nil {
 		// Link state needs no namespace: still notice detached programs.
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, &snap, false)
+			x.releaseDetached(acc, ifc, &snap, false)
 		}
 	}
 	x.namespaceFailed(acc, err)
@@ -154,11 +154,11 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	return snap
 }
 
-// check releases the program of an interface the kernel detached it from,
-// after adding what it counted since the last gather to snap. inNS says whether
-// the calling thread is in the interfaces' namespace, where the interface
-// can be looked up to tell why.
-func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, inNS bool) {
+// releaseDetached releases the program of an interface the kernel
+// detached it from, after adding what it counted since the last gather to
+// snap. inNS says whether the calling thread is in the interfaces'
+// namespace, where the interface can be looked up to tell why.
+func (x *XDPDrop) releaseDetached(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, inNS bool) {
 	if ifc.prog == nil {
 		return
 	}
