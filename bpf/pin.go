@@ -26,6 +26,13 @@ const (
 // program is loaded without pins and a note names the fix: the drop policy
 // is enforced, and only counter continuity (and keep_attached) is lost.
 func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err error) {
+	defer func() {
+		if err == nil {
+			if note := p.PrefixNote(); note != "" {
+				got.warn("%s", note)
+			}
+		}
+	}()
 	if w.PinPath == "" {
 		p, err = in.loadFresh()
 		return p, false, err

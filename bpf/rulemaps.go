@@ -171,3 +171,16 @@ func batchUpdate[K any](m *ebpf.Map, keys []K, values []uint64) error {
 	}
 	return nil
 }
+
+// PrefixNote says, when there is something to say, how many exact prefixes
+// the hash table could not hold within its ceiling and left to the trie:
+// their frames are decided the same, at the trie's speed. Only a rule set
+// built against the table's secret key, or rare bad luck, does that.
+func (p *Program) PrefixNote() string {
+	if p.in.rules == nil || p.in.rules.exact.overflowPrefixes == 0 {
+		return ""
+	}
+	e := &p.in.rules.exact
+	return fmt.Sprintf("%d exact prefixes (in %d buckets) did not fit the exact-prefix hash table within its ceiling of %d slots per prefix "+
+		"and are looked up in the trie instead: decided the same, more slowly (bad luck, or a list built against this load's secret hash key; the next load draws another)", e.overflowPrefixes, e.overflowBuckets, exactRoom<<(maxExactGrowth+1))
+}

@@ -101,6 +101,10 @@ func setConstants(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables) e
 		{xdpDropVarRuleNoDst, rules.noDst},
 		{xdpDropVarRulePorts, rules.ports},
 		{xdpDropVarPrefixHashShift, rules.exact.shift},
+		// The key the shared maps were laid out with: every program of the
+		// instance, and a variant loaded later on the same maps
+		// (loadMultiBuffer), gets it from the same tables.
+		{xdpDropVarPrefixHashKey, rules.exact.key},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
