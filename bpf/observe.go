@@ -142,8 +142,7 @@ func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
 	}
 	var differ []string
 	for name, v := range spec.Variables {
-		// The exact-prefix table's secret key is drawn at every load: it
-		// tells nothing of the config.
+		// The exact-prefix hash key is drawn at every load, not configured.
 		if v.SectionName != rodataMap || name == xdpDropVarPrefixHashKey {
 			continue
 		}
