@@ -2,7 +2,10 @@
 
 package bpf
 
-import "errors"
+import (
+	"errors"
+	"sync"
+)
 
 // Instance is the kernel side of one plugin instance: its policy, compiled
 // once, and the maps of its rules, loaded and filled once and shared by the
@@ -12,9 +15,10 @@ import "errors"
 type Instance struct {
 	policy      Policy
 	fingerprint string
+	noMulti     bool        // never switch to the multi-buffer variant
+	mu          sync.Mutex  // programs may be loaded on the instance at once (SwapRules)
 	rules       *ruleTables // compiled on first use
 	ruleMaps    *ruleMaps   // loaded on first use; nil without rules
-	noMulti     bool        // never switch to the multi-buffer variant
 }
 
 // NewInstance returns the instance of policy. It touches no kernel state:
@@ -29,6 +33,8 @@ func (in *Instance) DisableMultiBuffer() { in.noMulti = true }
 
 // Close closes the instance's descriptors of the shared rule maps.
 func (in *Instance) Close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	if in.ruleMaps == nil {
 		return nil
 	}
@@ -39,6 +45,12 @@ func (in *Instance) Close() error {
 
 // compiled returns the policy's rules compiled for the program.
 func (in *Instance) compiled() (*ruleTables, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.compiledLocked()
+}
+
+func (in *Instance) compiledLocked() (*ruleTables, error) {
 	if in.rules != nil {
 		return in.rules, nil
 	}
@@ -53,14 +65,16 @@ func (in *Instance) compiled() (*ruleTables, error) {
 // shared returns the rule maps the programs of the instance share, loading
 // and filling them the first time; nil without rules.
 func (in *Instance) shared() (*ruleMaps, error) {
-	rules, err := in.compiled()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	rules, err := in.compiledLocked()
 	if err != nil || rules.count == 0 {
 		return nil, err
 	}
 	if in.ruleMaps != nil {
 		return in.ruleMaps, nil
 	}
-	spec, err := in.spec()
+	spec, err := in.specOf(rules)
 	if err != nil {
 		return nil, err
 	}

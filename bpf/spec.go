@@ -15,13 +15,18 @@ var embeddedSpec = sync.OnceValues(loadXdpDrop)
 // spec returns a copy of the program's spec set up for the instance's
 // policy (see specFor).
 func (in *Instance) spec() (*ebpf.CollectionSpec, error) {
-	parsed, err := embeddedSpec()
-	if err != nil {
-		return nil, fmt.Errorf("read embedded XDP program: %w", err)
-	}
 	rules, err := in.compiled()
 	if err != nil {
 		return nil, err
+	}
+	return in.specOf(rules)
+}
+
+// specOf is spec for the instance's compiled rules.
+func (in *Instance) specOf(rules *ruleTables) (*ebpf.CollectionSpec, error) {
+	parsed, err := embeddedSpec()
+	if err != nil {
+		return nil, fmt.Errorf("read embedded XDP program: %w", err)
 	}
 	return specFor(parsed, in.policy, rules)
 }

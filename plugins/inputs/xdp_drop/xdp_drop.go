@@ -56,8 +56,9 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
+	files  prefixFiles // the rules fed from prefix files
 	// kernel is the policy's kernel side (Linux): created at the first
-	// attach, closed by Stop.
+	// attach of each generation of prefix files, closed by Stop.
 	kernel kernelSide
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
@@ -122,6 +123,9 @@ func (x *XDPDrop) Init() error {
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
 	x.policy = policy
+	if err := x.loadPrefixFiles(); err != nil {
+		return err
+	}
 
 	if err := x.checkNamespace(); err != nil {
 		return err

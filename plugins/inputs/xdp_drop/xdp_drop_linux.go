@@ -34,6 +34,7 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
+	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -63,6 +64,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		return nil
 	})
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	return nil
 }
 
@@ -126,6 +128,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
 	x.holderDeadline = time.Now().Add(gatherWait)
+	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -145,6 +148,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		}
 	}
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
 		snap.Links = append(snap.Links, x.link(ifc))
@@ -313,12 +317,7 @@ func (x *XDPDrop) Stop() {
 		}
 		x.release(ifc, errors.New("stopped"))
 	}
-	if x.kernel.in != nil {
-		if err := x.kernel.in.Close(); err != nil {
-			x.Log.Errorf("release the rule maps: %v", err)
-		}
-		x.kernel.in = nil
-	}
+	x.closeInstance()
 }
 
 func (x *XDPDrop) release(ifc *iface, why error) {
@@ -379,24 +378,51 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
+	ifc.rulesGen = x.files.gen
+	if got.Route == bpf.RouteHandedOver && got.Continued && x.files.rules != nil {
+		// The program kept holds the prefixes its files held then.
+		ifc.rulesGen = staleRules
+	}
 	ifc.err = nil
 	ifc.reported = ""
 	return nil
 }
 
-// kernelSide holds the plugin instance's bpf.Instance.
-type kernelSide struct{ in *bpf.Instance }
+// kernelSide holds the plugin instance's bpf.Instance, of the policy its
+// prefix files gave in generation gen.
+type kernelSide struct {
+	in  *bpf.Instance
+	gen uint64
+}
 
 // instance is the kernel side of the plugin instance, whose rule maps the
-// programs of all its interfaces share.
+// programs of all its interfaces share: one per generation of the prefix
+// files, made at its first attach or swap.
 func (x *XDPDrop) instance() *bpf.Instance {
-	if x.kernel.in == nil {
-		x.kernel.in = bpf.NewInstance(x.policy)
-		if x.singleBufferOnly {
-			x.kernel.in.DisableMultiBuffer()
-		}
+	if x.kernel.in == nil || x.kernel.gen != x.files.gen {
+		x.setInstance(bpf.NewInstance(x.policy))
 	}
 	return x.kernel.in
+}
+
+// setInstance makes in the instance of the current generation. The one
+// before is closed: its programs still attached hold their rule maps.
+func (x *XDPDrop) setInstance(in *bpf.Instance) {
+	x.closeInstance()
+	if x.singleBufferOnly {
+		in.DisableMultiBuffer()
+	}
+	x.kernel = kernelSide{in: in, gen: x.files.gen}
+}
+
+func (x *XDPDrop) closeInstance() {
+	if x.kernel.in == nil {
+		return
+	}
+	if err := x.kernel.in.Close(); err != nil {
+		x.Log.Errorf("release the rule maps: %v", err)
+	}
+	x.kernel.in = nil
 }
 
 // logNotes logs what Acquire reports, under the interface's name.
@@ -581,10 +607,12 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules *[bpf.MaxR
 		if r.Drop {
 			action = bpf.ActionDrop
 		}
-		series = append(series, RuleSeries{
+		s := RuleSeries{
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
-		})
+		}
+		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		series = append(series, s)
 	}
 	return series
 }

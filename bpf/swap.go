@@ -1,0 +1,102 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Rules is an Instance whose policy is compiled ahead, to be swapped into
+// the programs of several interfaces (SwapRules) without compiling it for
+// each: the first swap loads and fills the instance's rule maps, and the
+// programs swapped after it share them, as the instance's programs do.
+type Rules = Instance
+
+// CompileRules compiles policy's rules for SwapRules (and Acquire). The
+// caller must Close it once no program is to be loaded on it any more: the
+// programs hold their own references to the maps.
+func CompileRules(policy Policy) (*Rules, error) {
+	in := NewInstance(policy)
+	if _, err := in.compiled(); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// SwapRules puts the compiled rules in force on the attached program with
+// no gap: a program of r, on p's counters and r's rule maps, replaces p's
+// program on its link, and p is r's from then on. The kernel swaps a link's
+// program atomically, and a program holds its own rule maps, so every frame
+// is decided wholly by the old rules or wholly by the new ones, never by a
+// half-written set; the counters continue. The policy may differ from p's
+// only in the rules' prefixes (prefix files change): the same rules in the
+// same order with the same actions, so that every counter keeps its
+// meaning. Several programs may swap into r at once. On error p is as it
+// was, its rules in force.
+func (p *Program) SwapRules(r *Rules) error {
+	if p.link == nil {
+		return errors.New("swap rules: not attached")
+	}
+	if err := sameCounting(p.in.policy, r.policy); err != nil {
+		return fmt.Errorf("swap rules: %w", err)
+	}
+	spec, err := r.spec()
+	if err != nil {
+		return err
+	}
+	shared, err := r.shared()
+	if err != nil {
+		return err
+	}
+	replace := shared.byName()
+	maps.Copy(replace, p.objs.maps())
+	objs, err := loadVariant(spec, p.multiBuffer, replace)
+	if err != nil {
+		return err
+	}
+	// Clones of p's counters, or unused ones: p keeps its own (pinned,
+	// handed over by descriptor).
+	objs.Counters.Close()
+	objs.RuleCounters.Close()
+	id, err := programID(objs.Prog)
+	if err != nil {
+		objs.Prog.Close()
+		return err
+	}
+	if err := p.link.Update(objs.Prog); err != nil {
+		objs.Prog.Close()
+		return fmt.Errorf("swap rules: replace the program on its link: %w", err)
+	}
+	// The old program goes, and with it its rule maps, once no program of
+	// its instance uses them.
+	p.objs.Prog.Close()
+	p.objs.Prog, p.id = objs.Prog, id
+	if p.private {
+		p.in.Close()
+		p.private = false
+	}
+	p.in = r
+	return nil
+}
+
+// sameCounting reports how next counts differently from cur, beyond the
+// rules' prefixes: a swap may change only what the counters do not name.
+func sameCounting(cur, next Policy) error {
+	if cur.DropAll != next.DropAll || !slices.Equal(cur.Protocols, next.Protocols) || cur.DryRun != next.DryRun || cur.PerQueue != next.PerQueue {
+		return errors.New("the drop policy differs")
+	}
+	if len(cur.Rules) != len(next.Rules) {
+		return fmt.Errorf("%d rules instead of %d", len(next.Rules), len(cur.Rules))
+	}
+	for i := range cur.Rules {
+		a, b := &cur.Rules[i], &next.Rules[i]
+		if a.Name != b.Name || a.Drop != b.Drop || !slices.Equal(a.Protocols, b.Protocols) ||
+			!slices.Equal(a.SrcPorts, b.SrcPorts) || !slices.Equal(a.DstPorts, b.DstPorts) || !slices.Equal(a.PrefixFiles, b.PrefixFiles) {
+			return fmt.Errorf("rule %d (%q) differs in more than its prefixes", i+1, a.Name)
+		}
+	}
+	return nil
+}
