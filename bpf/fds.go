@@ -11,34 +11,30 @@ import (
 
 // FDsPerInterface is how many file descriptors an attached Program without
 // rules holds: the program, its counter map, its read-only policy map and
-// its link. Rules add one for their counters, four for prefixes (buckets,
-// exact prefixes, two tries) and one for ports.
+// its link. Rules add one for their counters; their other maps are the
+// instance's (SharedFDs).
 const FDsPerInterface = 4
 
-// FDs is how many file descriptors an attached Program of policy holds at
-// most: FDsPerInterface, one more for the rule counters when it has rules,
-// four more when its rules use prefixes, one more when they use ports (a
-// program taken over in place holds no prefix or port map).
+// FDs is how many file descriptors an attached Program of policy holds:
+// FDsPerInterface, and one more for the rule counters when it has rules.
 func (p Policy) FDs() int {
-	n := FDsPerInterface
-	var prefixes, ports bool
-	for _, r := range p.Rules {
-		prefixes = prefixes || len(r.SrcPrefixes)+len(r.DstPrefixes) > 0
-		ports = ports || r.hasPorts()
-	}
 	if len(p.Rules) > 0 {
-		n++
+		return FDsPerInterface + 1
 	}
-	if prefixes {
-		n += 4
+	return FDsPerInterface
+}
+
+// SharedFDs is how many file descriptors an Instance of policy holds once
+// for all its interfaces: the rule maps, when it has rules, and the
+// limiter's cells with limit rules.
+func (p Policy) SharedFDs() int {
+	switch {
+	case p.hasLimits():
+		return ruleMapCount + 1
+	case len(p.Rules) > 0:
+		return ruleMapCount
 	}
-	if ports {
-		n++
-	}
-	if p.hasLimits() {
-		n++ // the limiter's cells
-	}
-	return n
+	return 0
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,

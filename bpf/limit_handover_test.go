@@ -12,39 +12,42 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
-// handOver attaches a program of policy to the test veth, runs n DNS
-// frames from one source through it, and hands it over, as a stopping
-// instance does, to a successor of next: the successor's program and
-// whether it continued the first.
+// handOver attaches a program of policy to the test veth through an
+// instance, runs n DNS frames from one source through it, and hands it
+// over, as a stopping instance does, to a successor of next: the
+// successor's program and whether it continued the first.
 func handOver(t *testing.T, policy, next bpf.Policy, n int) (*bpf.Program, bool) {
 	ns := testns.New(t)
-	p, err := bpf.Load(policy)
-	require.NoError(t, err)
-	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
+	first := bpf.NewInstance(policy)
+	t.Cleanup(func() { first.Close() })
+	var got bpf.Got
+	require.NoError(t, ns.Attach(testns.Dev, func() (err error) {
+		got, err = first.Acquire(bpf.Want{Ifindex: ns.DevIdx, Name: testns.Dev, Mode: bpf.ModeNative})
+		return err
+	}))
+	p := got.Program
 	frame := dnsFrom("198.51.100.1")
 	c := &limitClock{t: t, p: p}
 	passed, _ := c.send(frame, n)
 	require.Equal(t, min(n, 3), passed)
-	l, prog, counters, err := p.FDs()
+	fds, err := p.Handed()
 	require.NoError(t, err)
-	rc, ok := p.RuleCountersFD()
-	require.True(t, ok)
-	dup := func(fd int) int {
-		d, err := unix.Dup(fd)
+	dups := make([]int, len(fds))
+	for i, fd := range fds {
+		dups[i], err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		require.NoError(t, err)
-		return d
 	}
-	h := bpf.Handed{LinkFD: dup(l), ProgFD: dup(prog), CountersFD: dup(counters), RuleCountersFD: dup(rc), HasRuleCounters: true,
-		Fingerprint: p.Fingerprint()}
-	require.NoError(t, p.Close(), "only the handed-over descriptors hold the link now")
-	var q *bpf.Program
-	var continued bool
-	require.NoError(t, ns.Do(func() (err error) {
-		q, continued, err = bpf.Adopt(h, ns.DevIdx, bpf.ModeNative, next, func() (*bpf.Program, error) { return bpf.Load(next) })
+	h := bpf.HandedFrom(dups)
+	h.Fingerprint, h.ProgramID = p.Fingerprint(), p.ID()
+	second := bpf.NewInstance(next)
+	t.Cleanup(func() { second.Close() })
+	require.NoError(t, ns.Attach(testns.Dev, func() (err error) {
+		got, err = second.Acquire(bpf.Want{Ifindex: ns.DevIdx, Name: testns.Dev, Mode: bpf.ModeNative, Handed: h})
 		return err
 	}))
-	t.Cleanup(func() { q.Close() })
-	return q, continued
+	require.NoError(t, p.Close(), "the stopping instance lets its copies go")
+	t.Cleanup(func() { got.Program.Close() })
+	return got.Program, got.Continued
 }
 
 // TestLimitHandover: a successor with the same limit rules continues the
@@ -105,10 +108,9 @@ func TestLimitObserved(t *testing.T) {
 	require.ErrorContains(t, err, "limit_params")
 }
 
-// TestLimitSwapRules: a prefix file's change swaps the program of each
-// interface, on that interface's budgets: what a source spent before the
-// swap stays spent, each interface keeps budgets of its own, and a swap
-// may not change a budget.
+// TestLimitSwapRules: a prefix file's change swaps the program, on the
+// budgets it had: what a source spent before the swap stays spent, the new
+// prefix has a budget of its own, and a swap may not change a budget.
 func TestLimitSwapRules(t *testing.T) {
 	policy := func(list ...string) bpf.Policy {
 		r := limitRule(bpf.Limit{Rate: 1, Burst: 3, PrefixV4: 32, PrefixV6: 64})
@@ -116,34 +118,21 @@ func TestLimitSwapRules(t *testing.T) {
 		return bpf.Policy{Rules: []bpf.Rule{r}}
 	}
 	ns := testns.New(t)
-	_, _, err := ns.AddVeth("xdps0", "xdps1")
+	p, err := bpf.Load(policy("198.51.100.0/24"))
 	require.NoError(t, err)
-	var progs []*bpf.Program
-	for _, dev := range []string{testns.Dev, "xdps0"} {
-		p, err := bpf.Load(policy("198.51.100.0/24"))
-		require.NoError(t, err)
-		t.Cleanup(func() { p.Close() })
-		l, err := ns.Netlink().LinkByName(dev)
-		require.NoError(t, err)
-		require.NoError(t, ns.Attach(dev, func() error { return p.Attach(l.Attrs().Index, bpf.ModeNative) }))
-		progs = append(progs, p)
-	}
+	t.Cleanup(func() { p.Close() })
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	frame := dnsFrom("198.51.100.1")
-	first := &limitClock{t: t, p: progs[0]}
-	passed, _ := first.send(frame, 2)
+	passed, _ := (&limitClock{t: t, p: p}).send(frame, 2)
 	require.Equal(t, 2, passed)
 
 	r, err := bpf.CompileRules(policy("198.51.100.0/24", "203.0.113.0/24"))
 	require.NoError(t, err)
 	defer r.Close()
-	for _, p := range progs {
-		require.NoError(t, p.SwapRules(r))
-	}
-	passed, dropped := (&limitClock{t: t, p: progs[0]}).send(frame, 3)
+	require.NoError(t, p.SwapRules(r))
+	passed, dropped := (&limitClock{t: t, p: p}).send(frame, 3)
 	require.Equal(t, [2]int{1, 2}, [2]int{passed, dropped}, "the budget spent before the swap stays spent")
-	passed, dropped = (&limitClock{t: t, p: progs[1]}).send(frame, 4)
-	require.Equal(t, [2]int{3, 1}, [2]int{passed, dropped}, "the other interface's budget is its own, and full")
-	passed, dropped = (&limitClock{t: t, p: progs[0]}).send(dnsFrom("203.0.113.9"), 4)
+	passed, dropped = (&limitClock{t: t, p: p}).send(dnsFrom("203.0.113.9"), 4)
 	require.Equal(t, [2]int{3, 1}, [2]int{passed, dropped}, "the new prefix is in force, with a budget of its own")
 
 	changed := policy("198.51.100.0/24")
@@ -151,5 +140,5 @@ func TestLimitSwapRules(t *testing.T) {
 	c, err := bpf.CompileRules(changed)
 	require.NoError(t, err)
 	defer c.Close()
-	require.ErrorContains(t, progs[0].SwapRules(c), "differs in more than its prefixes")
+	require.ErrorContains(t, p.SwapRules(c), "differs in more than its prefixes")
 }

@@ -11,18 +11,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// seedLimits writes a random seed for the sketch's hashes into a fresh
-// limiter: a sender who cannot know it cannot pick sources that share a
-// victim's cells. Without limit rules there is nothing to seed.
-func (o *objects) seedLimits() error {
-	if o.LimitState == nil || o.LimitState.MaxEntries() <= uint32(xdpDropLimitLimitsLIMIT_SEED_CELL) {
+// seedLimits writes a random seed for the sketch's hashes into fresh
+// limiter cells: a sender who cannot know it cannot pick sources that
+// share a victim's cells. Without limit rules (one cell) there is nothing
+// to seed.
+func seedLimits(state *ebpf.Map) error {
+	if state == nil || state.MaxEntries() <= uint32(xdpDropLimitLimitsLIMIT_SEED_CELL) {
 		return nil
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return fmt.Errorf("seed the limiter: %w", err)
 	}
-	if err := o.LimitState.Update(uint32(xdpDropLimitLimitsLIMIT_SEED_CELL), binary.NativeEndian.Uint64(b[:]), ebpf.UpdateAny); err != nil {
+	if err := state.Update(uint32(xdpDropLimitLimitsLIMIT_SEED_CELL), binary.NativeEndian.Uint64(b[:]), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("seed the limiter: %w", err)
 	}
 	return nil
@@ -30,10 +31,10 @@ func (o *objects) seedLimits() error {
 
 // setLimitClock sets the test clock of a program loaded with limitFakeClock.
 func (p *Program) setLimitClock(ns uint64) error {
-	if p.objs.LimitState == nil {
+	if p.in.ruleMaps == nil || p.in.ruleMaps.LimitState == nil {
 		return errors.New("the program has no limiter")
 	}
-	return p.objs.LimitState.Update(uint32(xdpDropLimitLimitsLIMIT_CLOCK_CELL), ns, ebpf.UpdateAny)
+	return p.in.ruleMaps.LimitState.Update(uint32(xdpDropLimitLimitsLIMIT_CLOCK_CELL), ns, ebpf.UpdateAny)
 }
 
 // limitFakeClock makes the programs loaded take the limiter's time from
@@ -56,4 +57,26 @@ func setLimitSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 		return fmt.Errorf("set %s: %w", xdpDropVarLimitFakeClock, err)
 	}
 	return nil
+}
+
+// inheritLimits makes the rule maps the instance loads go on with the
+// limiter cells of from (a prefix swap from it), when they are not loaded
+// yet: the budgets spent, and the seed that finds them, stay.
+func (in *Instance) inheritLimits(from *Instance) {
+	from.mu.Lock()
+	var state *ebpf.Map
+	if from.ruleMaps != nil && from.ruleMaps.LimitState != nil {
+		state, _ = from.ruleMaps.LimitState.Clone()
+	}
+	from.mu.Unlock()
+	if state == nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ruleMaps != nil || in.limits != nil {
+		state.Close()
+		return
+	}
+	in.limits = state
 }

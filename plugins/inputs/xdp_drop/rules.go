@@ -34,9 +34,6 @@ type Rule struct {
 	LimitPrefixIPv6 any    `toml:"limit_prefix_ipv6"`
 }
 
-// RuleKeys are the keys a rule takes, for error messages.
-const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port, rate, burst, per, limit_prefix_ipv4, limit_prefix_ipv6"
-
 const maxRuleName = 64
 
 // maxPortEntries bounds the entries of src_port and of dst_port in a rule:
