@@ -202,3 +202,31 @@ func TestHandoverChangedRulesOwnMaps(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), verdict, "the new rules in force")
 }
+
+// TestHandoverPrefixFileSameList: with a prefix file that holds what it
+// held, the successor adopts the rule maps and keeps the handed-over
+// program as it is: nothing to swap in.
+func TestHandoverPrefixFileSameList(t *testing.T) {
+	ns := testns.New(t)
+	list := filepath.Join(t.TempDir(), "drop.txt")
+	writeList(t, list, listV1...)
+	rules := []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
+	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	require.Empty(t, startPlugin(t, ns, a).Errors)
+	handedID := a.ifaces[0].prog.ID()
+	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
+	dir := handOverInProcess(t, ns, a)
+
+	b := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	require.NoError(t, b.Init())
+	b.handoverDir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, b, func() error { return b.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	require.Equal(t, handedID, b.ifaces[0].prog.ID(), "not swapped: the list is the same")
+	require.Equal(t, handedMaps, ruleMapIDs(t, b.ifaces[0].prog))
+	verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: bothV4})
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), verdict, "the list's source dropped")
+}
