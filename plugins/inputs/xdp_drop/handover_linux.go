@@ -119,6 +119,9 @@ func (x *XDPDrop) handoverOffers() ([]handover.Offer, []*iface) {
 // program is in the way during Start, offered before startWait runs out.
 func (x *XDPDrop) handover(want *bpf.Want, ifc *iface) {
 	key := handover.Key{NetNS: ifc.netns, Ifindex: want.Ifindex}
+	// Whichever interface comes first, handed over or new: the instance
+	// adopts the rule maps before it loads any of its own.
+	x.takeRules()
 	// An offer found here is tried now; waiting for one again would only
 	// retry what it refused, load after load.
 	await := !handover.Offered(x.handoverDir, key)
@@ -141,7 +144,8 @@ func (x *XDPDrop) take(ifc *iface, key handover.Key) *bpf.Handed {
 		// all): only worth it when there is something to take.
 		return nil
 	}
-	// Before the interface: the holder lets the rule maps go with the last.
+	// Before the interface: the holder lets the rule maps go with the last
+	// (a stopping instance may have offered both only now).
 	x.takeRules()
 	wait := max(time.Until(x.holderDeadline), minTakeWait)
 	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns), wait)

@@ -94,7 +94,8 @@ func ifacePackets(acc *testutil.Accumulator, iface string) map[string]uint64 {
 
 // TestHandoverSharesRuleMaps: an instance with rules on one interface hands
 // over to its successor, whose config adds two interfaces with the same
-// rules, one of them at an MTU that needs the multi-buffer program. The
+// rules, one before it, one after at an MTU that needs the multi-buffer
+// program. The
 // successor adopts the rule maps handed over: every program, the one taken
 // over and the two loaded for the new interfaces, runs on the
 // predecessor's one set, laid out under its key, and the new interfaces'
@@ -123,15 +124,19 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 	dir := handOverInProcess(t, ns, a)
 
 	log := &testutil.CaptureLogger{}
-	b := &XDPDrop{Interfaces: []string{testns.Dev, "xdpb0", "xdpc0"}, Rules: rules, Log: log}
+	b := &XDPDrop{Interfaces: []string{"xdpb0", testns.Dev, "xdpc0"}, Rules: rules, Log: log}
 	require.NoError(t, b.Init())
 	b.handoverDir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, handedID, b.ifaces[0].prog.ID(), "the handed-over program kept, counters and all")
-	require.True(t, b.ifaces[2].prog.MultiBuffer(), "xdpc0's MTU needs the multi-buffer program")
+	progs := map[string]*bpf.Program{}
+	for _, ifc := range b.ifaces {
+		progs[ifc.name] = ifc.prog
+	}
+	require.Equal(t, handedID, progs[testns.Dev].ID(), "the handed-over program kept, counters and all")
+	require.True(t, progs["xdpc0"].MultiBuffer(), "xdpc0's MTU needs the multi-buffer program")
 	for _, ifc := range b.ifaces {
 		require.Equal(t, handedMaps, ruleMapIDs(t, ifc.prog), "%s: on the one rule-map set handed over", ifc.name)
 	}
@@ -143,14 +148,14 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 
 	// The new interfaces decide by the rules: the hosts and the /24 dropped,
 	// the rest passed.
-	for _, ifc := range b.ifaces[1:] {
+	for _, name := range []string{"xdpb0", "xdpc0"} {
 		for _, c := range []struct {
 			src  string
 			want uint32
 		}{{"10.1.0.7", 1}, {"10.1.1.93", 1}, {"10.1.2.1", 2}, {"192.0.2.9", 1}, {"198.51.100.9", 2}} {
-			verdict, err := ifc.prog.XDP().Run(&ebpf.RunOptions{Data: ipFrame(c.src, "10.0.0.1", frames.ProtoUDP, 1, 2)})
+			verdict, err := progs[name].XDP().Run(&ebpf.RunOptions{Data: ipFrame(c.src, "10.0.0.1", frames.ProtoUDP, 1, 2)})
 			require.NoError(t, err)
-			require.Equal(t, c.want, verdict, "%s: a frame from %s (XDP_DROP 1, XDP_PASS 2)", ifc.name, c.src)
+			require.Equal(t, c.want, verdict, "%s: a frame from %s (XDP_DROP 1, XDP_PASS 2)", name, c.src)
 		}
 	}
 	udp := bpf.IPv4Class(frames.ProtoUDP)
