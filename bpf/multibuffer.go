@@ -79,8 +79,8 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A program taken over in place has rule maps of the instance that
-	// handed it over: its variant gets this instance's.
+	// A program taken over in place may have rule maps of the instance
+	// that handed it over (not adopted): its variant gets this instance's.
 	shared, err := p.in.shared()
 	if err != nil {
 		return nil, err

@@ -130,7 +130,8 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 		if err != nil {
 			return nil, false, err
 		}
-		// The handed-over program holds its rule maps; a variant loaded
+		// The handed-over program holds its rule maps: the instance's
+		// when it adopted those handed over (AdoptRules); a variant loaded
 		// later uses the instance's.
 		p.objs = objects{Prog: o.prog, Counters: o.counters, RuleCounters: o.ruleCounters}
 		p.id, p.multiBuffer = id, h.MultiBuffer

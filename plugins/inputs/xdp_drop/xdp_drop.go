@@ -73,6 +73,9 @@ type XDPDrop struct {
 	// place that waits for an instance to offer what it still holds.
 	holderDeadline time.Time
 	starting       bool
+	// rulesTaken: the rule maps a stopped instance offered were taken
+	// (or asked for), once for all interfaces.
+	rulesTaken bool
 
 	mu          sync.Mutex
 	ifaces      []*iface

@@ -379,7 +379,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
 	ifc.rulesGen = x.files.gen
-	if got.Route == bpf.RouteHandedOver && got.Continued && x.files.rules != nil {
+	if got.KeptRuleMaps && x.files.rules != nil {
 		// The program kept holds the prefixes its files held then.
 		ifc.rulesGen = staleRules
 	}
