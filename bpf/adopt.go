@@ -69,7 +69,9 @@ type Handed struct {
 // same link keeps the interface filtered throughout. When the handed-over
 // program has the fingerprint policy gives, it is kept with its counters;
 // otherwise load provides a program (with fresh counters) that replaces it
-// atomically on the link, and continued is false. Adopt owns the
+// atomically on the link, and continued is false. A program that samples
+// is replaced so too, by one on the same counters (continued is true): its
+// ring has no reader here. Adopt owns the
 // descriptors: on any error they are closed, and a *ForeignError says
 // they were not an xdp_drop attachment of this interface.
 func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Program, error)) (p *Program, continued bool, err error) {
@@ -100,7 +102,12 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if err != nil {
 		return nil, false, err
 	}
-	if h.Fingerprint == policy.fingerprint() && continuable(spec, rules, counters, ruleCounters) {
+	same := h.Fingerprint == policy.fingerprint() && continuable(spec, rules, counters, ruleCounters)
+	if same && policy.Sample.On() {
+		// A fresh program on the same counters, with a ring of its own.
+		continued = true
+		load = func() (*Program, error) { return loadOn(spec, policy, rules, counters, ruleCounters) }
+	} else if same {
 		p, err := newProgram(policy, rules)
 		if err != nil {
 			return nil, false, err
@@ -129,7 +136,7 @@ func Adopt(h Handed, ifindex int, mode Mode, policy Policy, load func() (*Progra
 	if ruleCounters != nil {
 		ruleCounters.Close()
 	}
-	return p, false, nil
+	return p, continued, nil
 }
 
 // continuable reports whether handed-over counters fit the program of spec

@@ -17,7 +17,8 @@ const FDsPerInterface = 4
 
 // FDs is how many file descriptors an attached Program of policy holds at
 // most: FDsPerInterface, one more for the rule counters when it has rules,
-// four more when its rules use prefixes, one more when they use ports (a
+// four more when its rules use prefixes, one more when they use ports,
+// three more when it samples (a
 // program taken over in place holds no prefix or port map).
 func (p Policy) FDs() int {
 	n := FDsPerInterface
@@ -35,13 +36,16 @@ func (p Policy) FDs() int {
 	if ports {
 		n++
 	}
+	if p.Sample.On() {
+		n += 3 // sample states, bucket and ring
+	}
 	return n
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// and the six rule maps (rule counters among them), which it closes again
-// when no rule uses them.
-const loadFDs = FDsPerInterface + 6
+// the six rule maps (rule counters among them) and the three sampling
+// maps, which it closes again when nothing uses them.
+const loadFDs = FDsPerInterface + 6 + 3
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

@@ -45,6 +45,11 @@ func (p Policy) fingerprint() string {
 	if p.PerQueue {
 		h.Write([]byte("per_queue"))
 	}
+	// Whether it samples, not how: a handed-over program is continued only
+	// with the same code (see Adopt).
+	if p.Sample.On() {
+		h.Write([]byte("sample"))
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 

@@ -30,6 +30,8 @@ type Policy struct {
 	// PerQueue counts each RX queue apart (QueueSlots blocks, the last
 	// shared by higher queues) instead of one block for all.
 	PerQueue bool
+	// Sample sends some frames up to user space (SampleReader).
+	Sample Sampling
 }
 
 // QueueSlots is the number of per-queue counter blocks with PerQueue: 64

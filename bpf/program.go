@@ -185,6 +185,10 @@ type objects struct {
 	PrefixV4      *ebpf.Map
 	PrefixV6      *ebpf.Map
 	Ports         *ebpf.Map
+	// Sampling (sample.go): nil in a program that does not sample.
+	SampleStates  *ebpf.Map
+	SampleBuckets *ebpf.Map
+	Samples       *ebpf.Map
 }
 
 func (o *objects) Close() error {
@@ -207,6 +211,9 @@ func (o *objects) maps() map[string]*ebpf.Map {
 		xdpDropMapPrefixV4:      o.PrefixV4,
 		xdpDropMapPrefixV6:      o.PrefixV6,
 		xdpDropMapPortsMap:      o.Ports,
+		xdpDropMapSampleStates:  o.SampleStates,
+		xdpDropMapSampleBuckets: o.SampleBuckets,
+		xdpDropMapSamples:       o.Samples,
 	}
 	for name, m := range all {
 		if m == nil {
@@ -227,8 +234,11 @@ func (o *objects) missesRuleMaps(dims uint8) bool {
 // dropUnused closes the rule maps of dimensions no rule uses, and
 // rule_counters without rules: the program holds its own references, and an
 // interface then costs no descriptor for them (FDsPerInterface without rules).
-func (o *objects) dropUnused(count uint32, dims uint8) {
+func (o *objects) dropUnused(count uint32, dims uint8, sample bool) {
 	var unused []**ebpf.Map
+	if !sample {
+		unused = append(unused, &o.SampleStates, &o.SampleBuckets, &o.Samples)
+	}
 	if count == 0 {
 		unused = append(unused, &o.RuleCounters)
 	}
@@ -256,6 +266,9 @@ type programObjects struct {
 	PrefixV4      *ebpf.Map     `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.Map     `ebpf:"prefix_v6"`
 	Ports         *ebpf.Map     `ebpf:"ports_map"`
+	SampleStates  *ebpf.Map     `ebpf:"sample_states"`
+	SampleBuckets *ebpf.Map     `ebpf:"sample_buckets"`
+	Samples       *ebpf.Map     `ebpf:"samples"`
 }
 
 // Load loads the program with the given policy. The caller must Close it.
@@ -295,12 +308,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	// The copy holds the two programs of the policy's kind, single- and
 	// multi-buffer, under the names of the programs without rules and with
 	// the one kernel name; the programs it cannot need are not copied.
-	single, multi := xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
-	if len(policy.Rules) > 0 {
-		// The programs with rules are compiled apart, so that those
-		// without them keep every register for the frame's path.
-		single, multi = xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
-	}
+	// The programs with rules are compiled apart, so that those without
+	// them keep every register for the frame's path; likewise sampling.
+	single, multi := variants(len(policy.Rules) > 0, policy.Sample.On())
 	view := *parsed
 	view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: parsed.Programs[single], xdpDropProgXdpDropFrags: parsed.Programs[multi]}
 	// The collection's BTF is not needed to load (maps and programs carry
@@ -362,6 +372,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	}
 	for name, n := range sizes {
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
+	}
+	if err := setSampling(spec, policy.Sample); err != nil {
+		return nil, err
 	}
 	return spec, nil
 }
@@ -486,7 +499,7 @@ func load(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, opts *ebp
 		p.objs.Close()
 		return nil, err
 	}
-	p.objs.dropUnused(rules.count, rules.dims)
+	p.objs.dropUnused(rules.count, rules.dims, policy.Sample.On())
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		return nil, err

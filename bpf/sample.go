@@ -1,0 +1,227 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Sampling says which frames the program sends up to user space (see
+// sample.h). The zero value is off: the program then has no sampling code.
+type Sampling struct {
+	// Rate samples 1 in Rate of the frames of the actions chosen; 0 is off.
+	Rate uint32
+	// Actions chooses the frames sampled by the action they are counted
+	// under: a dry run's would_drop is ActionDrop.
+	Actions [ActionCount]bool
+	// MaxPerSecond caps the events sent up, all CPUs together.
+	MaxPerSecond uint32
+	// Snaplen is how many bytes of each frame are sent up, at most SnaplenMax.
+	Snaplen uint32
+}
+
+// SnaplenMax bounds Sampling.Snaplen.
+const SnaplenMax = uint32(xdpDropSampleLimitsSAMPLE_SNAPLEN_MAX)
+
+// SampleHeaderSize is the size of the header of each event in the ring.
+const SampleHeaderSize = int(unsafe.Sizeof(xdpDropSampleEvent{}))
+
+// On reports whether the program samples.
+func (s Sampling) On() bool { return s.Rate > 0 }
+
+// Burst is how many events the cap lets through at once: 1/20 s of them,
+// so that over any second the events stay within 5 % of MaxPerSecond.
+func (s Sampling) Burst() uint32 { return max(s.MaxPerSecond/20, 1) }
+
+// RingSize is the size of the ring buffer: a quarter of a second of events
+// at the cap, a power of two between 64 KiB and 16 MiB.
+func (s Sampling) RingSize() uint32 {
+	const lo, hi = 64 << 10, 16 << 20
+	// Each record: an 8-byte ring header, the event header, the bytes, rounded to 8.
+	rec := uint64(8 + SampleHeaderSize + int(s.Snaplen+7)&^7)
+	want := rec * uint64(s.MaxPerSecond) / 4
+	if want <= lo {
+		return lo
+	}
+	if want >= hi {
+		return hi
+	}
+	return 1 << bits.Len64(want-1)
+}
+
+func (s Sampling) actionMask() uint8 {
+	var m uint8
+	for a, on := range s.Actions {
+		if on {
+			m |= 1 << a
+		}
+	}
+	return m
+}
+
+// setSampling sets the sampling constants of spec and sizes its ring.
+func setSampling(spec *ebpf.CollectionSpec, s Sampling) error {
+	if !s.On() {
+		return nil
+	}
+	if s.MaxPerSecond == 0 || s.Snaplen == 0 || s.Snaplen > SnaplenMax {
+		return fmt.Errorf("sampling needs a cap above 0 and a snap length of 1..%d, not %d and %d", SnaplenMax, s.MaxPerSecond, s.Snaplen)
+	}
+	interval := uint64(1e9) / uint64(s.MaxPerSecond)
+	vars := []struct {
+		name  string
+		value any
+	}{
+		{xdpDropVarSampleRate, s.Rate},
+		{xdpDropVarSampleActions, s.actionMask()},
+		{xdpDropVarSampleInterval, interval},
+		{xdpDropVarSampleTolerance, uint64(s.Burst()-1) * interval},
+		{xdpDropVarSampleSnaplen, s.Snaplen},
+	}
+	for _, v := range vars {
+		if err := spec.Variables[v.name].Set(v.value); err != nil {
+			return fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	spec.Maps[xdpDropMapSamples].MaxEntries = s.RingSize()
+	return nil
+}
+
+// variants names the single- and multi-buffer programs for a policy.
+func variants(rules, sample bool) (single, multi string) {
+	switch {
+	case rules && sample:
+		return xdpDropProgXdpDropRulesSample, xdpDropProgXdpDropRulesSampleFrags
+	case rules:
+		return xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
+	case sample:
+		return xdpDropProgXdpDropSample, xdpDropProgXdpDropSampleFrags
+	}
+	return xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
+}
+
+// loadOn loads a fresh program for policy on handed-over counters, which
+// it continues: a program that samples is never continued itself, as the
+// ring of the one handed over has no reader here. The caller keeps
+// counters and ruleCounters.
+func loadOn(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, counters, ruleCounters *ebpf.Map) (*Program, error) {
+	replace := map[string]*ebpf.Map{xdpDropMapCounters: counters}
+	if ruleCounters != nil {
+		replace[xdpDropMapRuleCounters] = ruleCounters
+	}
+	return load(spec, policy, rules, &ebpf.CollectionOptions{MapReplacements: replace})
+}
+
+// Sample is one sampled frame.
+type Sample struct {
+	// Time is when it was sampled, on CLOCK_MONOTONIC, in nanoseconds.
+	Time    uint64
+	Ifindex int
+	// Len is the whole frame's length; Data its first Snaplen bytes at most.
+	Len   int
+	Class Class
+	// Action is what the frame was counted under; Dropped whether it was
+	// dropped (not in a dry run).
+	Action  Action
+	Dropped bool
+	// Rule is the index of the rule that decided it, -1 when none did.
+	Rule int
+	Data []byte
+}
+
+// ErrSamplerClosed is returned by SampleReader.Read once it is closed.
+var ErrSamplerClosed = errors.New("sample reader closed")
+
+// SampleReader reads the sampled frames of a program from its ring.
+type SampleReader struct {
+	r   *ringbuf.Reader
+	rec ringbuf.Record
+	s   Sample
+}
+
+// SampleReader opens a reader of the program's sampled frames. The caller
+// must Close it before the program.
+func (p *Program) SampleReader() (*SampleReader, error) {
+	if p.objs.Samples == nil {
+		return nil, errors.New("the program does not sample")
+	}
+	r, err := ringbuf.NewReader(p.objs.Samples)
+	if err != nil {
+		return nil, fmt.Errorf("open the sample ring: %w", err)
+	}
+	return &SampleReader{r: r}, nil
+}
+
+// Read waits for the next sampled frame. The Sample and its Data are
+// reused by the next call. After Close it returns ErrSamplerClosed.
+func (r *SampleReader) Read() (*Sample, error) {
+	for {
+		if err := r.r.ReadInto(&r.rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+				return nil, ErrSamplerClosed
+			}
+			return nil, fmt.Errorf("read the sample ring: %w", err)
+		}
+		if decodeSample(r.rec.RawSample, &r.s) {
+			return &r.s, nil
+		}
+	}
+}
+
+// decodeSample fills s from a raw event; false when it is too short.
+func decodeSample(raw []byte, s *Sample) bool {
+	if len(raw) < SampleHeaderSize {
+		return false
+	}
+	le := binary.LittleEndian
+	caplen := int(le.Uint32(raw[16:]))
+	verdict := raw[22]
+	*s = Sample{
+		Time:    le.Uint64(raw[0:]),
+		Ifindex: int(le.Uint32(raw[8:])),
+		Len:     int(le.Uint32(raw[12:])),
+		Class:   Class(le.Uint16(raw[20:])),
+		Action:  Action(verdict & 1),
+		Dropped: verdict&uint8(xdpDropVerdictVERDICT_DROP) != 0,
+		Rule:    int(raw[23]) - 1,
+		Data:    raw[SampleHeaderSize:][:min(caplen, len(raw)-SampleHeaderSize)],
+	}
+	return true
+}
+
+// Close stops the reader; a Read waiting returns ErrSamplerClosed.
+func (r *SampleReader) Close() error { return r.r.Close() }
+
+// SampleCounts is what became of the frames picked for sampling,
+// cumulative since load.
+type SampleCounts struct {
+	Sent   uint64 // put in the ring
+	Capped uint64 // over the cap (MaxPerSecond)
+	Lost   uint64 // the ring was full
+}
+
+// SampleCounts sums the sampling counters over CPUs; zero without sampling.
+func (p *Program) SampleCounts() (SampleCounts, error) {
+	var c SampleCounts
+	if p.objs.SampleStates == nil {
+		return c, nil
+	}
+	var per []xdpDropSampleState
+	if err := p.objs.SampleStates.Lookup(uint32(0), &per); err != nil {
+		return c, fmt.Errorf("read sample counters: %w", err)
+	}
+	for _, s := range per {
+		c.Sent += s.Sent
+		c.Capped += s.Capped
+		c.Lost += s.Lost
+	}
+	return c, nil
+}
