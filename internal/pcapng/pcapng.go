@@ -10,11 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -66,7 +62,7 @@ func Create(path string, maxSize int64, snaplen uint32) (*Writer, error) {
 // open creates the file afresh and writes its section header.
 func (w *Writer) open() error {
 	// Non-blocking, so that a FIFO put there since the check cannot hang us.
-	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|openFlags, 0o600)
 	if err != nil {
 		return fmt.Errorf("create capture file: %w", err)
 	}
@@ -202,63 +198,4 @@ func appendEPB(dst []byte, id uint32, ts time.Time, data []byte, origLen int) []
 	dst = append(dst, make([]byte, pad4(len(data)))...)
 	dst = le.AppendUint32(dst, total)
 	return dst
-}
-
-// CheckPath says what is wrong with path as a capture file for this
-// process, nil when nothing is: it must be absolute, in an existing
-// directory this process may write, and be absent or a regular file (a
-// symbolic link only when root or this user owns it).
-func CheckPath(path string) error {
-	if !filepath.IsAbs(path) {
-		return errors.New("is not an absolute path")
-	}
-	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("is in %s, which does not exist: create it (owned by the service user, mode 0700)", dir)
-	case err != nil:
-		return fmt.Errorf("its directory cannot be read: %w", err)
-	case !fi.IsDir():
-		return fmt.Errorf("is in %s, which is not a directory", dir)
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("is in %s, where this user (uid %d) may not create files: %v; give the service user a directory of its own", dir, os.Geteuid(), err)
-	}
-	lfi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cannot be read: %w", err)
-	}
-	if lfi.Mode()&fs.ModeSymlink != 0 {
-		if owner := lfi.Sys().(*syscall.Stat_t).Uid; owner != 0 && int(owner) != os.Geteuid() {
-			return fmt.Errorf("is a symbolic link owned by uid %d, neither root nor this user (uid %d), who could point it anywhere; remove it or choose another path", owner, os.Geteuid())
-		}
-		if lfi, err = os.Stat(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("cannot be read: %w", err)
-		}
-		if err != nil {
-			return nil
-		}
-	}
-	if !lfi.Mode().IsRegular() {
-		return fmt.Errorf("is not a regular file but a %s; choose a path for a file", typeName(lfi.Mode()))
-	}
-	return nil
-}
-
-func typeName(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return m.Type().String()
 }

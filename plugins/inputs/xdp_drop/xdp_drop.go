@@ -42,6 +42,17 @@ type XDPDrop struct {
 	HandoverTimeout config.Duration `toml:"handover_timeout"`
 	Rules           []Rule          `toml:"rule"`
 
+	// Sampling (sampling.go): which frames go up, and what becomes of them.
+	SampleRate         int64       `toml:"sample_rate"`
+	SampleActions      []string    `toml:"sample_actions"`
+	SampleMaxPerSecond int64       `toml:"sample_max_per_second"`
+	TopSources         int64       `toml:"top_sources"`
+	TopSourcePrefixV4  int64       `toml:"top_source_prefix_ipv4"`
+	TopSourcePrefixV6  int64       `toml:"top_source_prefix_ipv6"`
+	CapturePath        string      `toml:"capture_path"`
+	CaptureSnaplen     int64       `toml:"capture_snaplen"`
+	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+
 	Log telegraf.Logger `toml:"-"`
 
 	mode   bpf.Mode
@@ -65,6 +76,9 @@ type XDPDrop struct {
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
 	singleBufferOnly bool
+
+	// capture is the pcapng file of sampled frames, nil without capture_path.
+	capture *capture
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
@@ -80,7 +94,9 @@ const MaxHandoverTimeout = 10 * time.Minute
 
 // New returns the plugin with its defaults.
 func New() *XDPDrop {
-	return &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
+	x := &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
+	x.setSamplingDefaults()
+	return x
 }
 
 func (*XDPDrop) SampleConfig() string { return sampleConfig }
@@ -104,6 +120,9 @@ func (x *XDPDrop) Init() error {
 	}
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
+	if policy.Sample, err = x.parseSampling(x.DryRun); err != nil {
+		return err
+	}
 	x.policy = policy
 
 	if err := x.checkNamespace(); err != nil {

@@ -34,6 +34,8 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
+	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
+	spare    interval // the sampler's tables of the last interval
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -43,6 +45,9 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	defer x.mu.Unlock()
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
+	}
+	if err := x.openCapture(); err != nil {
+		return err
 	}
 	x.offerDeadline = time.Now().Add(offerWait)
 	defer func() { x.offerDeadline = time.Time{} }()
@@ -72,6 +77,9 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	}
 	for i := range snap.Links {
 		e.add(MeasurementLink, &snap.Links[i])
+	}
+	for i := range snap.Top {
+		e.add(MeasurementTop, &snap.Top[i])
 	}
 	return nil
 }
@@ -139,8 +147,11 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.namespaceFailed(acc, err)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
-		snap.Links = append(snap.Links, x.link(ifc))
+		l := x.link(ifc)
+		x.readTop(acc, ifc, &snap, &l)
+		snap.Links = append(snap.Links, l)
 	}
+	x.captureError(acc)
 	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
@@ -300,12 +311,14 @@ func (x *XDPDrop) Stop() {
 		}
 		x.release(ifc, errors.New("stopped"))
 	}
+	x.closeCapture()
 }
 
 func (x *XDPDrop) release(ifc *iface, why error) {
 	if ifc.prog == nil {
 		return
 	}
+	x.stopSampler(ifc)
 	if err := ifc.prog.Close(); err != nil {
 		x.Log.Errorf("interface %q: detach: %v", ifc.name, err)
 	}
