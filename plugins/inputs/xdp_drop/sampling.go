@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-		"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 )
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/influxdata/telegraf/config"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -38,6 +39,29 @@ func TestSamplingDefaults(t *testing.T) {
 	off.Interfaces, off.Drop = []string{"eth1"}, []any{"udp"}
 	require.NoError(t, off.Init())
 	require.False(t, off.policy.Sample.On(), "sample_rate defaults to 0: no sampling code")
+}
+
+// TestSamplingTOML: the options decode from TOML as the binary reads them,
+// sizes as Telegraf writes them.
+func TestSamplingTOML(t *testing.T) {
+	p := New()
+	_, err := toml.Decode(`
+interfaces = ["eth1"]
+drop = ["udp"]
+sample_rate = 100
+sample_actions = ["drop", "pass"]
+sample_max_per_second = 500
+top_sources = 3
+top_source_prefix_ipv4 = 16
+top_source_prefix_ipv6 = 48
+capture_snaplen = 256
+capture_max_size = "1MiB"
+`, p)
+	require.NoError(t, err)
+	require.NoError(t, p.Init())
+	require.Equal(t, bpf.Sampling{Rate: 100, Actions: [bpf.ActionCount]bool{true, true}, MaxPerSecond: 500, Snaplen: 256}, p.policy.Sample)
+	require.Equal(t, config.Size(1<<20), p.CaptureMaxSize)
+	require.Equal(t, int64(16), p.TopSourcePrefixV4)
 }
 
 func TestSamplingErrors(t *testing.T) {

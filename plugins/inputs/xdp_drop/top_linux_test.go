@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/influxdata/telegraf"
-	"github.com/influxdata/telegraf/config"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -292,11 +291,4 @@ func hexFrames(out string) [][]byte {
 		}
 	}
 	return all
-}
-
-// TestCaptureSizeConfig: capture_max_size parses as Telegraf sizes do.
-func TestCaptureSizeConfig(t *testing.T) {
-	var s config.Size
-	require.NoError(t, s.UnmarshalText([]byte(`"64MiB"`)))
-	require.Equal(t, config.Size(DefaultCaptureMaxSize), s)
 }
