@@ -172,6 +172,9 @@ type Program struct {
 	rules *ruleTables
 	// fingerprint names the program build and policy the counters count under.
 	fingerprint string
+	// observed is the ifindex of another process's program opened
+	// read-only by Observe, 0 for a program of this process.
+	observed int
 }
 
 // objects is what one load of the program gives: one variant of the program,
@@ -766,6 +769,9 @@ func attachError(ifindex int, mode Mode, err error) error {
 // Attached reports whether the attachment still holds; it returns
 // ErrInterfaceGone when the kernel detached it because the interface went away.
 func (p *Program) Attached() error {
+	if p.observed != 0 {
+		return p.stillAttached()
+	}
 	if p.link == nil {
 		return errors.New("not attached")
 	}

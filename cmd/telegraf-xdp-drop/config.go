@@ -40,16 +40,22 @@ func tomlKeys(t reflect.Type) []string {
 
 // loadConfig reads the plugin's config file strictly: unlike the shim's own
 // loader it refuses unknown keys, other plugins and repeated sections, so a
-// typo never silently falls back to a default.
-func loadConfig(path string) (*xdp_drop.XDPDrop, error) {
-	raw, err := readConfigFile(path)
+// typo never silently falls back to a default. Unless trustUID is
+// noTrustCheck, the file must pass the trust check for that user; a refusal
+// is an *untrustedError.
+func loadConfig(path string, trustUID int) (*xdp_drop.XDPDrop, error) {
+	raw, err := readConfigFile(path, trustUID)
 	if err != nil {
 		return nil, err
+	}
+	doc, err := expandEnv(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	var conf struct {
 		Inputs map[string][]toml.Primitive `toml:"inputs"`
 	}
-	md, err := toml.Decode(expandEnv(string(raw)), &conf)
+	md, err := toml.Decode(doc, &conf)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
 	}
@@ -202,21 +208,22 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 // short section, and a device such as /dev/zero must not fill the memory.
 const maxConfigSize = 1 << 20
 
-// readConfigFile reads a regular file of at most maxConfigSize bytes. It
-// opens without blocking, so a FIFO is refused instead of waited on.
-func readConfigFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// noTrustCheck, as loadConfig's trustUID, reads the config without the
+// trust check: root could attach anything anyway, and a process without
+// raised capabilities can attach nothing.
+const noTrustCheck = -1
+
+// readConfigFile reads a regular file of at most maxConfigSize bytes
+// through one descriptor: the bytes returned are those of the file that was
+// checked. Unless trustUID is noTrustCheck, the file and the way to it must
+// pass openTrusted's check for that user. It opens without blocking, so a
+// FIFO is refused instead of waited on.
+func readConfigFile(path string, trustUID int) ([]byte, error) {
+	f, err := openConfigFile(path, trustUID)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("config %s: not a regular file (%s); pass the path of the plugin's TOML file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf", path, fileKind(st.Mode()))
-	}
 	raw, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
@@ -225,6 +232,30 @@ func readConfigFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("config %s: larger than 1 MiB; the plugin's config is one [[inputs.xdp_drop]] section of a few lines: check that -config names the right file", path)
 	}
 	return raw, nil
+}
+
+func openConfigFile(path string, trustUID int) (*os.File, error) {
+	if trustUID != noTrustCheck {
+		return openTrusted(path, trustUID)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, notRegularFile(path, st.Mode())
+	}
+	return f, nil
+}
+
+func notRegularFile(path string, mode fs.FileMode) error {
+	return fmt.Errorf("config %s: not a regular file (%s); pass the path of the plugin's TOML file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf", path, fileKind(mode))
 }
 
 // fileKind names the type of a file that is not a regular one.
@@ -242,13 +273,6 @@ func fileKind(m fs.FileMode) string {
 		return "a socket"
 	}
 	return "a special file"
-}
-
-var envEscaper = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
-
-// expandEnv substitutes $VAR and ${VAR} as the shim's loader does.
-func expandEnv(s string) string {
-	return os.Expand(s, func(k string) string { return envEscaper.Replace(os.Getenv(k)) })
 }
 
 // oneLine keeps the first line of a TOML error: the position and the cause.

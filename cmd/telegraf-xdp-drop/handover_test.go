@@ -205,6 +205,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ns := testns.New(t)
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
 			// With GRO the veth takes frames in while it has no XDP
 			// program: an unfiltered moment would show at the sink.
 			require.NoError(t, ns.EnableGRO(testns.Dev))
@@ -218,7 +219,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 				require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, frame, n) }))
 			}
 
-			a := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev))
+			a := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev))
 			idA := waitAttached(t, ns, testns.Dev)
 			rx0 := settledRx(t, ns)
 			// The sink sees what passes: A passes TCP.
@@ -230,7 +231,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			require.NoError(t, a.stdin.Close())
-			b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n", testns.Dev, c.dropB))
+			b := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n", testns.Dev, c.dropB))
 			var attached bool
 			var idB int64
 			for deadline := time.Now().Add(testns.Hang); !attached && time.Now().Before(deadline); {
@@ -298,7 +299,8 @@ func TestHandoverUnderLoad(t *testing.T) {
 func TestHandoverWithoutSuccessor(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		ns := testns.New(t)
-		p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"2s\"\n", testns.Dev))
+		conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
+		p := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"2s\"\n", testns.Dev))
 		id := waitAttached(t, ns, testns.Dev)
 		p.gather(t, testns.Dev)
 		stopped := time.Now()
@@ -317,7 +319,8 @@ func TestHandoverWithoutSuccessor(t *testing.T) {
 	})
 	t.Run("SIGTERM to the handover process", func(t *testing.T) {
 		ns := testns.New(t)
-		p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+		conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
+		p := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
 		waitAttached(t, ns, testns.Dev)
 		p.gather(t, testns.Dev)
 		require.NoError(t, p.stdin.Close())
@@ -336,7 +339,8 @@ func TestHandoverSIGTERM(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			ns := testns.New(t)
-			p := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
+			p := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n", testns.Dev))
 			id := waitAttached(t, ns, testns.Dev)
 			p.gather(t, testns.Dev)
 			require.NoError(t, p.cmd.Process.Signal(sig))
@@ -345,7 +349,7 @@ func TestHandoverSIGTERM(t *testing.T) {
 			now, err := ns.XDPProgramID(testns.Dev)
 			require.NoError(t, err)
 			require.Equal(t, id, now, "held after the exit")
-			q := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
+			q := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
 			attached, got, _ := gatherState(t, q, "udp", "drop")
 			require.True(t, attached, "stderr: %s", q.stderr)
 			require.Equal(t, int64(id), got, "taken over in place")
@@ -364,16 +368,17 @@ func TestHandoverSIGTERM(t *testing.T) {
 // manage is released at once when it takes over another.
 func TestHandoverUnmanagedReleased(t *testing.T) {
 	ns := testns.New(t)
+	conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
-	a := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q, \"xdpt2\"]\n  drop = [\"all\"]\n", testns.Dev))
+	a := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q, \"xdpt2\"]\n  drop = [\"all\"]\n", testns.Dev))
 	waitAttached(t, ns, testns.Dev)
 	waitAttached(t, ns, "xdpt2")
 	a.gather(t, "xdpt2")
 	require.NoError(t, a.stdin.Close())
 	require.NoError(t, a.wait(t), "stderr: %s", a.stderr)
 	pid := holderOf(t, a)
-	b := start(t, ns, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
+	b := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev))
 	attached, _, _ := gatherState(t, b, "udp", "drop")
 	require.True(t, attached)
 	_, err = ns.WaitNoXDP("xdpt2", testns.Hang)
@@ -391,6 +396,7 @@ func TestHandoverUnmanagedReleased(t *testing.T) {
 // interface's namespace, not the binary's.
 func TestHandoverWithPins(t *testing.T) {
 	ns := testns.New(t)
+	conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
 	pins := filepath.Join(testns.BPFFS(t, 0o700), "xdp_drop")
 	base := fmt.Sprintf("[[inputs.xdp_drop]]\n  namespace = %q\n  interfaces = [%q]\n  drop = [\"udp\"]\n", ns.Name, testns.Dev)
 	gen, err := txgen.New()
@@ -408,14 +414,14 @@ func TestHandoverWithPins(t *testing.T) {
 		t.Fatalf("udp drops %d, want %d; stderr: %s", got, want, p.stderr)
 	}
 
-	a := startHere(t, ns, base)
+	a := startHereAt(t, ns, conf, base)
 	id := waitAttached(t, ns, testns.Dev)
 	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, 100) }))
 	udpAfter(a, 100)
 	require.NoError(t, a.stdin.Close())
 	require.NoError(t, a.wait(t))
 
-	b := startHere(t, ns, base+fmt.Sprintf("  pin_path = %q\n  keep_attached = true\n", pins))
+	b := startHereAt(t, ns, conf, base+fmt.Sprintf("  pin_path = %q\n  keep_attached = true\n", pins))
 	udpAfter(b, 100)
 	waitLog(t, b, fmt.Sprintf("taken over in place, program id %d; counters continue", id))
 	counters, err := filepath.Glob(filepath.Join(pins, testns.Dev, "counters_*"))
@@ -430,7 +436,7 @@ func TestHandoverWithPins(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, now, "kept attached by its pin")
 
-	c := startHere(t, ns, base+fmt.Sprintf("  pin_path = %q\n  handover_timeout = \"0s\"\n", pins))
+	c := startHereAt(t, ns, conf, base+fmt.Sprintf("  pin_path = %q\n  handover_timeout = \"0s\"\n", pins))
 	udpAfter(c, 100)
 	waitLog(t, c, "continuing pinned counters")
 	require.NoError(t, c.stdin.Close())
@@ -445,20 +451,21 @@ func TestHandoverWithPins(t *testing.T) {
 // refuses the single-buffer one), never leaving the interface bare.
 func TestHandoverJumbo(t *testing.T) {
 	ns := testns.New(t)
+	conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
 	for _, dev := range []string{testns.Dev, testns.Peer} {
 		require.NoError(t, ns.SetMTU(dev, 9000))
 	}
-	conf := func(drop, timeout string) string {
+	jumbo := func(drop, timeout string) string {
 		return fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n  handover_timeout = %q\n", testns.Dev, drop, timeout)
 	}
-	a := start(t, ns, conf(`["udp"]`, "10s"))
+	a := startAt(t, ns, conf, jumbo(`["udp"]`, "10s"))
 	idA := waitAttached(t, ns, testns.Dev)
 	waitLog(t, a, "multi-buffer: the device's MTU needs more than one buffer per frame")
 	gaps := watchGaps(ns)
 	require.NoError(t, a.stdin.Close())
 	require.NoError(t, a.wait(t))
 
-	b := start(t, ns, conf(`["udp"]`, "10s"))
+	b := startAt(t, ns, conf, jumbo(`["udp"]`, "10s"))
 	attached, idB, _ := gatherState(t, b, "udp", "drop")
 	require.True(t, attached, "stderr: %s", b.stderr)
 	require.Equal(t, int64(idA), idB, "the multi-buffer program is kept")
@@ -466,7 +473,7 @@ func TestHandoverJumbo(t *testing.T) {
 	require.NoError(t, b.stdin.Close())
 	require.NoError(t, b.wait(t))
 
-	c := start(t, ns, conf(`["udp", "tcp"]`, "0s"))
+	c := startAt(t, ns, conf, jumbo(`["udp", "tcp"]`, "0s"))
 	attached, idC, _ := gatherState(t, c, "udp", "drop")
 	require.True(t, attached, "stderr: %s", c.stderr)
 	require.NotEqual(t, idB, idC)
@@ -520,13 +527,14 @@ func TestHandoverRules(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := testns.New(t)
+			conf := filepath.Join(t.TempDir(), "xdp_drop.conf") // a successor runs its predecessor's file
 			gen, err := txgen.New()
 			require.NoError(t, err)
 			defer gen.Close()
 			send := func(frame []byte, n int) {
 				require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, frame, n) }))
 			}
-			a := start(t, ns, config(c.portA))
+			a := startAt(t, ns, conf, config(c.portA))
 			idA := waitAttached(t, ns, testns.Dev)
 			send(dns, 10)
 			send(udpFrame, 10)
@@ -540,7 +548,7 @@ func TestHandoverRules(t *testing.T) {
 			}
 
 			require.NoError(t, a.stdin.Close())
-			b := start(t, ns, config(c.portB))
+			b := startAt(t, ns, conf, config(c.portB))
 			var attached bool
 			var idB int64
 			for deadline := time.Now().Add(10 * time.Second); !attached && time.Now().Before(deadline); {

@@ -4,9 +4,13 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -46,13 +50,30 @@ func closePipes() {
 	}
 }
 
+// handoverInstance names the instance a config file runs, for handover:
+// the hash of the file's absolute path, symbolic links resolved. With the
+// user (the handover directory is the user's), it is what makes a process
+// the successor of a stopped one: the same config file run by the same user.
+func handoverInstance(configFile string) string {
+	path, err := filepath.Abs(configFile)
+	if err != nil {
+		path = configFile
+	}
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
+	sum := sha256.Sum256([]byte(path))
+	return hex.EncodeToString(sum[:8])
+}
+
 func run() int {
 	configFile := flag.String("config", "", "path to the plugin's config file (one [[inputs.xdp_drop]] section)")
 	pollInterval := flag.Duration("poll_interval", time.Second, "how often to gather and print metrics")
 	pollDisabled := flag.Bool("poll_interval_disabled", false,
 		"gather only when a line arrives on stdin (inputs.execd with signal = \"STDIN\")")
 	debug := flag.Bool("debug", false, "log debug messages")
-	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol")
+	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol; "+
+		"an interface a running instance holds is shown read-only, from its program (as root)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
 	if *showVersion {
@@ -75,23 +96,30 @@ func run() int {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
 	}
-	if caps := raisedCapabilities(); caps != "" {
-		if err := checkConfigTrust(*configFile, os.Getuid()); err != nil {
-			log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
-			return 1
-		}
+	trustUID := noTrustCheck
+	caps := raisedCapabilities()
+	if caps != "" {
+		trustUID = os.Getuid()
 	}
-	plugin, err := loadConfig(*configFile)
-	if err != nil {
+	plugin, err := loadConfig(*configFile, trustUID)
+	var untrusted *untrustedError
+	switch {
+	case errors.As(err, &untrusted):
+		log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
+		return 1
+	case err != nil:
 		log.Errorf("%v", err)
 		return 1
 	}
 	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
+	plugin.HandoverInstance = handoverInstance(*configFile)
 
 	if *watchView {
 		plugin.Log = log
 		// The console view promises that Ctrl-C detaches: no handover.
 		plugin.HandoverTimeout = 0
+		// Beside a running instance it shows that instance's counters.
+		plugin.Observe = true
 		if err := plugin.Init(); err != nil {
 			log.Errorf("config %s: %v", *configFile, err)
 			return 1

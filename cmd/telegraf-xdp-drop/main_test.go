@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -40,15 +39,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build the binary:", err)
 		os.Exit(1)
 	}
-	// The handover processes' socket directory: removed after, when these
-	// tests made it and left it empty.
-	sockets := handover.Dir()
-	_, statErr := os.Stat(sockets)
+	// The handover sockets of the binaries run as root go in a directory of
+	// these tests, whatever the host has in /run or /tmp: RUNTIME_DIRECTORY
+	// comes first (runs as another user, which may not write to it, set
+	// their own or fall back past it).
+	os.Setenv("RUNTIME_DIRECTORY", dir)
 	code := m.Run()
 	os.RemoveAll(dir)
-	if os.IsNotExist(statErr) {
-		os.Remove(sockets)
-	}
 	os.Exit(code)
 }
 
@@ -94,6 +91,23 @@ func requireDetached(t *testing.T, ns *testns.NS, after string) {
 func start(t *testing.T, ns *testns.NS, config string) *proc {
 	t.Helper()
 	return startWith(t, ns, config, "-poll_interval_disabled")
+}
+
+// startAt writes config to the file path and starts the binary with it: a
+// successor runs the config file of the instance it follows.
+func startAt(t *testing.T, ns *testns.NS, path, config string) *proc {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
+	return startConfigFile(t, ns, path)
+}
+
+// startHereAt is startAt for startHere.
+func startHereAt(t *testing.T, ns *testns.NS, path, config string) *proc {
+	t.Helper()
+	require.Contains(t, config, fmt.Sprintf("namespace = %q", ns.Name), "the binary must attach in the test namespace only")
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
+	return runProc(t, exec.Command(binary, "-config", path, "-poll_interval_disabled"))
 }
 
 // startWith starts the binary with the config and flags.

@@ -29,7 +29,7 @@ func TestUnknownOptionListsEveryOption(t *testing.T) {
 
 	conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  dropp = [\"all\"]\n"), 0o600))
-	_, err = loadConfig(conf)
+	_, err = loadConfig(conf, noTrustCheck)
 	require.EqualError(t, err, "config "+conf+`: unknown option "inputs.xdp_drop.dropp"; [[inputs.xdp_drop]] takes `+strings.Join(documented, ", "))
 }
 
@@ -62,7 +62,7 @@ func TestKeysAreCaseSensitive(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 			require.NoError(t, os.WriteFile(conf, []byte(c.config), 0o600))
-			_, err := loadConfig(conf)
+			_, err := loadConfig(conf, noTrustCheck)
 			require.EqualError(t, err, "config "+conf+": "+c.want)
 		})
 	}
@@ -71,7 +71,7 @@ func TestKeysAreCaseSensitive(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(head+"  dry_run = true\n  handover_timeout = \"3s\"\n"+rule+
 		"  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"drop\"\n    protocol = [\"udp\"]\n    dst_prefix = [\"198.51.100.53/32\"]\n    src_port = [\"1024-65535\"]\n    dst_port = [53]\n"), 0o600))
-	p, err := loadConfig(conf)
+	p, err := loadConfig(conf, noTrustCheck)
 	require.NoError(t, err)
 	require.Len(t, p.Rules, 2)
 	require.Equal(t, []any{int64(53)}, p.Rules[1].DstPort)
@@ -103,7 +103,7 @@ func TestRuleTypeErrorNamesTheRule(t *testing.T) {
 				text = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n" + strings.Repeat("\n", 9) + c.rule
 			}
 			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
-			_, err := loadConfig(conf)
+			_, err := loadConfig(conf, noTrustCheck)
 			require.EqualError(t, err, "config "+conf+": "+c.want)
 		})
 	}
@@ -123,7 +123,7 @@ func TestLongKeysAndNamesClipped(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 			require.NoError(t, os.WriteFile(conf, []byte(text), 0o600))
-			_, err := loadConfig(conf)
+			_, err := loadConfig(conf, noTrustCheck)
 			require.Error(t, err)
 			require.Less(t, len(err.Error()), 1024, "%.300s", err)
 			require.Regexp(t, `"…\(9000\d\d bytes\)`, err.Error())

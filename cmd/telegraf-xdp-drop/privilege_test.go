@@ -76,11 +76,11 @@ func TestLeastPrivilege(t *testing.T) {
 	require.NotContains(t, errOut, "E! ")
 	require.Contains(t, errOut, "held for handover", "the stop hands over, as the service user")
 
-	// The successor, as the same user, takes the attachment over; with
-	// handover_timeout = "0s" it then detaches on stop.
-	conf0 := filepath.Join(dir, "xdp_drop_0s.conf")
-	require.NoError(t, os.WriteFile(conf0, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev)), 0o644))
-	out, errOut = runAsNobody(conf0)
+	// The successor, as the same user with the same config file (edited),
+	// takes the attachment over; with handover_timeout = "0s" it then
+	// detaches on stop.
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev)), 0o644))
+	out, errOut = runAsNobody(conf)
 	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
 	require.Contains(t, errOut, "taken over in place", "stderr: %s", errOut)
 	require.Contains(t, errOut, "counters continue")

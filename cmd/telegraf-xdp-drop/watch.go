@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,22 +19,29 @@ import (
 	"github.com/influxdata/telegraf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 // watch attaches per the config and prints, every interval, drops and passes
 // per second per interface and protocol, the way samples/bpf/xdp1 printed
 // "proto 17: 20403027 drops/s", and per rule, until SIGINT or SIGTERM; then
-// it detaches.
+// it detaches. An interface that a running instance holds is observed
+// (plugin.Observe): its counters are read from that instance's program,
+// which is left as it is. One that another tool's program holds, or an
+// instance of another config, ends the view with an error.
 func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log *levelWriter) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	errs := errorLog{log: log}
+	errs := &errorLog{log: log}
 	if err := plugin.Start(errs); err != nil {
 		return err
 	}
 	defer plugin.Stop()
+	if errs.unwatchable != nil {
+		return errs.unwatchable
+	}
 
 	clear := isTerminal(out)
 	prev := newHistory()
@@ -119,6 +127,11 @@ const (
 func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.Time, interval time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (Ctrl-C detaches and quits)\n", now.Format("2006-01-02 15:04:05"), interval)
+	for _, l := range snap.Links {
+		if l.Observer != "" {
+			b.WriteString(clip(fmt.Sprintf("read-only %s: counters of %s, program id %d", l.Interface, l.Observer, l.ProgramID), width) + "\n")
+		}
+	}
 	t := table{b: &b}
 	t.row("INTERFACE", fmt.Sprintf(classRow, "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS"))
 
@@ -220,6 +233,9 @@ func seriesLabel(k xdp_drop.SeriesKey) string {
 }
 
 func linkText(l xdp_drop.Link) string {
+	if l.Attached && l.Observer != "" {
+		return clip(fmt.Sprintf("link %s: read-only, %s mode, program id %d (not attached here)", l.Interface, l.Mode, l.ProgramID), width)
+	}
 	if l.Attached {
 		mode := l.Mode + " mode"
 		if l.Fallback {
@@ -322,6 +338,18 @@ func isTerminal(w io.Writer) bool {
 type errorLog struct {
 	telegraf.Accumulator
 	log *levelWriter
+	// unwatchable is the first error that says an interface can be neither
+	// attached nor observed: another tool's program, an instance of
+	// another config, or too few privileges to read it.
+	unwatchable error
 }
 
-func (e errorLog) AddError(err error) { e.log.Errorf("%v", err) }
+func (e *errorLog) AddError(err error) {
+	var foreign *bpf.ExistingProgramError
+	var mismatch *bpf.PolicyMismatchError
+	if e.unwatchable == nil && (errors.As(err, &foreign) || errors.As(err, &mismatch) || errors.Is(err, bpf.ErrObserveNeedsSysAdmin)) {
+		e.unwatchable = err
+		return // returned by watch, which logs it
+	}
+	e.log.Errorf("%v", err)
+}

@@ -3,7 +3,9 @@
 package main
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,4 +21,26 @@ func TestLinkTextFallback(t *testing.T) {
 	require.Equal(t, "link eth1: attached, generic mode (auto fell back), program id 7", linkText(link("generic", true)))
 	require.Equal(t, "link eth1: attached, generic mode, program id 7", linkText(link("generic", false)))
 	require.Equal(t, "link eth1: attached, native mode, program id 7", linkText(link("native", false)))
+}
+
+// TestRenderReadOnly: an observed interface gets a line under the title
+// naming whose counters these are, and its link line says read-only; a
+// long interface name and large ids still fit the screen.
+func TestRenderReadOnly(t *testing.T) {
+	snap := xdp_drop.Snapshot{Links: []xdp_drop.Link{
+		{Interface: "eth1", Mode: "native", Attached: true, ProgramID: 42, Observer: "the instance of pid 4242"},
+		{Interface: "enp129s0f1np1", Mode: "generic", Attached: true, ProgramID: 4294967295, Observer: "the instance of pid 4194304, 4194303"},
+		{Interface: "eth2", Mode: "native", Attached: true, ProgramID: 43},
+	}}
+	screen := render(snap, newHistory(), time.Second, time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC), time.Second)
+	lines := strings.Split(screen, "\n")
+	require.Equal(t, "read-only eth1: counters of the instance of pid 4242, program id 42", lines[1])
+	require.Equal(t, "read-only enp129s0f1np1: counters of the instance of pid 4194304, 4194303, p...", lines[2])
+	require.True(t, strings.HasPrefix(lines[3], "INTERFACE "), "the table follows: %q", lines[3])
+	require.Contains(t, lines, "link eth1: read-only, native mode, program id 42 (not attached here)")
+	require.Contains(t, lines, "link eth2: attached, native mode, program id 43")
+	require.NotContains(t, screen, "read-only eth2")
+	for _, line := range lines {
+		require.LessOrEqual(t, len(line), width, "line wider than %d columns: %q", width, line)
+	}
 }

@@ -77,21 +77,72 @@ func CurrentNetNS() (uint64, error) {
 // there first and so refuse every handover.
 var RunDir = "/run/telegraf-xdp-drop"
 
+// userDirPrefix and instancePrefix name the per-user directory and, inside
+// it, the directory of one instance.
+const (
+	userDirPrefix  = "xdp_drop-handover-"
+	instancePrefix = "i-"
+)
+
 // Dir is the directory of the handover sockets of this user:
 // $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=), else RunDir when it is a
 // root-owned directory others cannot write to, else the temporary
 // directory; then xdp_drop-handover-UID, mode 0700, so that no other user
-// can reach the sockets.
-func Dir() string {
-	base, _, _ := strings.Cut(os.Getenv("RUNTIME_DIRECTORY"), ":")
-	if base == "" && trustedBase(RunDir) {
-		base = RunDir
+// can reach the sockets. A base this user cannot create its directory in is
+// passed over, so that the handover does not fail at the next reload; note
+// then says which, and what root can run, for a warning at start.
+func Dir() (dir, note string) {
+	user := userDirPrefix + strconv.Itoa(os.Geteuid())
+	if base, _, _ := strings.Cut(os.Getenv("RUNTIME_DIRECTORY"), ":"); base != "" {
+		err := usableBase(base, user)
+		if err == nil {
+			return filepath.Join(base, user), ""
+		}
+		note = fmt.Sprintf("RUNTIME_DIRECTORY %s: %v", base, err)
 	}
-	if base == "" {
-		base = os.TempDir()
+	if trustedBase(RunDir) {
+		err := usableBase(RunDir, user)
+		if err == nil {
+			return filepath.Join(RunDir, user), note
+		}
+		if note == "" {
+			note = fmt.Sprintf("%v; as root run: systemd-tmpfiles --create /usr/lib/tmpfiles.d/telegraf-xdp-drop.conf "+
+				"(or chown root:<the service user's group> %s && chmod 0770 %s)", err, RunDir, RunDir)
+		}
 	}
-	return filepath.Join(base, "xdp_drop-handover-"+strconv.Itoa(os.Geteuid()))
+	return filepath.Join(os.TempDir(), user), note
 }
+
+// usableBase reports why this user could not create or use its directory
+// user in base, or nil.
+func usableBase(base, user string) error {
+	if _, err := os.Lstat(filepath.Join(base, user)); err == nil {
+		return nil // checked, with a clear error, when it is used
+	}
+	if err := unix.Faccessat(unix.AT_FDCWD, base, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
+		var st unix.Stat_t
+		if serr := unix.Stat(base, &st); serr != nil {
+			return fmt.Errorf("%s: %w", base, serr)
+		}
+		return fmt.Errorf("%s (owner uid %d, group %d, mode %04o) is not writable by this user (uid %d)", base, st.Uid, st.Gid, st.Mode&0o7777, os.Geteuid())
+	}
+	return nil
+}
+
+// InstanceDir is the directory, inside the user's dir, of one instance's
+// handover sockets: a stopped instance's attachments are offered only to a
+// successor of the same instance. An empty instance is the user's directory.
+func InstanceDir(dir, instance string) string {
+	if instance == "" {
+		return dir
+	}
+	return filepath.Join(dir, instancePrefix+instance)
+}
+
+// Prepare creates the handover directory, or says why it cannot be used:
+// called at start, so that a handover that would fail is known before a
+// reload needs it.
+func Prepare(dir string) error { return ensureDir(dir) }
 
 // trustedBase reports whether dir is a real directory owned by root that
 // only root and its group may write to.
@@ -107,12 +158,35 @@ func socketPath(dir string, k Key) string {
 	return filepath.Join(dir, fmt.Sprintf("%d-%d", k.NetNS, k.Ifindex))
 }
 
-// ensureDir creates dir, or checks that the existing one is ours and
-// private: a directory others could write to would let them offer
-// descriptors, or squat the names.
+// ensureDir creates dir (and the user's directory above an instance's),
+// or checks that the existing one is ours and private: a directory others
+// could write to would let them offer descriptors, or squat the names.
 func ensureDir(dir string) error {
+	if isInstanceDir(dir) {
+		if err := ensureOne(filepath.Dir(dir)); err != nil {
+			return err
+		}
+	}
+	return ensureOne(dir)
+}
+
+func ensureOne(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create handover directory: %w", err)
+	}
+	return checkDir(dir)
+}
+
+func isInstanceDir(dir string) bool {
+	return strings.HasPrefix(filepath.Base(dir), instancePrefix) && strings.HasPrefix(filepath.Base(filepath.Dir(dir)), userDirPrefix)
+}
+
+// checkDirs checks dir and, for an instance's, the user's directory above.
+func checkDirs(dir string) error {
+	if isInstanceDir(dir) {
+		if err := checkDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
 	}
 	return checkDir(dir)
 }
@@ -134,8 +208,9 @@ func checkDir(dir string) error {
 }
 
 // peerAllowed reports whether the process at the other end of c runs as
-// this user or as root.
-func peerAllowed(c *net.UnixConn) (uint32, error) {
+// this user or as root, and returns its pid (0 when it is not visible in
+// this process's pid namespace).
+func peerAllowed(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0, err
@@ -151,9 +226,9 @@ func peerAllowed(c *net.UnixConn) (uint32, error) {
 		return 0, fmt.Errorf("read peer credentials: %w", credErr)
 	}
 	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return cred.Uid, fmt.Errorf("peer process %d runs as uid %d, neither this user (uid %d) nor root", cred.Pid, cred.Uid, os.Geteuid())
+		return int(cred.Pid), fmt.Errorf("peer process %d runs as uid %d, neither this user (uid %d) nor root", cred.Pid, cred.Uid, os.Geteuid())
 	}
-	return cred.Uid, nil
+	return int(cred.Pid), nil
 }
 
 // message is what goes over the sockets, one JSON object per packet.

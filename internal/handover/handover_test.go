@@ -131,7 +131,7 @@ func TestHolderTimeoutWhileTaking(t *testing.T) {
 	require.NoError(t, errs[0])
 	done := make(chan struct{})
 	go func() { h.Wait(nil); close(done) }()
-	got, err := Take(dir, o.Key, []Key{o.Key})
+	got, err := Take(dir, o.Key, []Key{o.Key}, hang)
 	require.NoError(t, err)
 	require.NotNil(t, got)
 	select {
@@ -171,11 +171,11 @@ func TestTakeAcceptRefuse(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.Wait(nil); close(done) }()
 
-	nothing, err := Take(dir, Key{NetNS: 1, Ifindex: 9}, nil)
+	nothing, err := Take(dir, Key{NetNS: 1, Ifindex: 9}, nil, hang)
 	require.NoError(t, err)
 	require.Nil(t, nothing, "no offer for an interface not held")
 
-	got, err := Take(dir, o1.Key, []Key{o1.Key})
+	got, err := Take(dir, o1.Key, []Key{o1.Key}, hang)
 	require.NoError(t, err)
 	require.Equal(t, o1.Header, got.Header)
 	require.Len(t, got.FDs, FDCount)
@@ -185,7 +185,7 @@ func TestTakeAcceptRefuse(t *testing.T) {
 		return strings.Contains(log.String(), `the successor refused the handover: test refuses; still held`)
 	}, hang, 10*time.Millisecond, "log: %s", log)
 
-	got, err = Take(dir, o1.Key, []Key{o1.Key})
+	got, err = Take(dir, o1.Key, []Key{o1.Key}, hang)
 	require.NoError(t, err, "still offered after a refusal")
 	closeAll(got.FDs)
 	require.Equal(t, []string{"eth2"}, got.Accept(), "eth2 is not managed")
@@ -241,10 +241,10 @@ func TestOtherUserRefused(t *testing.T) {
 	require.Contains(t, log.String(), "runs as uid 65534, neither this user (uid 0) nor root")
 
 	// And a successor of this user now refuses the directory.
-	_, err := Take(dir, o.Key, nil)
+	_, err := Take(dir, o.Key, nil, hang)
 	require.ErrorContains(t, err, "has mode 0755; it must be 0700")
 	require.NoError(t, os.Chmod(dir, 0o700))
-	got, err := Take(dir, o.Key, nil)
+	got, err := Take(dir, o.Key, nil, hang)
 	require.NoError(t, err)
 	closeAll(got.FDs)
 	got.Accept()
@@ -277,25 +277,91 @@ func TestDirPrefersRunDir(t *testing.T) {
 	t.Cleanup(func() { RunDir = saved })
 	t.Setenv("RUNTIME_DIRECTORY", "")
 	t.Setenv("TMPDIR", t.TempDir())
+	dir := func() string { d, _ := Dir(); return d }
 	user := "xdp_drop-handover-" + strconv.Itoa(os.Geteuid())
 	inTmp := filepath.Join(os.TempDir(), user)
 
 	base := t.TempDir()
 	RunDir = filepath.Join(base, "run")
-	require.Equal(t, inTmp, Dir(), "missing run directory")
+	require.Equal(t, inTmp, dir(), "missing run directory")
 
 	require.NoError(t, os.Mkdir(RunDir, 0o770))
-	require.Equal(t, filepath.Join(RunDir, user), Dir())
+	require.Equal(t, filepath.Join(RunDir, user), dir())
 
 	require.NoError(t, os.Chmod(RunDir, 0o777))
-	require.Equal(t, inTmp, Dir(), "world-writable run directory")
+	require.Equal(t, inTmp, dir(), "world-writable run directory")
 
 	require.NoError(t, os.Chmod(RunDir, 0o770))
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(RunDir, link))
 	RunDir = link
-	require.Equal(t, inTmp, Dir(), "run directory behind a symbolic link")
+	require.Equal(t, inTmp, dir(), "run directory behind a symbolic link")
 
-	t.Setenv("RUNTIME_DIRECTORY", "/run/elsewhere:/run/more")
-	require.Equal(t, filepath.Join("/run/elsewhere", user), Dir())
+	runtime := t.TempDir()
+	t.Setenv("RUNTIME_DIRECTORY", runtime+":/run/more")
+	require.Equal(t, filepath.Join(runtime, user), dir())
+
+	t.Setenv("RUNTIME_DIRECTORY", "/run/elsewhere-missing")
+	got, note := Dir()
+	require.Equal(t, inTmp, got, "a RUNTIME_DIRECTORY that is not there is passed over")
+	require.Contains(t, note, "RUNTIME_DIRECTORY /run/elsewhere-missing: ")
+}
+
+// TestTakeStuckHolder: a stopped holder is not waited for, and one that
+// does not answer is waited for only as long as asked; both errors name the
+// holder's pid. Once it runs again, its offer is taken.
+func TestTakeStuckHolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	pid, errs, err := Spawn(dir, time.Minute, []Offer{o})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	closeAll(o.FDs) // the holder has its copies
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	require.Eventually(t, func() bool { return stopped(pid) }, hang, time.Millisecond)
+	began := time.Now()
+	got, err := Take(dir, o.Key, []Key{o.Key}, hang)
+	took := time.Since(began)
+	require.Nil(t, got)
+	var stuck *StuckError
+	require.ErrorAs(t, err, &stuck)
+	require.Equal(t, &StuckError{PID: pid, Stopped: true}, stuck)
+	require.EqualError(t, err, fmt.Sprintf("handover process %d, which holds it for a stopped instance, is stopped (SIGSTOP)", pid))
+	require.Less(t, took, hang/2, "a stopped holder is not waited for")
+	t.Logf("Take of a stopped holder returned after %v", took)
+
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	got, err = Take(dir, o.Key, []Key{o.Key}, hang)
+	require.NoError(t, err)
+	require.NotNil(t, got, "taken once the holder runs again")
+	closeAll(got.FDs)
+	got.Accept()
+	closedBy(t, r, hang)
+}
+
+// TestTakeSilentHolder: a holder that accepts and never answers is waited
+// for no longer than Take is told.
+func TestTakeSilentHolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	require.NoError(t, ensureDir(dir))
+	k := Key{NetNS: 1, Ifindex: 7}
+	ln, err := listen(socketPath(dir, k))
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	began := time.Now()
+	got, err := Take(dir, k, nil, 200*time.Millisecond)
+	require.Nil(t, got)
+	require.EqualError(t, err, fmt.Sprintf("handover process %d, which holds it for a stopped instance, did not answer within 200ms", os.Getpid()))
+	require.Less(t, time.Since(began), hang/2)
 }

@@ -3,6 +3,7 @@
 package handover
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,7 +18,27 @@ import (
 // with Accept, once it owns the attachment, or Refuse.
 type Taken struct {
 	Offer
-	c *net.UnixConn
+	c    *net.UnixConn
+	wait time.Duration
+}
+
+// StuckError says that the holder offering an interface did not answer: it
+// is stopped (SIGSTOP) or too slow. What it holds stays attached.
+type StuckError struct {
+	PID     int           // the holder's process id, 0 when not visible here
+	Stopped bool          // found stopped: not waited for
+	Wait    time.Duration // how long it was waited for, when not stopped
+}
+
+func (e *StuckError) Error() string {
+	who := "the handover process"
+	if e.PID > 0 {
+		who = fmt.Sprintf("handover process %d", e.PID)
+	}
+	if e.Stopped {
+		return who + ", which holds it for a stopped instance, is stopped (SIGSTOP)"
+	}
+	return fmt.Sprintf("%s, which holds it for a stopped instance, did not answer within %s", who, e.Wait.Round(time.Millisecond))
 }
 
 // Offered reports whether a holder offers the interface k.
@@ -29,15 +50,18 @@ func Offered(dir string, k Key) bool {
 // Take asks the holder that offers interface k, if any, for its
 // attachment; manages lists every interface the caller manages, so that
 // the holder can release the ones it does not. It returns nil when nothing
-// is offered.
-func Take(dir string, k Key, manages []Key) (*Taken, error) {
+// is offered. A holder is waited for at most wait, and not at all when it
+// is stopped: then the error is a *StuckError.
+func Take(dir string, k Key, manages []Key, wait time.Duration) (*Taken, error) {
 	path := socketPath(dir, k)
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err := checkDir(dir); err != nil {
+	if err := checkDirs(dir); err != nil {
 		return nil, err
 	}
+	// Connecting never waits for the holder: the kernel queues the
+	// connection whether or not it runs.
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
 		return nil, nil // left by a holder that has gone
@@ -45,11 +69,16 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the handover process: %w", err)
 	}
-	if _, err := peerAllowed(c); err != nil {
+	pid, err := peerAllowed(c)
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handover socket %s: %w", path, err)
 	}
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if pid > 0 && stopped(pid) {
+		c.Close()
+		return nil, &StuckError{PID: pid, Stopped: true}
+	}
+	c.SetDeadline(time.Now().Add(wait))
 	if err := send(c, message{Take: true, Manages: manages}, nil); err != nil {
 		c.Close()
 		return nil, err
@@ -60,6 +89,9 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 		if errors.Is(err, errClosed) {
 			return nil, nil // taken by another successor, or released meanwhile
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &StuckError{PID: pid, Stopped: pid > 0 && stopped(pid), Wait: wait}
+		}
 		return nil, fmt.Errorf("receive the handover: %w", err)
 	}
 	if m.Offer == nil || !validFDs(len(fds)) {
@@ -67,14 +99,30 @@ func Take(dir string, k Key, manages []Key) (*Taken, error) {
 		c.Close()
 		return nil, fmt.Errorf("malformed handover: %d descriptors", len(fds))
 	}
-	return &Taken{Offer: Offer{Header: *m.Offer, FDs: fds}, c: c}, nil
+	return &Taken{Offer: Offer{Header: *m.Offer, FDs: fds}, c: c, wait: wait}, nil
+}
+
+// stopped reports whether process pid is stopped, by a signal or a tracer.
+func stopped(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which may hold spaces and ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return false
+	}
+	return stat[i+2] == 'T' || stat[i+2] == 't'
 }
 
 // Accept tells the holder the attachment is now the caller's, and returns
 // the interfaces the holder released because the caller does not manage
-// them. The descriptors are the caller's to close.
+// them. The descriptors are the caller's to close. The holder's answer is
+// waited for no longer than its offer was.
 func (t *Taken) Accept() []string {
 	defer t.c.Close()
+	t.c.SetDeadline(time.Now().Add(max(t.wait, minAnswerWait)))
 	if err := send(t.c, message{Accept: true}, nil); err != nil {
 		return nil
 	}
@@ -86,10 +134,14 @@ func (t *Taken) Accept() []string {
 	return m.Released
 }
 
+// minAnswerWait bounds the wait for the holder's last word after an accept.
+const minAnswerWait = 100 * time.Millisecond
+
 // Refuse tells the holder the caller will not take the attachment (the
 // holder keeps it until its timeout); the caller must have closed the
 // descriptors.
 func (t *Taken) Refuse(why string) {
+	t.c.SetDeadline(time.Now().Add(max(t.wait, minAnswerWait)))
 	send(t.c, message{Refuse: why}, nil)
 	t.c.Close()
 }

@@ -152,6 +152,32 @@ minus() {
 		<(printf '%s\n' "$1") <(counted_totals)
 }
 
+# rule_counted: "rule/action packets" the e2e rules decided in every report:
+# the drop rule every UDP frame (the mix's and the reloads' come from source
+# port 40000), the other rule none.
+rule_counted() {
+	printf '%s/drop %s\n%s/pass 0\n' "$RULE_DROP" "$(counted_totals | awk '$1 == "udp" {print $2}')" "$RULE_NEVER" |
+		LC_ALL=C sort
+}
+
+# rule_minus FIRST: "rule/action=packets ..." of rule_counted less FIRST
+# ("rule/action packets" lines: each rule series' first point).
+rule_minus() {
+	awk 'NR == FNR {first[$1] += $2; next} {printf "%s%s=%d", sep, $1, $2 - first[$1]; sep = " "}' \
+		<(printf '%s\n' "$1") <(rule_counted)
+}
+
+# influx_rule_first, prom_rule_first: the first point (InfluxDB) or sample
+# (Prometheus) of each xdp_drop_rule series on $DEV in the run.
+influx_rule_first() {
+	influx_query "SELECT first(\"packets\") FROM \"xdp_drop_rule\" WHERE \"interface\" = '$DEV' AND time >= ${t_run1}ms GROUP BY *" |
+		jq -r '.results[0].series[] | "\(.tags.rule)/\(.tags.action) \(.values[0][1])"'
+}
+prom_rule_first() {
+	prom_get /api/v1/query --data-urlencode "query=xdp_drop_rule_packets{job=\"telegraf\",interface=\"$DEV\"}[$1s]" |
+		jq -r '.data.result[] | "\(.metric.rule)/\(.metric.action) \(.values[0][1])"'
+}
+
 # influx_first, prom_first: the first point (InfluxDB) or sample
 # (Prometheus) of each dropped series in the run, summed per protocol. The
 # first gather may have come in the middle of the first round, so this is
@@ -181,10 +207,12 @@ doc_promql() {
 		inq {printf "%s ", $0}' "$QUERIES" | sed 's/15s/500ms/g'
 }
 
+# prom_totals QUERY [JQ_KEY]: "key=total ..." from an instant query, the key
+# a series' protocol unless JQ_KEY makes another from its labels.
 prom_totals() {
 	prom_get /api/v1/query --data-urlencode "query=$1" |
-		jq -r '[.data.result[] | [.metric.protocol, (.value[1] | tonumber)]] | group_by(.[0])
-			| map("\(.[0][0])=\(map(.[1]) | add | round)") | join(" ")'
+		jq -r "[.data.result[] | [(.metric | ${2:-.protocol}), (.value[1] | tonumber)]] | group_by(.[0])
+			| map(\"\\(.[0][0])=\\(map(.[1]) | add | round)\") | join(\" \")"
 }
 
 # check_totals: every shipped query and panel that sums drops, against the
@@ -219,12 +247,29 @@ check_totals() {
 		'select(.tags.interface == "'"$DEV"'" and .tags.action == "drop") | [.tags.protocol, ([.values[][1]] | add * 5)]')
 	check_total "InfluxQL 'Drop and pass rate per protocol', drop (sum of rate x 5s)" "$got"
 
+	# The rule queries against the frames each rule decided.
+	local protocol_want=$want rule_key='.tags.rule + "/" + .tags.action'
+	first=$(influx_rule_first)
+	want=$(rule_minus "$first")
+	note "InfluxDB rules: expected = decided less each rule series' first point ($(tr '\n' ' ' <<<"$first" | sed 's/ $//'))"
+	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Frames per rule" {print $2}')" \
+		'select(.tags.interface == "'"$DEV"'") | ['"$rule_key"', .values[0][1]]')
+	check_total "InfluxQL 'Frames per rule'" "$got"
+	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Frame rate per rule" {print $2}')" \
+		'select(.tags.interface == "'"$DEV"'") | ['"$rule_key"', ([.values[][1]] | add * 5)]')
+	check_total "InfluxQL 'Frame rate per rule' (sum of rate x 5s)" "$got"
+	local rule_want=$want
+
 	while IFS=$'\t' read -r title q; do
 		case $title in
 		"Dropped packets per protocol (time range)")
-			got=$(influx_totals "$q" '[.tags.protocol, .values[0][1]]') ;;
+			want=$protocol_want got=$(influx_totals "$q" '[.tags.protocol, .values[0][1]]') ;;
 		"Dropped packets/s per protocol")
-			got=$(influx_totals "$q" '[.tags.protocol, ([.values[][1]] | add * 5)]') ;;
+			want=$protocol_want got=$(influx_totals "$q" '[.tags.protocol, ([.values[][1]] | add * 5)]') ;;
+		"Frames per rule (time range)")
+			want=$rule_want got=$(influx_totals "$q" "[$rule_key, .values[0][1]]") ;;
+		"Frames/s per rule")
+			want=$rule_want got=$(influx_totals "$q" "[$rule_key, ([.values[][1]] | add * 5)]") ;;
 		*) continue ;;
 		esac
 		check_total "Grafana panel '$title'" "$got"
@@ -238,6 +283,13 @@ check_totals() {
 	[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Dropped packets per protocol (PromQL)'"
 	got=$(prom_totals "$q")
 	check_total "PromQL 'Dropped packets per protocol' over ${range}s" "$got"
+	first=$(prom_rule_first "$range")
+	want=$(rule_minus "$first")
+	note "Prometheus rules: expected = decided less each rule series' first sample ($(tr '\n' ' ' <<<"$first" | sed 's/ $//'))"
+	q=$(doc_promql "Frames per rule (PromQL)" | sed "s/\[1h:/[${range}s:/")
+	[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Frames per rule (PromQL)'"
+	got=$(prom_totals "$q" '.rule + "/" + .action')
+	check_total "PromQL 'Frames per rule' over ${range}s" "$got"
 
 	# For the record, not asserted: increase()'s extrapolated estimate, and
 	# the InfluxQL these documents shipped before (whole buckets with a

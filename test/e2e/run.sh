@@ -113,7 +113,7 @@ cleanup() {
 		ip netns del "$NS"
 	fi
 	wait 2>/dev/null
-	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR" 2>/dev/null
+	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR"/i-* "$HANDOVER_DIR" 2>/dev/null
 	if [ -n "$WORK" ]; then
 		if [ "$OK" = 1 ] && [ -z "${E2E_KEEP:-}" ]; then
 			rm -rf "$WORK"
@@ -660,6 +660,10 @@ while IFS=$'\t' read -r title q; do
 		[ "$got" = "$want_alerts" ] || fail "dashboard panel '$title': protocols '$got', want '$want_alerts'" ;;
 	"Passed packets/s per protocol" | "Link status" | "Attached")
 		jq -e '.results[0].series | length > 0' <<<"$out" >/dev/null || fail "dashboard panel '$title': no data" ;;
+	"Frames/s per rule" | "Frames per rule (time range)")
+		# Every rule, also the one that never matched.
+		got=$(jq -r '[.results[0].series[]? | "\(.tags.rule)/\(.tags.action)"] | unique | join(" ")' <<<"$out")
+		[ "$got" = "$RULE_NEVER/pass $RULE_DROP/drop" ] || fail "dashboard panel '$title': rules '$got', want '$RULE_NEVER/pass $RULE_DROP/drop'" ;;
 	esac
 done < <(dashboard_queries)
 note "Grafana dashboard: all $(dashboard_queries | wc -l) panel queries run; drop panels show $want_alerts"

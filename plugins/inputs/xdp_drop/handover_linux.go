@@ -4,6 +4,7 @@ package xdp_drop
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -11,11 +12,36 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
 
-func handoverDir() string { return handover.Dir() }
+func handoverDir(instance string) (string, string) {
+	dir, note := handover.Dir()
+	return handover.InstanceDir(dir, instance), note
+}
 
-// offerWait is how long Start waits for a stopping instance, found still
-// attached to an interface this one manages, to offer it for handover.
-const offerWait = 2 * time.Second
+// Waits on a stopping instance and its holder: in all, at most startWait
+// in Start (for the instance to offer an interface it still holds, and for
+// its holder to answer) and gatherWait in a gather; a stopped holder is not
+// waited for at all. A holder that answers runs and answers in well under
+// minTakeWait.
+const (
+	startWait   = 2 * time.Second
+	gatherWait  = 250 * time.Millisecond
+	minTakeWait = 20 * time.Millisecond
+)
+
+// prepareHandover makes the handover directory at start, so that a stop
+// does not find it unusable only when a reload needs it.
+func (x *XDPDrop) prepareHandover() {
+	if x.HandoverTimeout == 0 {
+		return
+	}
+	if x.handoverNote != "" {
+		x.Log.Warnf("handover: %s; until then the handover sockets are in %s, where another user could take the name first and so refuse every handover", x.handoverNote, x.handoverDir)
+	}
+	if err := handover.Prepare(x.handoverDir); err != nil {
+		x.Log.Errorf("handover: %v: a stop could not hand the interfaces over, so every reload would leave them unfiltered for a moment and restart their counters; "+
+			"fix the directory, or set RUNTIME_DIRECTORY (systemd: RuntimeDirectory=) to one this user owns, or set handover_timeout = \"0s\" to detach on stop", err)
+	}
+}
 
 // handOver gives the attached interfaces to a holder process that keeps
 // them for handover_timeout, for a successor to take over in place; a link
@@ -25,7 +51,7 @@ func (x *XDPDrop) handOver() {
 	var offers []handover.Offer
 	var names []*iface
 	for _, ifc := range x.ifaces {
-		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Attached() != nil {
+		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Observed() || ifc.prog.Attached() != nil {
 			continue
 		}
 		l, p, m, err := ifc.prog.FDs()
@@ -79,7 +105,14 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 		// all): only worth it when there is something to take.
 		return false, nil
 	}
-	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns))
+	wait := max(time.Until(x.holderDeadline), minTakeWait)
+	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns), wait)
+	var stuck *handover.StuckError
+	if errors.As(err, &stuck) {
+		// Reported with the attach's failure: what it holds is in the way.
+		ifc.stuck = stuck
+		return false, nil
+	}
 	if err != nil {
 		x.Log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
 		return false, nil
@@ -176,14 +209,24 @@ func (x *XDPDrop) managedKeys(netns uint64) []handover.Key {
 	return keys
 }
 
+// stuckError explains an attach that failed because a holder that did not
+// answer still holds the interface.
+func stuckError(name string, err error, stuck *handover.StuckError) error {
+	if stuck.PID == 0 {
+		return fmt.Errorf("interface %q: %w; %v: let it run or end it (it is not visible from here), and this instance takes the interface over or attaches afresh at the next gather", name, err, stuck)
+	}
+	return fmt.Errorf("interface %q: %w; %v: kill -CONT %d lets this instance take the interface over in place at the next gather, kill -KILL %d releases it at once",
+		name, err, stuck, stuck.PID, stuck.PID)
+}
+
 // awaitOffer waits, during Start only, for a stopping instance that still
 // holds the interface to offer it; it reports whether one did.
 func (x *XDPDrop) awaitOffer(ifc *iface, ifindex int) bool {
-	if x.offerDeadline.IsZero() {
+	if !x.starting {
 		return false
 	}
 	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
-	for time.Now().Before(x.offerDeadline) {
+	for time.Now().Before(x.holderDeadline) {
 		if handover.Offered(x.handoverDir, key) {
 			return true
 		}

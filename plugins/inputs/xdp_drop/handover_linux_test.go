@@ -4,6 +4,7 @@ package xdp_drop
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,4 +191,67 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	fallback, ok := gathered.BoolField("xdp_drop_link", "fallback")
 	require.True(t, ok)
 	require.True(t, fallback, "auto runs the interface in generic mode")
+}
+
+// TestHandoverSilentHolder: a handover process that takes the request and
+// never answers (running, not stopped) is waited for within Start's 2 s and
+// a gather's 250 ms, not more; the error names it, and the interface it
+// holds is left alone.
+func TestHandoverSilentHolder(t *testing.T) {
+	ns := testns.New(t)
+	prog, err := bpf.Load(bpf.Policy{DropAll: true})
+	require.NoError(t, err)
+	defer prog.Close()
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeNative) }))
+	var netns uint64
+	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
+	dir := filepath.Join(t.TempDir(), "handover")
+	require.NoError(t, handover.Prepare(dir))
+	// Where a holder offers Dev: accepted, never answered.
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: filepath.Join(dir, fmt.Sprintf("%d-%d", netns, ns.DevIdx)), Net: "unixpacket"})
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		var held []*net.UnixConn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+
+	x := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	require.NoError(t, x.Init())
+	x.handoverDir = dir
+	acc := &testutil.Accumulator{}
+	began := time.Now()
+	inNS(t, ns, x, func() error { return x.Start(acc) })
+	start := time.Since(began)
+	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
+	want := fmt.Sprintf("interface %q: interface already has XDP program id %d (xdp_drop); handover process %d, which holds it for a stopped instance, did not answer within ", testns.Dev, prog.ID(), os.Getpid())
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], want)
+
+	gathered := &testutil.Accumulator{}
+	began = time.Now()
+	inNS(t, ns, x, func() error { return x.Gather(gathered) })
+	gather := time.Since(began)
+	t.Logf("Start %v, Gather %v", start, gather)
+	msg, ok := gathered.StringField("xdp_drop_link", "error")
+	require.True(t, ok)
+	require.Contains(t, msg, want)
+	require.Contains(t, msg, "did not answer within 250ms")
+	// Bounds with room for a loaded machine, far below the 30 s of old.
+	require.Less(t, start, startWait+5*time.Second)
+	require.Less(t, gather, startWait, "a gather does not wait as long as a start")
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.Equal(t, uint32(prog.ID()), id, "left alone")
 }

@@ -143,6 +143,9 @@ type Link struct {
 	ProgramID int64  // when attached
 	Fallback  bool   // when attached: mode = "auto" fell back to generic
 	Error     string // when not attached: why, in one line ("" if unknown)
+	// Observer, when attached, names whose program is read, not attached
+	// here: set only when Observe is (the console view), never a field.
+	Observer string
 	// Sampling: when attached with sample_rate set, what became of the
 	// sampled frames (see FieldSampled).
 	Sampling                          bool

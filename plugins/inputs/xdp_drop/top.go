@@ -157,7 +157,9 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 // readTop adds the heaviest sources of the interface's sampled frames since
 // the last gather to snap, and the sampling counters to its link point.
 func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, l *Link) {
-	if ifc.prog == nil || !x.policy.Sample.On() {
+	// An observed program's ring is its owner's to read: reading it here
+	// would take the events away from it.
+	if ifc.prog == nil || !x.policy.Sample.On() || ifc.observer != "" {
 		return
 	}
 	if err := x.startSampler(ifc); err != nil {
@@ -203,7 +205,8 @@ func (x *XDPDrop) appendTop(top []TopSource, name string, in *interval) []TopSou
 
 // openCapture opens capture_path, if set.
 func (x *XDPDrop) openCapture() error {
-	if x.CapturePath == "" || x.capture != nil {
+	// The console view beside a running instance must not rotate its capture.
+	if x.CapturePath == "" || x.capture != nil || x.Observe {
 		return nil
 	}
 	w, err := pcapng.Create(x.CapturePath, int64(x.CaptureMaxSize), uint32(x.CaptureSnaplen))

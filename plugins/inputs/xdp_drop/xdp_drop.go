@@ -52,8 +52,17 @@ type XDPDrop struct {
 	CapturePath        string      `toml:"capture_path"`
 	CaptureSnaplen     int64       `toml:"capture_snaplen"`
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+	// HandoverInstance names this instance for handover (the binary sets
+	// it from its config file's path): a stopped instance's attachments are
+	// taken over only by a successor with the same name and user.
+	HandoverInstance string `toml:"-"`
 
 	Log telegraf.Logger `toml:"-"`
+	// Observe, set by the console view, reads the counters of an interface
+	// another running xdp_drop holds from its attached program, read-only,
+	// instead of failing to attach; an interface observed once is only
+	// ever observed. Not an option of the config.
+	Observe bool `toml:"-"`
 
 	mode   bpf.Mode
 	policy bpf.Policy
@@ -61,11 +70,15 @@ type XDPDrop struct {
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
 
-	// handoverDir holds the handover sockets (handover.Dir()).
-	handoverDir string
-	// offerDeadline bounds Start's wait for a stopping instance to offer
-	// an interface it still holds; zero outside Start.
-	offerDeadline time.Time
+	// handoverDir holds this instance's handover sockets; handoverNote
+	// says why it is not in the preferred place, for a warning at start.
+	handoverDir  string
+	handoverNote string
+	// holderDeadline bounds the waits of one Start or gather on stopping
+	// instances and their holders; starting is set during Start, the only
+	// place that waits for an instance to offer what it still holds.
+	holderDeadline time.Time
+	starting       bool
 
 	mu          sync.Mutex
 	ifaces      []*iface
@@ -137,7 +150,7 @@ func (x *XDPDrop) Init() error {
 	case d > MaxHandoverTimeout:
 		return fmt.Errorf(`handover_timeout = "%s" is longer than %s: a stopped instance would go on dropping for that long; use a duration such as "10s" (a reload takes seconds), or keep_attached = true with pin_path to keep the program attached while no agent runs`, d, MaxHandoverTimeout)
 	}
-	x.handoverDir = handoverDir()
+	x.handoverDir, x.handoverNote = handoverDir(x.HandoverInstance)
 
 	x.ifaces = nil
 	for _, name := range x.Interfaces {

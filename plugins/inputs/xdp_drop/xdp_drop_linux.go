@@ -36,6 +36,11 @@ type iface struct {
 	counters bpf.Block
 	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
 	spare    interval // the sampler's tables of the last interval
+	// stuck: the holder offering the interface did not answer, in this attach.
+	stuck *handover.StuckError
+	// observer names whose program prog is when it was observed (Observe),
+	// not attached here; it stays set, so the interface is only observed.
+	observer string
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -49,8 +54,10 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if err := x.openCapture(); err != nil {
 		return err
 	}
-	x.offerDeadline = time.Now().Add(offerWait)
-	defer func() { x.offerDeadline = time.Time{} }()
+	x.prepareHandover()
+	x.holderDeadline = time.Now().Add(startWait)
+	x.starting = true
+	defer func() { x.starting = false }()
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -126,6 +133,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	x.holderDeadline = time.Now().Add(gatherWait)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -183,9 +191,14 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.release(ifc, gone)
 		ifc.missing = true
 		x.report(acc, ifc, gone)
-		if x.PinPath != "" {
+		if x.PinPath != "" && ifc.observer == "" {
 			x.removePins(ifc.name)
 		}
+		return
+	}
+	if ifc.observer != "" {
+		x.Log.Infof("interface %q: the observed program id %d is no longer attached: %v; its counters show again once an instance attaches one", ifc.name, ifc.prog.ID(), err)
+		x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
 	if removed && ifc.matched {
@@ -195,7 +208,7 @@ func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, in
 		x.Log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
 	}
 	x.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-	if removed && x.PinPath != "" {
+	if removed && x.PinPath != "" && ifc.observer == "" {
 		// A new interface of that name starts from zero, like without pins.
 		x.removePins(ifc.name)
 	}
@@ -339,6 +352,12 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, fmt.Errorf("look up the interface: %w", err))
 		return ifc.err
 	}
+	ifc.stuck = nil
+	if x.Observe {
+		if observed, err := x.observe(ifc, dev.Index); observed || err != nil {
+			return err
+		}
+	}
 	// An offer found here is tried now; waiting for one again below would
 	// only retry what it refused, load after load.
 	await := true
@@ -358,7 +377,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
 	var existing *bpf.ExistingProgramError
-	if errors.As(err, &existing) && existing.Name == bpf.ProgramName && await && x.awaitOffer(ifc, dev.Index) {
+	// An xdp_drop program, or one this process may not tell (under file
+	// capabilities): maybe this instance's predecessor, still stopping.
+	maybeOurs := errors.As(err, &existing) && (existing.Name == bpf.ProgramName || existing.Uninspectable)
+	if maybeOurs && await && x.awaitOffer(ifc, dev.Index) {
 		// A stopping instance is handing the interface over.
 		prog.Close()
 		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
@@ -378,6 +400,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 			if x.PinPath != "" {
 				x.removePins(ifc.name)
 			}
+			return ifc.err
+		}
+		if ifc.stuck != nil {
+			ifc.err = stuckError(ifc.name, err, ifc.stuck)
 			return ifc.err
 		}
 		ifc.err = x.explain(ifc.name, err)
@@ -755,6 +781,9 @@ func (x *XDPDrop) link(ifc *iface) Link {
 	switch {
 	case ifc.prog != nil:
 		l.Attached = true
+		if ifc.prog.Observed() {
+			l.Observer = ifc.observer
+		}
 		l.Mode = string(ifc.prog.Mode())
 		l.ProgramID = int64(ifc.prog.ID())
 		l.Fallback = fellBack(x.mode, ifc.prog)

@@ -18,6 +18,6 @@ func (*XDPDrop) Stop()                             {}
 
 func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
 
-func handoverDir() string { return "" }
+func handoverDir(string) (string, string) { return "", "" }
 
 func (*XDPDrop) checkNamespaceEntry() error { return nil }

@@ -1,0 +1,71 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+// observe opens, read-only, the program another process attached to the
+// interface (Observe is set). It reports whether the interface is
+// observed, or why it cannot be; false with no error when no program is
+// attached and the interface was never observed: the caller attaches its own.
+func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
+	id, err := bpf.XDPProgramID(ifindex)
+	if err != nil {
+		return false, nil // attaching looks it up again and says why
+	}
+	if id == 0 {
+		if ifc.observer == "" {
+			return false, nil
+		}
+		ifc.err = fmt.Errorf("interface %q: no XDP program attached now: the instance observed before has stopped; "+
+			"its counters show again once one attaches (the console view attaches only to interfaces that are free when it starts)", ifc.name)
+		return true, ifc.err
+	}
+	prog, owners, err := bpf.Observe(ifindex, x.policy)
+	var foreign *bpf.ExistingProgramError
+	var mismatch *bpf.PolicyMismatchError
+	switch {
+	case errors.As(err, &foreign):
+		ifc.err = fmt.Errorf("interface %q: %w: not xdp_drop's, so there are no counters to show, and it is left alone", ifc.name, err)
+	case errors.As(err, &mismatch):
+		ifc.err = fmt.Errorf("interface %q: %w; run -watch with the config that instance runs", ifc.name, err)
+	case err != nil:
+		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w", ifc.name, err)
+	}
+	if err != nil {
+		return true, ifc.err
+	}
+	ifc.prog, ifc.ifindex, ifc.err, ifc.reported = prog, ifindex, nil, ""
+	ifc.observer = observer(owners)
+	holders := "no running process is seen holding its link (kept by keep_attached, or attached through netlink)"
+	if len(owners) > 0 {
+		names := make([]string, len(owners))
+		for i, h := range owners {
+			names[i] = h.String()
+		}
+		holders = "attached by process " + strings.Join(names, ", ")
+	}
+	x.Log.Infof("interface %q: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
+		ifc.name, prog.ID(), holders)
+	return true, nil
+}
+
+// observer names, briefly, the instance whose program is observed: by the
+// processes that hold its link.
+func observer(owners []bpf.Holder) string {
+	if len(owners) == 0 {
+		return "a kept link"
+	}
+	pids := make([]string, len(owners))
+	for i, h := range owners {
+		pids[i] = strconv.Itoa(h.PID)
+	}
+	return "the instance of pid " + strings.Join(pids, ", ")
+}
