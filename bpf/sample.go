@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -30,6 +31,7 @@ func setSampling(spec *ebpf.CollectionSpec, s Sampling) error {
 		{xdpDropVarSampleInterval, interval},
 		{xdpDropVarSampleTolerance, uint64(s.Burst()-1) * interval},
 		{xdpDropVarSampleSnaplen, s.Snaplen},
+		{xdpDropVarSampleWakeup, uint64(s.RingSize() / 4)},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
@@ -105,11 +107,19 @@ func (p *Program) SampleReader() (*SampleReader, error) {
 	return &SampleReader{r: r}, nil
 }
 
+// samplePoll is how often the reader looks at the ring unwoken: the
+// program wakes it only when a quarter of the ring is waiting.
+const samplePoll = 100 * time.Millisecond
+
 // Read waits for the next sampled frame. The Sample and its Data are
 // reused by the next call. After Close it returns ErrSamplerClosed.
 func (r *SampleReader) Read() (*Sample, error) {
 	for {
+		r.r.SetDeadline(time.Now().Add(samplePoll))
 		if err := r.r.ReadInto(&r.rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
 				return nil, ErrSamplerClosed
 			}

@@ -10,7 +10,9 @@
  * with any periodic traffic, then passes a token bucket shared by the CPUs
  * (at most sample_max_per_second events, bursts of sample_burst), so a
  * flood cannot flood user space: what the bucket refuses is counted as
- * capped, what the ring has no room for as lost.
+ * capped, what the ring has no room for as lost. The reader is woken only
+ * when sample_wakeup bytes wait in the ring (it also looks on its own every
+ * 100 ms): a wakeup per event would cost more than the event.
  */
 #ifndef XDP_DROP_SAMPLE_H
 #define XDP_DROP_SAMPLE_H
@@ -49,6 +51,7 @@ volatile const __u8 sample_actions;    /* bit a: sample frames of action a */
 volatile const __u64 sample_interval;  /* ns between events at the cap */
 volatile const __u64 sample_tolerance; /* ns of burst: (burst - 1) * interval */
 volatile const __u32 sample_snaplen;   /* 1..SAMPLE_SNAPLEN_MAX */
+volatile const __u64 sample_wakeup;    /* bytes waiting in the ring that wake the reader */
 
 /* Not read by the program: they carry the event's types into BTF for bpf2go -type. */
 volatile const enum sample_limits sample_snaplen_max = SAMPLE_SNAPLEN_MAX;
@@ -97,29 +100,21 @@ static __always_inline int sample_take(__u64 now)
 }
 
 /*
- * Samples a frame that got verdict (as verdicts, the rule + 1 from bit 8)
- * under class; len is its whole length. Called once per frame, at its exit.
+ * Sends a frame up: the sampled frame's slow path, a function of its own,
+ * so that the frames not sampled keep their registers (nothing is spilled
+ * for a call they do not make). s is this CPU's state; the rest as
+ * sample_frame's.
  */
-static __always_inline void sample_frame(struct xdp_md *ctx, __u32 class, __u32 verdict, __u64 len)
+static __noinline int sample_send(struct xdp_md *ctx, struct sample_state *s, __u32 class, __u32 verdict, __u64 len)
 {
-	__u32 zero = 0, rate = sample_rate, snap = sample_snaplen;
-	struct sample_state *s;
+	__u32 rate = sample_rate, snap = sample_snaplen;
 	struct sample_event *e;
 	__u64 caplen;
 
-	if (!(sample_actions & (1 << (verdict & 1))))
-		return;
-	s = bpf_map_lookup_elem(&sample_states, &zero);
-	if (!s)
-		return;
-	if (s->countdown > 1) {
-		s->countdown--;
-		return;
-	}
 	s->countdown = bpf_get_prandom_u32() % (2 * rate - 1) + 1;
 	if (!sample_take(bpf_ktime_get_ns())) {
 		s->capped++;
-		return;
+		return 0;
 	}
 	if (snap > SAMPLE_SNAPLEN_MAX)
 		snap = SAMPLE_SNAPLEN_MAX;
@@ -127,7 +122,7 @@ static __always_inline void sample_frame(struct xdp_md *ctx, __u32 class, __u32 
 	e = bpf_ringbuf_reserve(&samples, sizeof(*e) + snap, 0);
 	if (!e) {
 		s->lost++;
-		return;
+		return 0;
 	}
 	caplen = len < snap ? len : snap;
 	/* One register for the checks and the call, so the verifier sees the bounds. */
@@ -143,8 +138,33 @@ static __always_inline void sample_frame(struct xdp_md *ctx, __u32 class, __u32 
 	    bpf_xdp_load_bytes(ctx, 0, (void *)(e + 1), caplen))
 		caplen = 0;
 	e->caplen = caplen;
-	bpf_ringbuf_submit(e, 0);
+	if (bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= sample_wakeup)
+		bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	else
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	s->sent++;
+	return 0;
+}
+
+/*
+ * Samples a frame that got verdict (as verdicts, the rule + 1 from bit 8)
+ * under class; len is its whole length. Called once per frame, at its exit.
+ */
+static __always_inline void sample_frame(struct xdp_md *ctx, __u32 class, __u32 verdict, __u64 len)
+{
+	__u32 zero = 0;
+	struct sample_state *s;
+
+	if (!(sample_actions & (1 << (verdict & 1))))
+		return;
+	s = bpf_map_lookup_elem(&sample_states, &zero);
+	if (!s)
+		return;
+	if (s->countdown > 1) {
+		s->countdown--;
+		return;
+	}
+	sample_send(ctx, s, class, verdict, len);
 }
 
 #endif

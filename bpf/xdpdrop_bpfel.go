@@ -198,6 +198,7 @@ const (
 	xdpDropVarSampleSnaplen            = "sample_snaplen"
 	xdpDropVarSampleSnaplenMax         = "sample_snaplen_max"
 	xdpDropVarSampleTolerance          = "sample_tolerance"
+	xdpDropVarSampleWakeup             = "sample_wakeup"
 	xdpDropVarVerdictDrop              = "verdict_drop"
 	xdpDropVarVerdicts                 = "verdicts"
 )
@@ -296,6 +297,7 @@ type xdpDropVariableSpecs struct {
 	SampleSnaplen     *ebpf.VariableSpec `ebpf:"sample_snaplen"`
 	SampleSnaplenMax  *ebpf.VariableSpec `ebpf:"sample_snaplen_max"`
 	SampleTolerance   *ebpf.VariableSpec `ebpf:"sample_tolerance"`
+	SampleWakeup      *ebpf.VariableSpec `ebpf:"sample_wakeup"`
 	VerdictDrop       *ebpf.VariableSpec `ebpf:"verdict_drop"`
 	Verdicts          *ebpf.VariableSpec `ebpf:"verdicts"`
 }
@@ -373,6 +375,7 @@ type xdpDropVariables struct {
 	SampleSnaplen     *ebpf.Variable `ebpf:"sample_snaplen"`
 	SampleSnaplenMax  *ebpf.Variable `ebpf:"sample_snaplen_max"`
 	SampleTolerance   *ebpf.Variable `ebpf:"sample_tolerance"`
+	SampleWakeup      *ebpf.Variable `ebpf:"sample_wakeup"`
 	VerdictDrop       *ebpf.Variable `ebpf:"verdict_drop"`
 	Verdicts          *ebpf.Variable `ebpf:"verdicts"`
 }
