@@ -156,3 +156,23 @@ func TestSampleCap(t *testing.T) {
 	require.LessOrEqual(t, c.Sent, most, "in %v", elapsed)
 	require.GreaterOrEqual(t, c.Sent, uint64(s.Burst()))
 }
+
+// TestSampleMultiBuffer: a jumbo frame split over buffers, even with its
+// first buffer shorter than the snap length, goes up with its first
+// snaplen bytes and its whole length; with per-queue counters too.
+func TestSampleMultiBuffer(t *testing.T) {
+	testns.RequirePrivileged(t)
+	p := loadSampling(t, bpf.Policy{DropAll: true, PerQueue: true,
+		Sample: bpf.Sampling{Rate: 1, Actions: [bpf.ActionCount]bool{bpf.ActionDrop: true}, MaxPerSecond: 1000, Snaplen: 256}})
+	require.NoError(t, p.UseMultiBuffer())
+	frame := udpFrom("203.0.113.7", 9014-42)
+	for _, linear := range []int{0, 100} {
+		v, err := runSplit(p.XDP(), frame, linear)
+		require.NoError(t, err)
+		require.Equal(t, uint32(xdpDrop), v)
+	}
+	for i, s := range readSamples(t, p, 2) {
+		require.Equal(t, len(frame), s.Len, "sample %d", i)
+		require.Equal(t, frame[:256], s.Data, "sample %d", i)
+	}
+}

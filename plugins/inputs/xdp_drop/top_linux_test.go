@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
 )
@@ -291,4 +293,57 @@ func hexFrames(out string) [][]byte {
 		}
 	}
 	return all
+}
+
+// TestHandoverSampling: a successor takes over a sampling program handed
+// over in place: the counters continue, on a fresh program whose ring it
+// reads, so sampling goes on.
+func TestHandoverSampling(t *testing.T) {
+	ns := testns.New(t)
+	old := newSampling(1)
+	require.NoError(t, old.Init())
+	prog, err := bpf.Load(old.policy)
+	require.NoError(t, err)
+	defer prog.Close()
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeNative) }))
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("192.0.2.1"), 18), 100)
+	oldID := prog.ID()
+	l, p, m, err := prog.FDs()
+	require.NoError(t, err)
+	var netns uint64
+	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
+	dir := filepath.Join(t.TempDir(), "handover")
+	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
+			Mode: string(bpf.ModeNative), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
+		FDs: dupAll(t, l, p, m),
+	}}, testutil.Logger{})
+	require.NoError(t, errs[0])
+	stop := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	go func() { h.Wait(stop); close(done) }()
+	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	require.NoError(t, prog.Close(), "only the holder has the link now")
+
+	x := newSampling(1)
+	require.NoError(t, x.Init())
+	x.handoverDir = dir // after Init, which sets it
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, x, func() error { return x.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	require.NotEqual(t, oldID, x.ifaces[0].prog.ID(), "a fresh program, with a ring of its own")
+	gatherOnce(t, ns, x)
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 50)
+	waitSamplesRead(t, x, 150)
+	acc = gatherOnce(t, ns, x)
+	packets, ok := acc.Get("xdp_drop")
+	require.True(t, ok)
+	require.Equal(t, uint64(150), packets.Fields["packets"], "the counters continue")
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1)
+	require.Equal(t, "198.51.100.0/24", top[0].Fields()[FieldSource])
+	require.Equal(t, uint64(50), top[0].Fields()[FieldPackets])
+	link := metricsNamed(acc, MeasurementLink)
+	require.Equal(t, uint64(50), link[0].Fields()[FieldSampled])
 }
