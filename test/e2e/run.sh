@@ -203,6 +203,9 @@ cat >"$WORK/xdp_drop.conf" <<EOF
   interfaces = ["$DEV"]
   drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
   handover_timeout = "${HANDOVER_TIMEOUT}s"
+  # Every dropped frame sampled: the mix's sources are the top sources.
+  sample_rate = 1
+  top_sources = 5
 
   # Rules that change no frame's action from what drop gives it, so that
   # sendmix's expected series hold: one counts the mix's UDP, one nothing.
@@ -638,6 +641,19 @@ top=$(jq -r '[.results[0].series[0].values[] | .[2]] | sort | join(" ")' <<<"$ou
 [ "$top" = "$want_alerts" ] || fail "top dropped protocols: '$top', want '$want_alerts'"
 note "top dropped protocols: $(jq -r '[.results[0].series[0].values | sort_by(-.[1])[] | "\(.[2]) \(.[1])"] | join(", ")' <<<"$out")"
 
+# want_sources: the top sources of the mix's dropped frames, the /24 and
+# /64 of its IPv4 and IPv6 source addresses.
+want_sources="192.0.2.0/24 2001:db8::/64"
+out=$(doc_query "Top sources of dropped traffic")
+sources=$(jq -r --arg dev "$DEV" '[.results[0].series[]? | select(.tags.interface == $dev) | .values[0][1]] | sort | join(" ")' <<<"$out")
+[ "$sources" = "$want_sources" ] || fail "top sources of dropped traffic: '$sources', want '$want_sources'"
+note "top sources of dropped traffic (InfluxQL): $(jq -r '[.results[0].series[]? | "\(.tags.rank) \(.values[0][1]) share \(.values[0][3])"] | join(", ")' <<<"$out")"
+q=$(doc_promql "Top sources of dropped traffic (PromQL)")
+[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Top sources of dropped traffic (PromQL)'"
+got=$(prom_get /api/v1/query --data-urlencode "query=$q" | jq -r --arg dev "$DEV" '[.data.result[] | select(.metric.interface == $dev) | .metric.source] | unique | join(" ")')
+[ "$got" = "$want_sources" ] || fail "PromQL top sources of dropped traffic: '$got', want '$want_sources'"
+note "top sources of dropped traffic (PromQL): $got"
+
 out=$(doc_query "Link status")
 link=$(jq -r '.results[0].series[] | [.tags.interface, .values[0][1], .values[0][2], .values[0][3]] | map(tostring) | join(" ")' <<<"$out")
 [ "$link" = "$DEV true native $prog1" ] || fail "link status: '$link', want '$DEV true native $prog1'"
@@ -658,6 +674,9 @@ while IFS=$'\t' read -r title q; do
 	"Dropped packets/s per protocol" | "Dropped bits/s per protocol")
 		got=$(jq -r '[.results[0].series[]?.tags.protocol] | unique | join(" ")' <<<"$out")
 		[ "$got" = "$want_alerts" ] || fail "dashboard panel '$title': protocols '$got', want '$want_alerts'" ;;
+	"Top sources of dropped traffic")
+		got=$(jq -r '[.results[0].series[]?.values[]?[1]] | unique | join(" ")' <<<"$out")
+		[ "$got" = "$want_sources" ] || fail "dashboard panel '$title': sources '$got', want '$want_sources'" ;;
 	"Passed packets/s per protocol" | "Link status" | "Attached")
 		jq -e '.results[0].series | length > 0' <<<"$out" >/dev/null || fail "dashboard panel '$title': no data" ;;
 	"Frames/s per rule" | "Frames per rule (time range)")
