@@ -492,7 +492,9 @@ check_rule_alert() {
 # without pause. Each reload's new plugin takes the attachment over in
 # place: no UDP frame reaches the stack, the program id and the counters
 # carry on, and InfluxDB's udp drop total equals what was there before plus
-# what was sent.
+# what was sent. With sampling (this run's config) the new plugin puts a
+# fresh program on the same link, on the same counters, for a sample ring
+# of its own: the program id changes at each reload, the rest holds.
 check_reloads() {
 	log "phase 3b: $RELOADS Telegraf reloads (SIGHUP) under steady UDP"
 	local t_start base prog pid newpid i report took
@@ -511,13 +513,21 @@ check_reloads() {
 		wait_until "$HANG" new_plugin || fail "reload $i: no new telegraf-xdp-drop under Telegraf"
 		taken() { [ "$(grep -c 'taken over in place' "$LOGS/telegraf-1.log")" -ge "$i" ]; }
 		wait_until "$HANG" taken || fail "reload $i: the new plugin did not take the attachment over"
-		[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
+		if grep -qE '^  sample_rate = [1-9]' "$WORK/xdp_drop.conf"; then
+			[ -n "$(xdp_prog_id)" ] && [ "$(xdp_prog_id)" != "$prog" ] ||
+				fail "reload $i: program id $(xdp_prog_id), want a fresh program (sampling) in place of $prog"
+			grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1 | grep -q 'counters continue' ||
+				fail "reload $i: the counters did not continue: $(grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1)"
+			prog=$(xdp_prog_id)
+		else
+			[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
+		fi
 		sleep 2
 	done
 	kill -TERM "$stream"
 	wait "$stream" || fail "udpstream failed: $(cat "$LOGS/udpstream.log")"
 	report=$WORK/reloads.json
-	note "reloads: $(jq -r '"\(.delivered) UDP frames in \(.seconds | floor) s (\(.frames_per_second) frames/s)"' "$report") through $RELOADS reloads, program id $prog kept"
+	note "reloads: $(jq -r '"\(.delivered) UDP frames in \(.seconds | floor) s (\(.frames_per_second) frames/s)"' "$report") through $RELOADS reloads, program id now $prog (a fresh one per reload with sampling)"
 	[ "$(jq .leaked "$report")" = 0 ] || fail "reloads: $(jq .leaked "$report") UDP frames reached $DEV's stack"
 	[ "$(jq .polls_without_xdp "$report")" = 0 ] ||
 		fail "reloads: $DEV without XDP in $(jq .polls_without_xdp "$report") polls, longest $(jq .longest_without_xdp_ms "$report") ms"
