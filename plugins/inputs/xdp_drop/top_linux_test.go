@@ -347,3 +347,32 @@ func TestHandoverSampling(t *testing.T) {
 	link := metricsNamed(acc, MeasurementLink)
 	require.Equal(t, uint64(50), link[0].Fields()[FieldSampled])
 }
+
+// TestSamplingPinnedAndKept: with pin_path and keep_attached a restarted
+// plugin continues the pinned counters and takes the kept link over, and
+// its own program samples: the top sources are this run's frames only.
+func TestSamplingPinnedAndKept(t *testing.T) {
+	ns := testns.New(t)
+	dir := pinDir(t)
+	run := func(src string, n int, total uint64) *testutil.Accumulator {
+		p := newSampling(1)
+		p.PinPath, p.KeepAttached = dir, true
+		require.Empty(t, startPlugin(t, ns, p).Errors)
+		gatherOnce(t, ns, p)
+		sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr(src), 18), n)
+		waitSamplesRead(t, p, total)
+		acc := gatherOnce(t, ns, p)
+		inNS(t, ns, p, func() error { p.Stop(); return nil })
+		return acc
+	}
+	run("192.0.2.1", 30, 30)
+	acc := run("198.51.100.1", 20, 50)
+	require.Equal(t, uint64(50), packetsOf(acc, testns.Dev), "the pinned counters continue")
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1)
+	require.Equal(t, "198.51.100.0/24", top[0].Fields()[FieldSource])
+	require.Equal(t, uint64(20), top[0].Fields()[FieldPackets])
+	id, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotZero(t, id, "keep_attached keeps it attached")
+}
