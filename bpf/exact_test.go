@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -10,7 +11,7 @@ import (
 
 // exactFind looks k up in tbl as the program's prefix_find does.
 func exactFind(tbl exactTable, k exactKey) (uint64, bool) {
-	idx := k.home(tbl.shift)
+	idx := k.home(&tbl.key, tbl.shift)
 	for i := 0; i < prefixProbes; i, idx = i+1, idx+1 {
 		if idx >= len(tbl.slots) || tbl.slots[idx].Len == 0 {
 			return 0, false
@@ -64,7 +65,7 @@ func TestExactTableLayout(t *testing.T) {
 			continue
 		}
 		used++
-		home := exactKey{len: s.Len, addr: s.Addr}.home(tb.exact.shift)
+		home := exactKey{len: s.Len, addr: s.Addr}.home(&tb.exact.key, tb.exact.shift)
 		require.LessOrEqual(t, home, i)
 		require.Less(t, i-home, prefixProbes, "slot %d: %d past its home", i, i-home)
 		for j := home; j < i; j++ {
@@ -98,15 +99,15 @@ func TestExactTableLayout(t *testing.T) {
 	}
 }
 
-// collidingPrefixes finds n /24s whose exact keys share one home in a table
-// of 1<<bits slots.
-func collidingPrefixes(n, bits int) []netip.Prefix {
+// collidingPrefixes finds n /24s whose exact keys share one home under key
+// in a table of 1<<bits slots.
+func collidingPrefixes(key hashKey, n, bits int) []netip.Prefix {
 	rng := rand.New(rand.NewPCG(1, 1))
 	shift := uint32(64 - bits)
 	var out []netip.Prefix
 	for len(out) < n {
 		p, _ := netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.IntN(256)), byte(rng.IntN(256)), 0}).Prefix(24)
-		if prefixKey(p).home(shift) == 3 {
+		if prefixKey(p).home(&key, shift) == 3 {
 			out = append(out, p)
 		}
 	}
@@ -114,17 +115,21 @@ func collidingPrefixes(n, bits int) []netip.Prefix {
 }
 
 // TestExactTableGivesUpToTheTrie: prefixes that cannot be placed near
-// their home even in the largest table move their buckets to the trie;
-// the others stay exact, and every prefix is in one of the two.
+// their home even in the largest table move their buckets to the trie, and
+// the table counts them; the others stay exact, and every prefix is in one
+// of the two.
 func TestExactTableGivesUpToTheTrie(t *testing.T) {
 	const reach = 8
 	defer SetExactRoom(2, 0, reach)()
+	defer FixHashKey(1)()
 	// 12 prefixes: a table of 32 slots, where all 12 share slot 3.
-	ps := collidingPrefixes(12, bitsFor(2*12))
+	ps := collidingPrefixes(seededKey(1), 12, bitsFor(2*12))
 	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: ps}})
 	require.NoError(t, err)
 	require.Len(t, tb.src.exact, reach, "as many as fit near their home stay exact")
 	require.Len(t, tb.src.trie4, 12-reach)
+	require.Equal(t, 12-reach, tb.exact.overflowPrefixes)
+	buckets := map[int]bool{}
 	for _, p := range ps {
 		b := tb.src.buckets[bucketOf(p.Addr())]
 		k := prefixKey(p)
@@ -134,9 +139,11 @@ func TestExactTableGivesUpToTheTrie(t *testing.T) {
 			require.True(t, found, "%s", p)
 			continue
 		}
+		buckets[bucketOf(p.Addr())] = true
 		require.Equal(t, uint8(1), b.Trie, "%s", p)
 		require.Contains(t, tb.src.trie4, p)
 	}
+	require.Equal(t, len(buckets), tb.exact.overflowBuckets)
 
 	// With growth allowed, a larger table separates them.
 	maxExactGrowth = 4
@@ -144,6 +151,7 @@ func TestExactTableGivesUpToTheTrie(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tb.src.exact, 12)
 	require.Empty(t, tb.src.trie4)
+	require.Zero(t, tb.exact.overflowPrefixes)
 	require.Greater(t, len(tb.exact.slots), 32)
 }
 
@@ -191,4 +199,48 @@ func TestExactTableConsecutiveAddresses(t *testing.T) {
 		require.Equal(t, n, len(tb.src.exact), c.name)
 		require.Equal(t, 1<<bitsFor(exactRoom*n)+prefixProbes-1, len(tb.exact.slots), "%s: the table grew", c.name)
 	}
+}
+
+// TestExactTableLinearCollisions: 64 IPv6 /128s whose words, multiplied
+// and added in a chain by a fixed multiplier (the hash before it had a key),
+// give one 64-bit value, so that no step after the chain could tell them
+// apart: under the keyed hash they spread as any prefixes do, and stay exact
+// (all 64 went to the trie before).
+func TestExactTableLinearCollisions(t *testing.T) {
+	const mul = 0x9E3779B97F4A7C15
+	inv := uint64(mul) // the inverse of mul modulo 2^64, by Newton's method
+	for range 5 {
+		inv *= 2 - mul*inv
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	u0 := rng.Uint64()
+	var ps []netip.Prefix
+	for i := range uint64(64) {
+		// Words 1 and 2 (u) and word 3 (i): u*mul + i is the same for all.
+		u := u0 - i*inv
+		var b [16]byte
+		b[0], b[1], b[2], b[3] = 0x20, 0x01, 0x0d, 0xb8
+		binary.BigEndian.PutUint64(b[4:], u)
+		binary.BigEndian.PutUint32(b[12:], uint32(i))
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom16(b), 128))
+	}
+	chain := func(p netip.Prefix) uint64 {
+		b := p.Addr().As16()
+		x := uint64(128|uint32(xdpDropPrefixLimitsPREFIX_KEY_V6))<<32 | uint64(binary.BigEndian.Uint32(b[:4]))
+		x = x*mul + binary.BigEndian.Uint64(b[4:12])
+		return x*mul + uint64(binary.BigEndian.Uint32(b[12:]))
+	}
+	for _, p := range ps[1:] {
+		require.Equal(t, chain(ps[0]), chain(p), "%s", p)
+	}
+	tb, err := compileRules([]Rule{{Name: "a", SrcPrefixes: append(ps, randomLongPrefixes(rng, 1000)...)}})
+	require.NoError(t, err)
+	trie := 0
+	for _, p := range ps {
+		if _, ok := tb.src.trie6[p]; ok {
+			trie++
+		}
+	}
+	require.Zero(t, trie, "of the 64 prefixes, %d went to the trie", trie)
+	require.Equal(t, 1<<bitsFor(exactRoom*len(tb.src.exact))+prefixProbes-1, len(tb.exact.slots), "the table grew")
 }

@@ -350,6 +350,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 		{xdpDropVarRuleNoDst, rules.noDst},
 		{xdpDropVarRulePorts, rules.ports},
 		{xdpDropVarPrefixHashShift, rules.exact.shift},
+		// The key the maps were laid out with: a variant loaded later on
+		// the same maps (loadMultiBuffer) gets it from the same tables.
+		{xdpDropVarPrefixHashKey, rules.exact.key},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
@@ -962,6 +965,19 @@ func (p *Program) ReadCounters(dst *Counters) error {
 	}
 	b.Totals(dst)
 	return nil
+}
+
+// PrefixNote says, when there is something to say, how many exact prefixes
+// the hash table could not hold within its ceiling and left to the trie:
+// their frames are decided the same, at the trie's speed. Only a rule set
+// built against the table's secret key, or rare bad luck, does that.
+func (p *Program) PrefixNote() string {
+	if p.rules == nil || p.rules.exact.overflowPrefixes == 0 {
+		return ""
+	}
+	e := &p.rules.exact
+	return fmt.Sprintf("%d exact prefixes (in %d buckets) did not fit the exact-prefix hash table within its ceiling of %d slots per prefix "+
+		"and are looked up in the trie instead: decided the same, more slowly (bad luck, or a list built against this load's secret hash key; the next load draws another)", e.overflowPrefixes, e.overflowBuckets, exactRoom<<(maxExactGrowth+1))
 }
 
 // RuleMemory is the kernel memory the program's rule maps (rule_counters

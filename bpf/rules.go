@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -386,45 +387,70 @@ const prefixHashMul = 0x9E3779B97F4A7C15
 
 const prefixProbes = int(xdpDropPrefixLimitsPREFIX_PROBES)
 
+// hashKey is the secret key of the exact-prefix hash (prefix_hash_key), its
+// first word odd. A layout is made with one key, and the program that reads
+// it must be loaded with the same: the key travels with the tables.
+type hashKey [xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS]uint64
+
+// newHashKey draws the key of a layout. A variable for tests, which need
+// to know where prefixes land.
+var newHashKey = func() hashKey {
+	var k hashKey
+	var b [8 * len(k)]byte
+	// crypto/rand never fails on Linux (getrandom, or a crash).
+	_, _ = rand.Read(b[:])
+	for i := range k {
+		k[i] = binary.NativeEndian.Uint64(b[8*i:])
+	}
+	k[0] |= 1
+	return k
+}
+
 // home is the slot where the program's search for k starts in a table of
-// 1<<(64-shift) slots (prefix_home). The address words are hashed as
-// numbers (host order of network-order words), so that consecutive
-// addresses are consecutive keys, which the multiplication spreads evenly.
-func (k exactKey) home(shift uint32) int {
+// 1<<(64-shift) slots under key (prefix_home): the length and address words
+// (host order of network-order words) hashed by multiply-shift with the
+// key, folded and multiplied.
+func (k exactKey) home(key *hashKey, shift uint32) int {
 	w := func(i int) uint64 { return uint64(bits.ReverseBytes32(k.addr[i])) }
-	x := uint64(k.len)<<32 | w(0)
+	var x uint64
 	if k.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
-		x = x*prefixHashMul + (w(1)<<32 | w(2))
-		x = x*prefixHashMul + w(3)
+		x = uint64(k.len)*key[0] + w(0)*key[1] + w(1)*key[2] + w(2)*key[3] + w(3)*key[4]
+	} else {
+		x = (uint64(k.len)<<32 | w(0)) * key[0]
 	}
 	x ^= x >> 32
 	return int((x * prefixHashMul) >> shift)
 }
 
 // exactTable is the program's hash table of exact prefixes (prefix_exact):
-// every prefix sits within prefixProbes slots of its home with no empty
-// slot between, so a search ends at the prefix or at a gap.
+// every prefix sits within prefixProbes slots of its home under key with no
+// empty slot between, so a search ends at the prefix or at a gap.
 type exactTable struct {
 	slots []xdpDropPrefixSlot // nil without exact prefixes
 	shift uint32
+	key   hashKey
+	// overflow counts the prefixes, and buckets, that did not fit the table
+	// at its ceiling and went to the trie with their buckets.
+	overflowPrefixes, overflowBuckets int
 }
 
 // The table starts with at least exactRoom slots per prefix (a power of
 // two) and grows up to 1<<maxExactGrowth times that before buckets give up
-// on it. Variables for tests.
+// on it: the ceiling, whatever the prefixes. Variables for tests.
 var (
 	exactRoom      = 2
-	maxExactGrowth = 4
+	maxExactGrowth = 1
 	exactReach     = prefixProbes // slots past its home a prefix may be placed
 )
 
-// placeExact lays out both directions' exact prefixes. Placed in order of
-// their home slots, each prefix goes to its home or the first free slot
-// after it, which keeps the farthest any prefix sits from its home small
-// (the layout Robin Hood hashing keeps). A prefix that
+// placeExact lays out both directions' exact prefixes under a key of its
+// own. Placed in order of their home slots, each prefix goes to its home or
+// the first free slot after it, which keeps the farthest any prefix sits
+// from its home small (the layout Robin Hood hashing keeps). A prefix that
 // would sit too far from its home makes the table twice as large; after
 // maxExactGrowth doublings its bucket moves to the trie instead, which
-// costs that bucket speed, not correctness.
+// costs that bucket speed, not correctness. The key makes that a matter of
+// luck, not of the prefixes chosen; the ceiling bounds the memory even so.
 func placeExact(src, dst *prefixTables) exactTable {
 	type entry struct {
 		key  exactKey
@@ -432,6 +458,9 @@ func placeExact(src, dst *prefixTables) exactTable {
 		t    *prefixTables
 		home int
 	}
+	key := newHashKey()
+	moved := map[*prefixTables]map[int]bool{}
+	overflow := 0
 	for {
 		var entries []entry
 		for _, t := range []*prefixTables{src, dst} {
@@ -443,14 +472,14 @@ func placeExact(src, dst *prefixTables) exactTable {
 			}
 		}
 		if len(entries) == 0 {
-			return exactTable{}
+			return exactTable{key: key, overflowPrefixes: overflow, overflowBuckets: countMoved(moved)}
 		}
 		bits := bitsFor(exactRoom * len(entries))
 		var failed []entry
 		for grow := 0; grow <= maxExactGrowth; grow++ {
 			shift := uint32(64 - bits - grow)
 			for i := range entries {
-				entries[i].home = entries[i].key.home(shift)
+				entries[i].home = entries[i].key.home(&key, shift)
 			}
 			slices.SortFunc(entries, func(a, b entry) int {
 				if a.home != b.home {
@@ -472,25 +501,43 @@ func placeExact(src, dst *prefixTables) exactTable {
 				next = pos + 1
 			}
 			if len(failed) == 0 {
-				return exactTable{slots: slots, shift: shift}
+				return exactTable{slots: slots, shift: shift, key: key, overflowPrefixes: overflow, overflowBuckets: countMoved(moved)}
 			}
 		}
 		for _, e := range failed {
-			var a netip.Addr
-			if e.key.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
-				var b [16]byte
-				for w := range e.key.addr {
-					binary.NativeEndian.PutUint32(b[4*w:], e.key.addr[w])
-				}
-				a = netip.AddrFrom16(b)
-			} else {
-				var b [4]byte
-				binary.NativeEndian.PutUint32(b[:], e.key.addr[0])
-				a = netip.AddrFrom4(b)
+			idx := bucketOf(e.key.addrOf())
+			if moved[e.t] == nil {
+				moved[e.t] = map[int]bool{}
 			}
-			e.t.toTrie(bucketOf(a))
+			if !moved[e.t][idx] {
+				moved[e.t][idx] = true
+				overflow += len(e.t.long[idx])
+			}
+			e.t.toTrie(idx)
 		}
 	}
+}
+
+// addrOf is the address of an exact key.
+func (k exactKey) addrOf() netip.Addr {
+	if k.len&uint32(xdpDropPrefixLimitsPREFIX_KEY_V6) != 0 {
+		var b [16]byte
+		for w := range k.addr {
+			binary.NativeEndian.PutUint32(b[4*w:], k.addr[w])
+		}
+		return netip.AddrFrom16(b)
+	}
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], k.addr[0])
+	return netip.AddrFrom4(b)
+}
+
+func countMoved(moved map[*prefixTables]map[int]bool) int {
+	n := 0
+	for _, m := range moved {
+		n += len(m)
+	}
+	return n
 }
 
 // bitsFor is the number of bits of the smallest power of two >= n (at least 1).

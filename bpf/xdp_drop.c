@@ -96,6 +96,11 @@ volatile const __u64 rule_no_src;     /* rules without a source prefix: the mask
 volatile const __u64 rule_no_dst;     /* rules without a destination prefix: likewise */
 volatile const __u64 rule_ports;      /* rules with a port condition */
 volatile const __u32 prefix_hash_shift; /* 64 - log2(slots of prefix_exact's hash) */
+/*
+ * The secret of prefix_exact's hash, drawn by the loader at every load: a
+ * rule set cannot be chosen to collide in a table it cannot predict.
+ */
+volatile const __u64 prefix_hash_key[PREFIX_HASH_KEY_WORDS]; /* the first odd */
 
 /*
  * Per-RX-queue counting: the number of counter blocks, one per queue, the
@@ -310,26 +315,32 @@ static __always_inline __u32 classify(void *data, void *data_end, struct hdr_cur
 	return CLASS_L2_OTHER;
 }
 
-/* Multiplier of the exact-prefix hash (2^64 / golden ratio); the loader hashes alike. */
+/* Multiplier of the exact-prefix hash's last step (2^64 / golden ratio); the loader hashes alike. */
 #define PREFIX_HASH_MUL 0x9E3779B97F4A7C15ULL
 
 /*
- * The slot where the search for an exact prefix starts: its length word
- * and address words (network order; an IPv4 prefix has one) folded by
- * multiplication, the top bits taken. The words are hashed as numbers, so
- * consecutive addresses are consecutive keys, which the multiplication
- * spreads evenly; in network order they would differ in their high bytes
- * and cluster.
+ * The slot where the search for an exact prefix starts. Its length word and
+ * address words (network order; an IPv4 prefix has one), as numbers, are
+ * hashed with the secret key by multiply-shift, universal for a random key:
+ * an IPv4 prefix's 64 bits (length above address) times an odd key word, an
+ * IPv6 prefix's five 32-bit words each times a 64-bit key word, summed (the
+ * products are independent, not a chain). Two distinct prefixes collide in
+ * the 64 bits with chance at most 2^-33 whatever they are (never for IPv4),
+ * and in the top bits with chance about that of random slots, so no set of
+ * prefixes crowds the table but by luck. The sum is folded and multiplied by
+ * the golden ratio, whose top bits spread what regularity is left.
  */
 static __always_inline __u32 prefix_home(__u32 len, const __u32 *key, const int v6)
 {
-	__u64 x = (__u64)len << 32 | bpf_ntohl(key[0]);
+	__u64 x;
 
-	if (v6) {
-		x = x * PREFIX_HASH_MUL + ((__u64)bpf_ntohl(key[1]) << 32 | bpf_ntohl(key[2]));
-		x = x * PREFIX_HASH_MUL + bpf_ntohl(key[3]);
-	}
-	/* Without folding the high half in, keys a constant apart would get homes a constant apart. */
+	if (v6)
+		x = len * prefix_hash_key[0] + bpf_ntohl(key[0]) * prefix_hash_key[1] +
+		    bpf_ntohl(key[1]) * prefix_hash_key[2] + bpf_ntohl(key[2]) * prefix_hash_key[3] +
+		    bpf_ntohl(key[3]) * prefix_hash_key[4];
+	else
+		x = ((__u64)len << 32 | bpf_ntohl(key[0])) * prefix_hash_key[0];
+	/* Without folding the high half in, sums a constant apart would get homes a constant apart. */
 	x ^= x >> 32;
 	return (x * PREFIX_HASH_MUL) >> prefix_hash_shift;
 }

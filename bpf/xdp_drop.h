@@ -103,6 +103,7 @@ enum prefix_limits {
 	PREFIX_DIR_DST = 1,
 	PORTS = 65536,            /* per direction, source first */
 	PREFIX_PROBES = 16,       /* slots an exact prefix may sit past its home */
+	PREFIX_HASH_KEY_WORDS = 5, /* words of prefix_exact's secret hash key */
 };
 
 struct prefix_bucket {

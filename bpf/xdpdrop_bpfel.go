@@ -73,14 +73,15 @@ type xdpDropPrefixBucket struct {
 type xdpDropPrefixLimits uint32
 
 const (
-	xdpDropPrefixLimitsPREFIX_BUCKETS     xdpDropPrefixLimits = 65536
-	xdpDropPrefixLimitsPREFIX_BUCKET_LENS xdpDropPrefixLimits = 6
-	xdpDropPrefixLimitsPREFIX_KEY_V6      xdpDropPrefixLimits = 256
-	xdpDropPrefixLimitsPREFIX_KEY_DST     xdpDropPrefixLimits = 512
-	xdpDropPrefixLimitsPREFIX_DIR_SRC     xdpDropPrefixLimits = 0
-	xdpDropPrefixLimitsPREFIX_DIR_DST     xdpDropPrefixLimits = 1
-	xdpDropPrefixLimitsPORTS              xdpDropPrefixLimits = 65536
-	xdpDropPrefixLimitsPREFIX_PROBES      xdpDropPrefixLimits = 16
+	xdpDropPrefixLimitsPREFIX_BUCKETS        xdpDropPrefixLimits = 65536
+	xdpDropPrefixLimitsPREFIX_BUCKET_LENS    xdpDropPrefixLimits = 6
+	xdpDropPrefixLimitsPREFIX_KEY_V6         xdpDropPrefixLimits = 256
+	xdpDropPrefixLimitsPREFIX_KEY_DST        xdpDropPrefixLimits = 512
+	xdpDropPrefixLimitsPREFIX_DIR_SRC        xdpDropPrefixLimits = 0
+	xdpDropPrefixLimitsPREFIX_DIR_DST        xdpDropPrefixLimits = 1
+	xdpDropPrefixLimitsPORTS                 xdpDropPrefixLimits = 65536
+	xdpDropPrefixLimitsPREFIX_PROBES         xdpDropPrefixLimits = 16
+	xdpDropPrefixLimitsPREFIX_HASH_KEY_WORDS xdpDropPrefixLimits = 5
 )
 
 type xdpDropPrefixSlot struct {
@@ -179,6 +180,7 @@ const (
 	xdpDropVarActionDrop               = "action_drop"
 	xdpDropVarClassCount               = "class_count"
 	xdpDropVarDryRun                   = "dry_run"
+	xdpDropVarPrefixHashKey            = "prefix_hash_key"
 	xdpDropVarPrefixHashShift          = "prefix_hash_shift"
 	xdpDropVarPrefixLimit              = "prefix_limit"
 	xdpDropVarQueueSlots               = "queue_slots"
@@ -278,6 +280,7 @@ type xdpDropVariableSpecs struct {
 	ActionDrop        *ebpf.VariableSpec `ebpf:"action_drop"`
 	ClassCount        *ebpf.VariableSpec `ebpf:"class_count"`
 	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
+	PrefixHashKey     *ebpf.VariableSpec `ebpf:"prefix_hash_key"`
 	PrefixHashShift   *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
 	PrefixLimit       *ebpf.VariableSpec `ebpf:"prefix_limit"`
 	QueueSlots        *ebpf.VariableSpec `ebpf:"queue_slots"`
@@ -356,6 +359,7 @@ type xdpDropVariables struct {
 	ActionDrop        *ebpf.Variable `ebpf:"action_drop"`
 	ClassCount        *ebpf.Variable `ebpf:"class_count"`
 	DryRun            *ebpf.Variable `ebpf:"dry_run"`
+	PrefixHashKey     *ebpf.Variable `ebpf:"prefix_hash_key"`
 	PrefixHashShift   *ebpf.Variable `ebpf:"prefix_hash_shift"`
 	PrefixLimit       *ebpf.Variable `ebpf:"prefix_limit"`
 	QueueSlots        *ebpf.Variable `ebpf:"queue_slots"`

@@ -504,11 +504,15 @@ func ruleCount(ms []telegraf.Metric, rule string) int64 {
 // counters from zero.
 func TestHandoverRules(t *testing.T) {
 	dns := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.Ports(frames.UDP(18), 40000, 53)))
-	// config passes UDP to port (none: 0) by a rule and drops other UDP.
+	// config passes UDP to port (none: 0) from the frames' source by a
+	// rule and drops other UDP. The source is an exact prefix: the program
+	// that decides after the handover finds it in the hash table laid out
+	// under its own key.
 	config := func(port int) string {
 		c := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"udp\"]\n", testns.Dev)
 		if port != 0 {
-			c += fmt.Sprintf("  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = [%d]\n", port)
+			c += fmt.Sprintf("  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n    dst_port = [%d]\n"+
+				"    src_prefix = [\"192.0.2.1/32\", \"198.51.100.0/24\"]\n", port)
 		}
 		return c
 	}

@@ -469,6 +469,13 @@ func lookupFailed(err error) bool {
 // warning names the fix: the drop policy the operator asked for is enforced,
 // and only counter continuity (and keep_attached) is lost.
 func (x *XDPDrop) load(name string) (prog *bpf.Program, pinned bool, err error) {
+	defer func() {
+		if err == nil {
+			if note := prog.PrefixNote(); note != "" {
+				x.Log.Warnf("interface %q: %s", name, note)
+			}
+		}
+	}()
 	if x.PinPath == "" {
 		prog, err = bpf.Load(x.policy)
 		return prog, false, err
