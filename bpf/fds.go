@@ -18,7 +18,7 @@ const FDsPerInterface = 4
 // FDs is how many file descriptors an attached Program of policy holds at
 // most: FDsPerInterface, one more for the rule counters when it has rules,
 // four more when its rules use prefixes, one more when they use ports,
-// three more when it samples (a
+// six more when it samples (three maps and the reader of the ring) (a
 // program taken over in place holds no prefix or port map).
 func (p Policy) FDs() int {
 	n := FDsPerInterface
@@ -37,7 +37,10 @@ func (p Policy) FDs() int {
 		n++
 	}
 	if p.Sample.On() {
-		n += 3 // sample states, bucket and ring
+		// Sample states, bucket and ring, and the ring's reader: its
+		// epoll descriptor and the two event descriptors that wake it
+		// (to close, to flush).
+		n += 6
 	}
 	return n
 }

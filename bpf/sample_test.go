@@ -94,7 +94,7 @@ func TestSampleEveryFrame(t *testing.T) {
 	plain := loadSampling(t, bpf.Policy{Protocols: []uint8{frames.ProtoUDP}})
 	_, err = plain.SampleReader()
 	require.Error(t, err)
-	require.Equal(t, bpf.FDsPerInterface+3, policy.FDs())
+	require.Equal(t, bpf.FDsPerInterface+6, policy.FDs())
 }
 
 // TestSampleRuleAndDryRun: a frame a rule decided carries the rule; in a

@@ -60,6 +60,23 @@ func (x *XDPDrop) startSampler(ifc *iface) error {
 	return nil
 }
 
+// startSamplers starts reading the samples of every attached interface at
+// once, rather than at the first gather: the ring holds a quarter of a
+// second of events at the cap, a gather interval many times that.
+func (x *XDPDrop) startSamplers(acc telegraf.Accumulator) {
+	if !x.policy.Sample.On() {
+		return
+	}
+	for _, ifc := range x.ifaces {
+		if ifc.prog == nil || ifc.observer != "" {
+			continue
+		}
+		if err := x.startSampler(ifc); err != nil {
+			x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		}
+	}
+}
+
 // stopSampler stops the reader of the interface's samples, if any, and
 // waits for it.
 func (x *XDPDrop) stopSampler(ifc *iface) {

@@ -376,3 +376,23 @@ func TestSamplingPinnedAndKept(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, id, "keep_attached keeps it attached")
 }
+
+// TestFDsPerInterfaceSampling: with sampling each attached interface holds
+// the descriptors its policy's FDs says (maps and the ring's reader, which
+// starts with the plugin), and gives them back on stop.
+func TestFDsPerInterfaceSampling(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
+	require.NoError(t, err)
+	p := newSampling(100)
+	p.Interfaces = []string{testns.Dev, "xdpt2"}
+	require.NoError(t, p.Init())
+	before := openFDs(t)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Start(acc) })
+	require.Empty(t, acc.Errors)
+	require.NotNil(t, p.ifaces[0].sampler, "the reader starts with the plugin, not at the first gather")
+	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
+	inNS(t, ns, p, func() error { p.Stop(); return nil })
+	require.Equal(t, before, openFDs(t), "released")
+}

@@ -68,6 +68,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		return nil
 	})
 	x.namespaceFailed(acc, err)
+	x.startSamplers(acc)
 	return nil
 }
 
