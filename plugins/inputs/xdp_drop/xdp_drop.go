@@ -40,8 +40,6 @@ type XDPDrop struct {
 	// HandoverTimeout is how long a stopped instance's attachments wait
 	// for a successor to take them over in place; 0 releases at once.
 	HandoverTimeout config.Duration `toml:"handover_timeout"`
-	Rules           []Rule          `toml:"rule"`
-
 	// Sampling (sampling.go): which frames go up, and what becomes of them.
 	SampleRate         int64       `toml:"sample_rate"`
 	SampleActions      []string    `toml:"sample_actions"`
@@ -52,6 +50,8 @@ type XDPDrop struct {
 	CapturePath        string      `toml:"capture_path"`
 	CaptureSnaplen     int64       `toml:"capture_snaplen"`
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+	Rules              []Rule      `toml:"rule"`
+
 	// HandoverInstance names this instance for handover (the binary sets
 	// it from its config file's path): a stopped instance's attachments are
 	// taken over only by a successor with the same name and user.
