@@ -34,19 +34,23 @@ type config struct {
 	throughput throughputConfig
 	gather     gatherConfig
 	memory     memoryConfig
+	// prefixSwaps is how many times the prefix file section swaps a
+	// 100,000-prefix file in.
+	prefixSwaps int
 }
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, sampling, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, prefixfile, sampling, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
-		perPacket:  perPacketConfig{rounds: 400, repeat: 1 << 14, copies: 4},
-		preRules:   perPacketConfig{rounds: 800, repeat: 1 << 14, copies: 4},
-		throughput: throughputConfig{trials: 9, frames: 1 << 21},
-		gather:     gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
-		memory:     memoryConfig{trials: 3, gathers: 3},
+		perPacket:   perPacketConfig{rounds: 400, repeat: 1 << 14, copies: 4},
+		preRules:    perPacketConfig{rounds: 800, repeat: 1 << 14, copies: 4},
+		throughput:  throughputConfig{trials: 9, frames: 1 << 21},
+		gather:      gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
+		memory:      memoryConfig{trials: 3, gathers: 3},
+		prefixSwaps: 9,
 	}
 	if *quick {
 		cfg.perPacket = perPacketConfig{rounds: 20, repeat: 1 << 12, copies: 2}
@@ -54,11 +58,12 @@ func run() int {
 		cfg.throughput = throughputConfig{trials: 2, frames: 1 << 17}
 		cfg.gather.samples = 30
 		cfg.memory.trials = 1
+		cfg.prefixSwaps = 3
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "sampling", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "prefixfile", "sampling", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, sampling, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, prefixfile, sampling, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -130,6 +135,16 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			return nil, fmt.Errorf("rules start-up: %w", err)
 		}
 		rep.rulesStartup = &s
+	}
+	if want("prefixfile") {
+		status("prefix files: %d prefixes swapped in %d times through the plugin, on 1 and 8 interfaces", prefixFileBenchPrefixes, cfg.prefixSwaps)
+		for _, n := range []int{1, 8} {
+			r, err := prefixFileSwap(e, cfg.prefixSwaps, n)
+			if err != nil {
+				return nil, fmt.Errorf("prefix files, %d interfaces: %w", n, err)
+			}
+			rep.prefixFile = append(rep.prefixFile, r)
+		}
 	}
 	if want("sampling") {
 		sc := cfg.perPacket

@@ -44,7 +44,8 @@ type report struct {
 	sampling        []samplingResult
 	samplingNotes   []string
 	flood           *samplingFlood
-	memory          []memoryResult // 1 interface, then 64
+	prefixFile      []prefixFileResult // 1 interface, then 8
+	memory          []memoryResult     // 1 interface, then 64
 	took            time.Duration
 }
 
@@ -219,6 +220,11 @@ func (r *report) printRules(w io.Writer) {
 	if s := r.rulesStartup; s != nil {
 		fmt.Fprintf(w, "| rules start-up | 64 rules, %d prefixes per family, ports | load %s; rule maps %.1f MB kernel memory; %.1f MB allocated in Go | — | — | — | — |\n",
 			s.prefixes, round(s.load), float64(s.ruleMemory)/1e6, float64(s.heap)/1e6)
+	}
+	for _, f := range r.prefixFile {
+		for _, row := range f.rows() {
+			fmt.Fprintln(w, row)
+		}
 	}
 }
 

@@ -40,6 +40,10 @@ func (p Policy) fingerprint() string {
 	}
 	// Rule counters are by position, and the rules decide the actions.
 	for _, r := range p.Rules {
+		if len(r.PrefixFiles) > 0 {
+			fmt.Fprintf(h, "rule %q %v %v files %q %v %v\n", r.Name, r.Drop, r.Protocols, r.PrefixFiles, r.SrcPorts, r.DstPorts)
+			continue
+		}
 		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
 	}
 	if p.PerQueue {

@@ -47,6 +47,11 @@ type Rule struct {
 	// SrcPorts and DstPorts never match a later fragment, which carries no
 	// ports.
 	SrcPorts, DstPorts []PortRange
+	// PrefixFiles names the files some of the prefixes come from, which
+	// change while the program runs (see Program.SwapRules): the counters'
+	// fingerprint names the files instead of the rule's prefixes, so that
+	// counters continue across their changes.
+	PrefixFiles []string
 }
 
 func (r *Rule) hasPorts() bool { return len(r.SrcPorts) > 0 || len(r.DstPorts) > 0 }

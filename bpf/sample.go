@@ -180,3 +180,29 @@ func (p *Program) SampleCounts() (SampleCounts, error) {
 	}
 	return c, nil
 }
+
+// sampleMaps are the sampling maps of o by their names in the ELF, none
+// for a program that does not sample.
+func (o *objects) sampleMaps() map[string]*ebpf.Map {
+	all := map[string]*ebpf.Map{}
+	for name, m := range map[string]*ebpf.Map{
+		xdpDropMapSampleStates: o.SampleStates, xdpDropMapSampleBuckets: o.SampleBuckets, xdpDropMapSamples: o.Samples,
+	} {
+		if m != nil {
+			all[name] = m
+		}
+	}
+	return all
+}
+
+// keepSampleMaps makes old's sampling maps o's, in place of the clones a
+// load on them gave o, so that the reader of the ring reads on.
+func (o *objects) keepSampleMaps(old *objects) {
+	for _, m := range []*ebpf.Map{o.SampleStates, o.SampleBuckets, o.Samples} {
+		if m != nil {
+			m.Close()
+		}
+	}
+	o.SampleStates, o.SampleBuckets, o.Samples = old.SampleStates, old.SampleBuckets, old.Samples
+	old.SampleStates, old.SampleBuckets, old.Samples = nil, nil, nil
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -259,21 +260,7 @@ func notRegularFile(path string, mode fs.FileMode) error {
 }
 
 // fileKind names the type of a file that is not a regular one.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "a special file"
-}
+func fileKind(m fs.FileMode) string { return trust.FileKind(m) }
 
 // oneLine keeps the first line of a TOML error: the position and the cause.
 func oneLine(err error) error {

@@ -142,10 +142,10 @@ func FuzzExpandEnvKeepsStructure(f *testing.F) {
 		doc := "a = " + q.delimiter() + prefix + "${XDP_FUZZ}" + suffix + q.delimiter() + "\nb = 1\n"
 		var plain map[string]any
 		if _, err := toml.Decode(strings.ReplaceAll(doc, "${XDP_FUZZ}", ""), &plain); err != nil {
-			t.Skip("the file itself is not TOML")
+			return // the file itself is not TOML: nothing to keep
 		}
 		if strings.ContainsRune(value, 0) {
-			t.Skip("no environment variable holds a NUL")
+			return // no environment variable holds a NUL
 		}
 		t.Setenv("XDP_FUZZ", value)
 		expanded, err := expandEnv(doc)

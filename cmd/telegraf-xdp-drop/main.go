@@ -111,6 +111,9 @@ func run() int {
 		log.Errorf("%v", err)
 		return 1
 	}
+	if trustUID != noTrustCheck {
+		plugin.TrustPrefixFiles(trustUID)
+	}
 	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
 	plugin.HandoverInstance = handoverInstance(*configFile)
 

@@ -1,33 +1,24 @@
 package main
 
 import (
-	"fmt"
-	"io/fs"
-	"os/user"
-	"strconv"
+	"errors"
+	"os"
+
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
 // untrustedError is a refusal by the config trust check (see openTrusted),
 // as opposed to a failure to read the file.
-type untrustedError struct{ msg string }
+type untrustedError = trust.UntrustedError
 
-func (e *untrustedError) Error() string { return e.msg }
-
-func writers(bits fs.FileMode) string {
-	switch {
-	case bits&0o020 != 0 && bits&0o002 != 0:
-		return "its group and all users"
-	case bits&0o020 != 0:
-		return "its group"
-	default:
-		return "all users"
+// openTrusted opens the config under the trust check of internal/trust
+// (only root and uid may have chosen its contents), read from the checked
+// descriptor.
+func openTrusted(path string, uid int) (*os.File, error) {
+	f, err := trust.Open(path, uid, "config")
+	var notRegular *trust.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, notRegularFile(notRegular.Path, notRegular.Mode)
 	}
-}
-
-func userName(uid uint32) string {
-	id := strconv.FormatUint(uint64(uid), 10)
-	if u, err := user.LookupId(id); err == nil {
-		return fmt.Sprintf("uid %s (%s)", id, u.Username)
-	}
-	return "uid " + id
+	return f, err
 }

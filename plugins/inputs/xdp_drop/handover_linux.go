@@ -148,6 +148,10 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	}
 	x.logReleased(t.Accept())
 	x.adopted(ifc, prog, ifindex)
+	if continued && x.files.rules != nil {
+		// The program kept holds the prefixes its files held then.
+		ifc.rulesGen = staleRules
+	}
 	if fellBack(x.mode, prog) {
 		x.Log.Warnf("interface %q: mode = \"auto\" fell back to generic mode (slower): %v", ifc.name, prog.NativeError())
 	}
@@ -164,6 +168,7 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 func (x *XDPDrop) adopted(ifc *iface, prog *bpf.Program, ifindex int) {
 	ifc.prog = prog
 	ifc.ifindex = ifindex
+	ifc.rulesGen = x.files.gen
 	ifc.err = nil
 	ifc.reported = ""
 }

@@ -20,12 +20,16 @@ type Rule struct {
 	Protocol  []any    `toml:"protocol"`
 	SrcPrefix []string `toml:"src_prefix"`
 	DstPrefix []string `toml:"dst_prefix"`
-	SrcPort   []any    `toml:"src_port"`
-	DstPort   []any    `toml:"dst_port"`
+	// SrcPrefixFile and DstPrefixFile name files of prefixes, one a line,
+	// that the rule matches as well; a change to them is put in force live.
+	SrcPrefixFile []string `toml:"src_prefix_file"`
+	DstPrefixFile []string `toml:"dst_prefix_file"`
+	SrcPort       []any    `toml:"src_port"`
+	DstPort       []any    `toml:"dst_port"`
 }
 
 // RuleKeys are the keys a rule takes, for error messages.
-const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_port, dst_port"
+const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port"
 
 const maxRuleName = 64
 
@@ -102,16 +106,20 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	if out.DstPrefixes, err = parsePrefixes(r.DstPrefix); err != nil {
 		return out, fail("dst_prefix: %w", err)
 	}
+	if err := parseRuleFiles(r, &out); err != nil {
+		return out, fail("%w", err)
+	}
 	if out.SrcPorts, err = parsePorts(r.SrcPort); err != nil {
 		return out, fail("src_port: %w", err)
 	}
 	if out.DstPorts, err = parsePorts(r.DstPort); err != nil {
 		return out, fail("dst_port: %w", err)
 	}
-	if len(r.Protocol)+len(r.SrcPrefix)+len(r.DstPrefix)+len(r.SrcPort)+len(r.DstPort) == 0 {
-		return out, fail(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_port, dst_port (for every frame use drop = ["all"])`)
+	if len(r.Protocol)+len(r.SrcPrefix)+len(r.DstPrefix)+len(r.SrcPrefixFile)+len(r.DstPrefixFile)+len(r.SrcPort)+len(r.DstPort) == 0 {
+		return out, fail(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port (for every frame use drop = ["all"])`)
 	}
-	if err := checkPrefixFamilies(&out); err != nil {
+	// The families of prefix files change with them: not checked.
+	if err := checkPrefixFamilies(&out); len(out.PrefixFiles) == 0 && err != nil {
 		return out, fail("%w", err)
 	}
 	if err := checkPortProtocols(&out, r); err != nil {

@@ -34,6 +34,8 @@ const (
 	FieldProgramID = "program_id"
 	FieldFallback  = "fallback"
 	FieldError     = "error"
+	FieldPrefixes  = "prefixes" // xdp_drop_rule of a rule with prefix files
+	FieldLoaded    = "loaded"   // idem: unix time of the last good load
 
 	// xdp_drop_top: the source (a prefix), its estimated share of the
 	// sampled frames of its action, and the protocol and rule most of its
@@ -82,6 +84,13 @@ type RuleSeries struct {
 	Action    string // the rule's action, as the action tag names it
 	Packets   uint64
 	Bytes     uint64
+	// Files says the rule has prefix files, which add Prefixes (in force
+	// now), Loaded (unix time of the last good load) and, while a file
+	// fails to load, Error (file:line and what is wrong).
+	Files    bool
+	Prefixes int64
+	Loaded   int64
+	Error    string
 }
 
 // PutTags adds the rule series' tags to tags.
@@ -95,6 +104,14 @@ func (r *RuleSeries) PutTags(tags map[string]string) {
 func (r *RuleSeries) PutFields(fields map[string]any) {
 	fields[FieldPackets] = r.Packets
 	fields[FieldBytes] = r.Bytes
+	if !r.Files {
+		return
+	}
+	fields[FieldPrefixes] = r.Prefixes
+	fields[FieldLoaded] = r.Loaded
+	if r.Error != "" {
+		fields[FieldError] = r.Error
+	}
 }
 
 // SeriesKey names one counter series by its tag values; it is comparable,

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
@@ -395,4 +396,54 @@ func TestFDsPerInterfaceSampling(t *testing.T) {
 	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
+}
+
+// TestSamplingPrefixFileSwap: a prefix file's change swaps a new program
+// onto each interface's link; each keeps its own sample ring, which its
+// reader goes on reading, and the swapped-in rule names the sources.
+func TestSamplingPrefixFileSwap(t *testing.T) {
+	ns := testns.New(t)
+	_, _, err := ns.AddVeth("xdpm0", "xdpm0p")
+	require.NoError(t, err)
+	list := filepath.Join(t.TempDir(), "drop.txt")
+	writeList(t, list, listV1...)
+	p := newSampling(1)
+	p.Interfaces, p.Drop = []string{testns.Dev, "xdpm0"}, nil
+	p.Rules = []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
+	require.Empty(t, startPlugin(t, ns, p).Errors)
+	gatherOnce(t, ns, p)
+	readers := []*sampler{p.ifaces[0].sampler, p.ifaces[1].sampler}
+
+	writeList(t, list, listV2...)
+	gatherOnce(t, ns, p) // swaps
+	require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "swapped")
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("203.0.113.9"), 18), 40)
+	waitSamplesRead(t, p, 40)
+	acc := gatherOnce(t, ns, p)
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1, "only the interface with traffic")
+	require.Equal(t, testns.Dev, top[0].Tags()["interface"])
+	require.Equal(t, "203.0.113.0/24", top[0].Fields()[FieldSource])
+	require.Equal(t, uint64(40), top[0].Fields()[FieldPackets])
+	require.Equal(t, "blocklist", top[0].Fields()[FieldRule], "the new list's prefix decided them")
+	for i, ifc := range p.ifaces {
+		require.Same(t, readers[i], ifc.sampler, "%s: the same reader", ifc.name)
+	}
+	ring := func(i int) ebpf.MapID {
+		info, err := p.ifaces[i].prog.XDP().Info()
+		require.NoError(t, err)
+		ids, _ := info.MapIDs()
+		for _, id := range ids {
+			m, err := ebpf.NewMapFromID(id)
+			require.NoError(t, err)
+			typ := m.Type()
+			m.Close()
+			if typ == ebpf.RingBuf {
+				return id
+			}
+		}
+		t.Fatalf("%s: no ring", p.ifaces[i].name)
+		return 0
+	}
+	require.NotEqual(t, ring(0), ring(1), "a ring per interface")
 }

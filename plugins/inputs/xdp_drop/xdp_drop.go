@@ -66,6 +66,7 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
+	files  prefixFiles // the rules fed from prefix files
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
@@ -137,6 +138,9 @@ func (x *XDPDrop) Init() error {
 		return err
 	}
 	x.policy = policy
+	if err := x.loadPrefixFiles(); err != nil {
+		return err
+	}
 
 	if err := x.checkNamespace(); err != nil {
 		return err

@@ -36,6 +36,7 @@ type iface struct {
 	counters bpf.Block
 	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
 	spare    interval // the sampler's tables of the last interval
+	rulesGen uint64   // the rule prefixes its program holds (prefixFiles.gen)
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -68,6 +69,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		return nil
 	})
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	x.startSamplers(acc)
 	return nil
 }
@@ -135,6 +137,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
 	x.holderDeadline = time.Now().Add(gatherWait)
+	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -154,6 +157,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		}
 	}
 	x.namespaceFailed(acc, err)
+	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
 		l := x.link(ifc)
@@ -412,6 +416,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = prog
 	ifc.ifindex = dev.Index
+	ifc.rulesGen = x.files.gen
 	ifc.err = nil
 	ifc.reported = ""
 	if fellBack(x.mode, prog) {
@@ -705,10 +710,12 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules *[bpf.MaxR
 		if r.Drop {
 			action = bpf.ActionDrop
 		}
-		series = append(series, RuleSeries{
+		s := RuleSeries{
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
-		})
+		}
+		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		series = append(series, s)
 	}
 	return series
 }

@@ -1,0 +1,63 @@
+// Package trust opens a file that decides what a process with raised
+// capabilities does (the config, a prefix file) only when no user but root
+// and the one running it could have chosen its contents.
+package trust
+
+import (
+	"fmt"
+	"io/fs"
+	"os/user"
+	"strconv"
+)
+
+// UntrustedError is a refusal by the trust check (see Open), as opposed
+// to a failure to read the file.
+type UntrustedError struct{ msg string }
+
+func (e *UntrustedError) Error() string { return e.msg }
+
+// NotRegularError says the path names something other than a regular file.
+type NotRegularError struct {
+	Path string
+	Mode fs.FileMode // its type bits
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("%s: not a regular file (%s)", e.Path, FileKind(e.Mode))
+}
+
+// FileKind names the type of a file that is not a regular one.
+func FileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
+}
+
+func writers(bits fs.FileMode) string {
+	switch {
+	case bits&0o020 != 0 && bits&0o002 != 0:
+		return "its group and all users"
+	case bits&0o020 != 0:
+		return "its group"
+	default:
+		return "all users"
+	}
+}
+
+func userName(uid uint32) string {
+	id := strconv.FormatUint(uint64(uid), 10)
+	if u, err := user.LookupId(id); err == nil {
+		return fmt.Sprintf("uid %s (%s)", id, u.Username)
+	}
+	return "uid " + id
+}

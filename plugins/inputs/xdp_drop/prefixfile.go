@@ -1,0 +1,579 @@
+package xdp_drop
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/influxdata/telegraf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/trust"
+)
+
+// MaxPrefixFileSize bounds a prefix file: the largest public lists
+// (FireHOL level 3, a country's ranges) are a few MiB.
+const MaxPrefixFileSize = 64 << 20
+
+// maxPrefixLine bounds a line of a prefix file: a longer one is no prefix
+// list's, and reading stops there.
+const maxPrefixLine = 4096
+
+// Keys of the prefix file options of a rule, as errors name them.
+const (
+	keySrcPrefixFile = "src_prefix_file"
+	keyDstPrefixFile = "dst_prefix_file"
+)
+
+// prefixFiles is the state of the rules fed from prefix files.
+type prefixFiles struct {
+	rules []*fileRule // by rule, nil for a rule without files
+	// gen numbers the rule prefixes in force (x.policy); an interface whose
+	// program holds another set is swapped to it. staleRules is never one.
+	gen        uint64
+	trustCheck bool // read the files under the trust check for trustUID
+	trustUID   int
+	// memoryBound holds the memory limit to restore while a changed set
+	// is read and swapped in under a tighter one (see boundMemory).
+	memoryBound  bool
+	memoryBefore int64
+}
+
+const staleRules = 0
+
+// fileRule is a rule fed from prefix files.
+type fileRule struct {
+	index    int
+	name     string
+	src, dst []netip.Prefix // src_prefix and dst_prefix
+	files    []*prefixFile
+	prefixes int       // distinct prefixes in force
+	loaded   time.Time // when every file last loaded good (read or found unchanged)
+}
+
+// prefixFile is one file of a rule and its last good contents.
+type prefixFile struct {
+	path     string
+	key      string    // keySrcPrefixFile or keyDstPrefixFile
+	stamp    fileStamp // of the last read, good or not
+	sum      [sha256.Size]byte
+	prefixes []netip.Prefix
+	err      error // why the last read failed; nil when it was good
+}
+
+// fileStamp tells a changed file from the one read last: a file replaced
+// by rename is another inode, one written in place has another size or
+// modification or change time.
+type fileStamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64
+}
+
+// TrustPrefixFiles makes the plugin read prefix files under the trust
+// check for uid (see internal/trust), as the config was read: with raised
+// capabilities, whoever may write a prefix file decides what is dropped.
+func (x *XDPDrop) TrustPrefixFiles(uid int) {
+	x.files.trustCheck, x.files.trustUID = true, uid
+}
+
+// checkPrefixFilePaths checks the paths of a prefix file option.
+func checkPrefixFilePaths(key string, paths []string) error {
+	seen := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		switch {
+		case p == "":
+			return fmt.Errorf(`%s has an empty path; list files such as "/etc/telegraf-xdp-drop/lists/drop.txt"`, key)
+		case len(p) > maxPath:
+			return fmt.Errorf("%s: %s is %d bytes long; a path has at most %d", key, Quote(p), len(p), maxPath)
+		case hasControl(p):
+			return fmt.Errorf("%s: %s holds a NUL or control character; list the files' paths", key, Quote(p))
+		case !filepath.IsAbs(p):
+			return fmt.Errorf(`%s: %s is not an absolute path; write it from /, such as "/etc/telegraf-xdp-drop/lists/drop.txt"`, key, Quote(p))
+		case seen[filepath.Clean(p)]:
+			return fmt.Errorf("%s: %s is listed twice; list each file once", key, Quote(p))
+		}
+		seen[filepath.Clean(p)] = true
+	}
+	return nil
+}
+
+// loadPrefixFiles reads the prefix files of every rule into the policy, for
+// Init: a file that cannot be read or parsed is an error.
+func (x *XDPDrop) loadPrefixFiles() error {
+	x.files.rules = make([]*fileRule, len(x.Rules))
+	x.files.gen = 1
+	hasFiles := false
+	now := time.Now()
+	for i := range x.Rules {
+		r := &x.Rules[i]
+		if len(r.SrcPrefixFile)+len(r.DstPrefixFile) == 0 {
+			continue
+		}
+		hasFiles = true
+		br := &x.policy.Rules[i]
+		fr := &fileRule{index: i, name: r.Name, src: br.SrcPrefixes, dst: br.DstPrefixes}
+		for _, f := range []struct {
+			key   string
+			paths []string
+		}{{keySrcPrefixFile, r.SrcPrefixFile}, {keyDstPrefixFile, r.DstPrefixFile}} {
+			for _, path := range f.paths {
+				pf := &prefixFile{path: path, key: f.key}
+				got, err := x.readPrefixFile(pf)
+				if err != nil {
+					return fmt.Errorf("rule %q: %w", r.Name, err)
+				}
+				pf.stamp, pf.sum, pf.prefixes = got.stamp, got.sum, got.prefixes
+				fr.files = append(fr.files, pf)
+			}
+		}
+		src, dst, err := fr.union(nil)
+		if err != nil {
+			return fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		br.SrcPrefixes, br.DstPrefixes = src, dst
+		fr.prefixes, fr.loaded = len(src)+len(dst), now
+		x.files.rules[i] = fr
+	}
+	if !hasFiles {
+		x.files.rules = nil
+		return nil
+	}
+	if err := checkPrefixTotals(x.policy.Rules); err != nil {
+		return fmt.Errorf("rule: %w", err)
+	}
+	return nil
+}
+
+// union is the rule's prefixes: those of its options and of its files,
+// the files' pending contents where given. It refuses a direction with
+// files but no prefix.
+func (fr *fileRule) union(pending map[*prefixFile]*fileRead) (src, dst []netip.Prefix, err error) {
+	src, dst = slices.Clone(fr.src), slices.Clone(fr.dst)
+	var srcFiles, dstFiles bool
+	for _, pf := range fr.files {
+		ps := pf.prefixes
+		if p, ok := pending[pf]; ok {
+			ps = p.prefixes
+		}
+		if pf.key == keySrcPrefixFile {
+			src, srcFiles = append(src, ps...), true
+		} else {
+			dst, dstFiles = append(dst, ps...), true
+		}
+	}
+	src, dst = uniquePrefixes(src), uniquePrefixes(dst)
+	for _, d := range []struct {
+		key   string
+		files bool
+		n     int
+	}{{keySrcPrefixFile, srcFiles, len(src)}, {keyDstPrefixFile, dstFiles, len(dst)}} {
+		if d.files && d.n == 0 {
+			// A rule without prefixes in a direction matches every address.
+			return nil, nil, fmt.Errorf("%s: the files list no prefix, and a rule with none would match every address; "+
+				"keep at least one prefix in them (an empty list is refused, as a write caught mid-way would be)", d.key)
+		}
+	}
+	return src, dst, nil
+}
+
+// uniquePrefixes sorts ps and drops repeats: lists overlap, and the union
+// is what the rule matches.
+func uniquePrefixes(ps []netip.Prefix) []netip.Prefix {
+	if len(ps) == 0 {
+		return nil
+	}
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(ps)
+}
+
+// checkPrefixTotals refuses rules that list more prefixes of a family than
+// the program holds.
+func checkPrefixTotals(rules []bpf.Rule) error {
+	var v4, v6 int
+	for i := range rules {
+		for _, p := range slices.Concat(rules[i].SrcPrefixes, rules[i].DstPrefixes) {
+			if p.Addr().Is4() {
+				v4++
+			} else {
+				v6++
+			}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"IPv4", v4}, {"IPv6", v6}} {
+		if f.n > bpf.MaxPrefixes {
+			return fmt.Errorf("the rules and their prefix files list %d %s prefixes; at most %d per family fit: shorten the lists, or merge adjacent prefixes", f.n, f.name, bpf.MaxPrefixes)
+		}
+	}
+	return nil
+}
+
+// fileRead is one good read of a prefix file.
+type fileRead struct {
+	stamp    fileStamp
+	sum      [sha256.Size]byte
+	prefixes []netip.Prefix
+}
+
+// readPrefixFile reads and parses a prefix file through one descriptor,
+// under the trust check when the plugin has one. Errors name the option
+// and the file (and the line).
+func (x *XDPDrop) readPrefixFile(pf *prefixFile) (*fileRead, error) {
+	f, err := x.openPrefixFile(pf.path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pf.key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pf.key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s: not a regular file (%s); list files of prefixes", pf.key, pf.path, trust.FileKind(fi.Mode()))
+	}
+	if fi.Size() > MaxPrefixFileSize {
+		return nil, fmt.Errorf("%s: %s is %d bytes; a prefix file has at most %d (64 MiB): check that it is a list of prefixes", pf.key, pf.path, fi.Size(), MaxPrefixFileSize)
+	}
+	read := &fileRead{stamp: stampOf(fi)}
+	read.prefixes, read.sum, err = ParsePrefixFile(io.LimitReader(f, MaxPrefixFileSize+1), pf.path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pf.key, err)
+	}
+	return read, nil
+}
+
+func (x *XDPDrop) openPrefixFile(path string) (*os.File, error) {
+	if x.files.trustCheck {
+		f, err := trust.Open(path, x.files.trustUID, "prefix file")
+		var notRegular *trust.NotRegularError
+		if errors.As(err, &notRegular) {
+			return nil, fmt.Errorf("%w; list files of prefixes", err)
+		}
+		return f, err
+	}
+	// Without blocking, so that a FIFO is refused, not waited on.
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// ParsePrefixFile reads a prefix list: one prefix or address (a /32 or
+// /128) per line, IPv4 and IPv6 mixed, blank lines, and comments from # or
+// ; to the end of the line, as Spamhaus DROP and FireHOL netsets write
+// them. name is the file's, for errors, which say name:line and what is
+// wrong. It returns the prefixes (with repeats) and the SHA-256 of the
+// bytes read. A last line without a newline is refused, as a file caught
+// mid-write would be; so are more prefixes of a family than every rule
+// together may hold, a line longer than 4 KiB and more than 64 MiB.
+func ParsePrefixFile(r io.Reader, name string) ([]netip.Prefix, [sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	h := sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(r, h), maxPrefixLine)
+	var out []netip.Prefix
+	var v4, v6, size int
+	for line := 1; ; line++ {
+		raw, err := br.ReadSlice('\n')
+		size += len(raw)
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return nil, sum, fmt.Errorf("%s:%d: longer than %d bytes; a prefix file holds one prefix per line", name, line, maxPrefixLine)
+		case err == io.EOF && len(raw) > 0:
+			return nil, sum, fmt.Errorf("%s:%d: the last line has no newline, as in a file caught mid-write; "+
+				"write the list to a temporary file and rename it into place (end the last line with a newline)", name, line)
+		case err == io.EOF:
+			copy(sum[:], h.Sum(nil))
+			return out, sum, nil
+		case err != nil:
+			return nil, sum, fmt.Errorf("%s: %w", name, err)
+		case size > MaxPrefixFileSize:
+			return nil, sum, fmt.Errorf("%s: larger than %d bytes (64 MiB); a prefix file has at most that", name, MaxPrefixFileSize)
+		}
+		text := raw
+		if i := bytes.IndexAny(text, "#;"); i >= 0 {
+			text = text[:i]
+		}
+		text = bytes.TrimSpace(text)
+		if len(text) == 0 {
+			continue
+		}
+		p, err := parseListedPrefix(string(text))
+		if err != nil {
+			return nil, sum, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		if p.Addr().Is4() {
+			v4++
+		} else {
+			v6++
+		}
+		if v4 > bpf.MaxPrefixes || v6 > bpf.MaxPrefixes {
+			return nil, sum, fmt.Errorf("%s:%d: more than %d prefixes of a family; at most that many fit every rule together: shorten the list", name, line, bpf.MaxPrefixes)
+		}
+		out = append(out, p)
+	}
+}
+
+// parseListedPrefix reads one prefix of a list; a bare address is a host
+// prefix.
+func parseListedPrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(s)
+		if aerr != nil || a.Zone() != "" {
+			return p, fmt.Errorf(`%s is not an address prefix or address; write one per line, such as "192.0.2.0/24" or "2001:db8::1"`, Quote(s))
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p.Addr().Is4In6() {
+		return p, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", Quote(s))
+	}
+	if m := p.Masked(); m != p {
+		return p, fmt.Errorf("%s has host bits set; did you mean %q?", Quote(s), m.String())
+	}
+	return p, nil
+}
+
+// refreshPrefixFiles reads the prefix files that changed since the last
+// gather and puts the new sets in force in the policy; the interfaces'
+// programs follow in swapPrefixes. A file that fails keeps its last good
+// contents; its error goes to acc once per change and stays on the rule's
+// points until fixed.
+func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
+	if x.files.rules == nil {
+		return
+	}
+	defer x.markLoaded(time.Now())
+	pending, changed := x.readChangedFiles(acc)
+	if len(changed) > 0 {
+		x.applyPrefixFiles(acc, pending, changed)
+	}
+}
+
+// readChangedFiles reads the files whose stat changed; it returns the new
+// contents of those that read and parse and differ, and their rules.
+func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*fileRead, []*fileRule) {
+	pending := map[*prefixFile]*fileRead{}
+	var changed []*fileRule
+	for _, fr := range x.files.rules {
+		if fr == nil {
+			continue
+		}
+		dirty := false
+		for _, pf := range fr.files {
+			fi, err := os.Stat(pf.path)
+			if err == nil && stampOf(fi) == pf.stamp {
+				continue // unchanged: in force, or failed and reported already
+			}
+			var got *fileRead
+			if err == nil {
+				x.boundMemory()
+				got, err = x.readPrefixFile(pf)
+			} else {
+				err = fmt.Errorf("%s: %w", pf.key, err)
+			}
+			if err != nil {
+				if fi != nil {
+					pf.stamp = stampOf(fi)
+				} else {
+					pf.stamp = fileStamp{}
+				}
+				x.prefixFileFailed(acc, fr, pf, err)
+				continue
+			}
+			pf.stamp = got.stamp
+			if got.sum == pf.sum {
+				x.readsAgain(fr, pf)
+				continue
+			}
+			pending[pf] = got
+			dirty = true
+		}
+		if dirty {
+			changed = append(changed, fr)
+		}
+	}
+	return pending, changed
+}
+
+// applyPrefixFiles puts the changed rules' new sets in the policy, unless
+// a set has a direction without prefixes or the sets pass the limit: then
+// those files' new contents are refused and the sets in force stay.
+func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefixFile]*fileRead, changed []*fileRule) {
+	next := x.policy
+	next.Rules = slices.Clone(x.policy.Rules)
+	counts := map[*fileRule]int{}
+	var applied []*fileRule
+	for _, fr := range changed {
+		src, dst, err := fr.union(pending)
+		if err != nil {
+			x.refusePending(acc, fr, pending, err)
+			continue
+		}
+		next.Rules[fr.index].SrcPrefixes, next.Rules[fr.index].DstPrefixes = src, dst
+		counts[fr] = len(src) + len(dst)
+		applied = append(applied, fr)
+	}
+	if err := checkPrefixTotals(next.Rules); err != nil {
+		for _, fr := range applied {
+			x.refusePending(acc, fr, pending, err)
+		}
+		return
+	}
+	if len(applied) == 0 {
+		return
+	}
+	swap := false
+	for _, fr := range applied {
+		for _, pf := range fr.files {
+			if got, has := pending[pf]; has {
+				pf.sum, pf.prefixes = got.sum, got.prefixes
+				x.readsAgain(fr, pf)
+			}
+		}
+		cur, r := &x.policy.Rules[fr.index], &next.Rules[fr.index]
+		if slices.Equal(cur.SrcPrefixes, r.SrcPrefixes) && slices.Equal(cur.DstPrefixes, r.DstPrefixes) {
+			continue // rewritten, or reordered: the same set
+		}
+		fr.prefixes = counts[fr]
+		swap = true
+		x.Log.Infof("rule %q: prefix files changed: %d prefixes in force from now", fr.name, fr.prefixes)
+	}
+	if swap {
+		x.policy = next
+		x.files.gen++
+	}
+}
+
+// markLoaded notes that every file of a rule without a failing one loads
+// good as of now: loaded stands still while a file fails.
+func (x *XDPDrop) markLoaded(now time.Time) {
+	for _, fr := range x.files.rules {
+		if fr != nil && !slices.ContainsFunc(fr.files, func(pf *prefixFile) bool { return pf.err != nil }) {
+			fr.loaded = now
+		}
+	}
+}
+
+// readsAgain clears the error of a file whose contents are in force again.
+func (x *XDPDrop) readsAgain(fr *fileRule, pf *prefixFile) {
+	if pf.err != nil {
+		x.Log.Infof("rule %q: %s %s loads again", fr.name, pf.key, pf.path)
+		pf.err = nil
+	}
+}
+
+// refusePending keeps the rule's set in force: its changed files' new
+// contents are refused with err, a fault of the set rather than of one
+// file, so they are read again at the next gather (err is not repeated).
+func (x *XDPDrop) refusePending(acc telegraf.Accumulator, fr *fileRule, pending map[*prefixFile]*fileRead, err error) {
+	for _, pf := range fr.files {
+		if _, has := pending[pf]; has {
+			delete(pending, pf)
+			pf.stamp = fileStamp{}
+			x.prefixFileFailed(acc, fr, pf, err)
+		}
+	}
+}
+
+// prefixFileFailed records why a file's new contents are not in force and
+// passes it to acc once per distinct error.
+func (x *XDPDrop) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, pf *prefixFile, err error) {
+	same := pf.err != nil && pf.err.Error() == err.Error()
+	pf.err = err
+	if !same {
+		acc.AddError(fmt.Errorf("rule %q: %w; the last good prefixes stay in force", fr.name, err))
+	}
+}
+
+// ruleFileFields are the prefix file fields of rule i's points: whether it
+// has files, the prefixes in force, when they were loaded, and the errors
+// of files that fail ("" when none does).
+func (x *XDPDrop) ruleFileFields(i int) (files bool, prefixes, loaded int64, errText string) {
+	if i >= len(x.files.rules) || x.files.rules[i] == nil {
+		return false, 0, 0, ""
+	}
+	fr := x.files.rules[i]
+	var errs []string
+	for _, pf := range fr.files {
+		if pf.err != nil {
+			errs = append(errs, strings.ReplaceAll(pf.err.Error(), "\n", " "))
+		}
+	}
+	msg := strings.Join(errs, "; ")
+	if len(msg) > maxErrorField {
+		msg = msg[:maxErrorField] + "…"
+	}
+	return true, int64(fr.prefixes), fr.loaded.Unix(), Printable(msg)
+}
+
+// maxErrorField bounds the error field of a rule's points.
+const maxErrorField = 1024
+
+// parseRuleFiles checks a rule's prefix file options and names the files
+// in the rule (bpf.Rule.PrefixFiles); Init reads them.
+func parseRuleFiles(r *Rule, out *bpf.Rule) error {
+	if err := checkPrefixFilePaths(keySrcPrefixFile, r.SrcPrefixFile); err != nil {
+		return err
+	}
+	if err := checkPrefixFilePaths(keyDstPrefixFile, r.DstPrefixFile); err != nil {
+		return err
+	}
+	for _, p := range r.SrcPrefixFile {
+		out.PrefixFiles = append(out.PrefixFiles, keySrcPrefixFile+" "+p)
+	}
+	for _, p := range r.DstPrefixFile {
+		out.PrefixFiles = append(out.PrefixFiles, keyDstPrefixFile+" "+p)
+	}
+	return nil
+}
+
+// swapMemory is the memory limit while a changed set is read and swapped
+// in, against what the Go runtime holds when it starts.
+const swapMemory = 1.5
+
+// boundMemory caps the Go runtime's memory while a changed set is read,
+// compiled and swapped in: the new set is built beside the one in force,
+// and without a limit the collector lets the heap grow to twice its live
+// size first, which took the process to 3× its steady RSS for a
+// 100,000-prefix list (BENCHMARKS.md). The limit is soft: the collector
+// works harder near it, nothing fails. A lower limit set by GOMEMLIMIT is
+// kept. releaseMemory restores it.
+func (x *XDPDrop) boundMemory() {
+	if x.files.memoryBound {
+		return
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := debug.SetMemoryLimit(-1)
+	x.files.memoryBound, x.files.memoryBefore = true, before
+	debug.SetMemoryLimit(min(before, int64(float64(ms.Sys-ms.HeapReleased)*swapMemory)))
+}
+
+// releaseMemory restores the memory limit boundMemory set, and returns what
+// the swap freed to the system.
+func (x *XDPDrop) releaseMemory() {
+	if !x.files.memoryBound {
+		return
+	}
+	debug.SetMemoryLimit(x.files.memoryBefore)
+	x.files.memoryBound = false
+	debug.FreeOSMemory()
+}

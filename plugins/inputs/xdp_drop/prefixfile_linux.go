@@ -1,0 +1,94 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/influxdata/telegraf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+func stampOf(fi os.FileInfo) fileStamp {
+	s := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = st.Dev, st.Ino
+		s.ctime = st.Ctim.Nano()
+	}
+	return s
+}
+
+// swapPrefixes puts the rule prefixes in force on every attached interface
+// whose program holds another set, without a gap (bpf.Program.SwapRules).
+// The set is compiled once; the first interface fills its rule maps, the
+// others load their programs on them, as many at once as there are CPUs
+// (each load is verified apart). An interface whose swap fails keeps its
+// set, and is tried again at the next gather.
+func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
+	defer x.releaseMemory()
+	var stale []*iface
+	for _, ifc := range x.ifaces {
+		// An observed interface (the console view) is another instance's.
+		if ifc.prog != nil && ifc.rulesGen != x.files.gen && ifc.observer == "" {
+			stale = append(stale, ifc)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	rules, err := bpf.CompileRules(x.policy)
+	if err != nil {
+		acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
+		return
+	}
+	defer rules.Close()
+	olds := make([]ebpf.ProgramID, len(stale))
+	errs := make([]error, len(stale))
+	swap := func(i int) {
+		olds[i] = stale[i].prog.ID()
+		errs[i] = stale[i].prog.SwapRules(rules)
+	}
+	// The first that succeeds fills the maps the others share.
+	next := 0
+	for next < len(stale) {
+		swap(next)
+		next++
+		if errs[next-1] == nil {
+			break
+		}
+	}
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range min(runtime.NumCPU(), len(stale)-next) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				swap(i)
+			}
+		}()
+	}
+	for i := next; i < len(stale); i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for i, ifc := range stale {
+		if errs[i] != nil {
+			x.report(acc, ifc, fmt.Errorf("interface %q: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", ifc.name, errs[i]))
+			continue
+		}
+		ifc.rulesGen = x.files.gen
+		x.Log.Infof("interface %q: prefix files swapped in, program id %d (was %d)", ifc.name, ifc.prog.ID(), olds[i])
+		if note := ifc.prog.PrefixNote(); note != "" {
+			x.Log.Warnf("interface %q: %s", ifc.name, note)
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package xdp_drop
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/telegraf/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
+
+func mustPrefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// TestParsePrefixFileFormats reads lists written as Spamhaus DROP and
+// FireHOL netsets write them: comments after ; and #, headers, bare
+// addresses as host prefixes.
+func TestParsePrefixFileFormats(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		want []netip.Prefix
+	}{
+		{"spamhaus-drop.txt", mustPrefixes("1.10.16.0/20", "1.19.0.0/16", "2.56.192.0/22", "5.42.92.0/24", "223.254.0.0/16")},
+		{"spamhaus-drop-v6.txt", mustPrefixes("2001:678:738::/48", "2a06:5280::/29")},
+		{"firehol_level1.netset", mustPrefixes("0.0.0.0/8", "1.10.16.0/20", "5.188.10.179/32", "45.14.224.0/22", "185.234.216.59/32", "192.0.2.0/24", "100.64.0.0/10")},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("testdata", "prefixfiles", c.file))
+			require.NoError(t, err)
+			got, _, err := ParsePrefixFile(bytes.NewReader(raw), c.file)
+			require.NoError(t, err)
+			require.Equal(t, c.want, got)
+		})
+	}
+	got, _, err := ParsePrefixFile(strings.NewReader("192.0.2.1\r\n\t2001:db8::/32   # mixed, CRLF\r\n\n   \n; only a comment\n"), "mixed")
+	require.NoError(t, err)
+	require.Equal(t, mustPrefixes("192.0.2.1/32", "2001:db8::/32"), got)
+}
+
+// TestParsePrefixFileErrors names the file and the line and says what is
+// wrong and what to write.
+func TestParsePrefixFileErrors(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"192.0.2.0/24\n192.0.2.1/24 ; SBL1\n", `list.txt:2: "192.0.2.1/24" has host bits set; did you mean "192.0.2.0/24"?`},
+		{"# header\n\nexample.com\n", `list.txt:3: "example.com" is not an address prefix or address; write one per line`},
+		{"192.0.2.0/33\n", `list.txt:1: "192.0.2.0/33" is not an address prefix`},
+		{"fe80::1%eth0\n", `list.txt:1: "fe80::1%eth0" is not an address prefix`},
+		{"::ffff:192.0.2.0/120\n", `list.txt:1: "::ffff:192.0.2.0/120" is an IPv4-mapped IPv6 prefix`},
+		{"192.0.2.0/24\n198.51.10", `list.txt:2: the last line has no newline, as in a file caught mid-write; write the list to a temporary file and rename it into place`},
+		{strings.Repeat("x", 5000) + "\n", `list.txt:1: longer than 4096 bytes`},
+	} {
+		_, _, err := ParsePrefixFile(strings.NewReader(c.text), "list.txt")
+		require.ErrorContains(t, err, c.want)
+	}
+}
+
+// TestParsePrefixFileGarbage refuses 64 MiB of garbage at its first line,
+// reading a few KiB, and more than a family's limit of prefixes as soon as
+// the limit is passed.
+func TestParsePrefixFileGarbage(t *testing.T) {
+	garbage := &countingReader{r: bytes.NewReader(bytes.Repeat([]byte{0xa5}, MaxPrefixFileSize))}
+	start := time.Now()
+	_, _, err := ParsePrefixFile(garbage, "garbage")
+	require.ErrorContains(t, err, "garbage:1: longer than 4096 bytes")
+	require.Less(t, garbage.n, 64<<10, "bytes read")
+	t.Logf("64 MiB of garbage refused after %d bytes in %s", garbage.n, time.Since(start))
+
+	lines := &countingReader{r: bytes.NewReader(bytes.Repeat([]byte("garbage line\n"), MaxPrefixFileSize/13))}
+	_, _, err = ParsePrefixFile(lines, "lines")
+	require.ErrorContains(t, err, `lines:1: "garbage line" is not an address prefix`)
+	require.Less(t, lines.n, 64<<10, "bytes read")
+
+	var many bytes.Buffer
+	for i := range bpf.MaxPrefixes + 1 {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		many.WriteString(a.String() + "\n")
+	}
+	_, _, err = ParsePrefixFile(&many, "many")
+	require.ErrorContains(t, err, "many:100001: more than 100000 prefixes of a family")
+}
+
+type countingReader struct {
+	r interface{ Read([]byte) (int, error) }
+	n int
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += n
+	return n, err
+}
+
+// writeList replaces path with lines by rename, as writers are told to.
+func writeList(t testing.TB, path string, lines ...string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+func fileRulePlugin(rules ...Rule) *XDPDrop {
+	return &XDPDrop{Interfaces: []string{"eth1"}, Rules: rules, Log: testutil.Logger{}}
+}
+
+// TestInitPrefixFiles: a rule's prefixes are the union of src_prefix and
+// its files, repeats merged; the files name the rule's counters.
+func TestInitPrefixFiles(t *testing.T) {
+	dir := t.TempDir()
+	drop, edrop := filepath.Join(dir, "drop.txt"), filepath.Join(dir, "edrop.txt")
+	writeList(t, drop, "; DROP", "203.0.113.0/24 ; SBL1", "2001:db8:bad::/48")
+	writeList(t, edrop, "203.0.113.0/24", "198.51.100.7")
+	p := fileRulePlugin(
+		Rule{Name: "mgmt", Action: "pass", SrcPrefix: []string{"192.0.2.0/24"}},
+		Rule{Name: "spamhaus", Action: "drop", SrcPrefix: []string{"192.0.2.128/25"}, SrcPrefixFile: []string{drop, edrop}, DstPrefixFile: []string{edrop}},
+	)
+	require.NoError(t, p.Init())
+	r := p.policy.Rules[1]
+	require.Equal(t, mustPrefixes("192.0.2.128/25", "198.51.100.7/32", "203.0.113.0/24", "2001:db8:bad::/48"), r.SrcPrefixes)
+	require.Equal(t, mustPrefixes("198.51.100.7/32", "203.0.113.0/24"), r.DstPrefixes)
+	require.Equal(t, []string{"src_prefix_file " + drop, "src_prefix_file " + edrop, "dst_prefix_file " + edrop}, r.PrefixFiles)
+	files, n, loaded, errText := p.ruleFileFields(1)
+	require.True(t, files)
+	require.Equal(t, int64(6), n)
+	require.InDelta(t, time.Now().Unix(), loaded, 5)
+	require.Empty(t, errText)
+	files, _, _, _ = p.ruleFileFields(0)
+	require.False(t, files, "a rule without files has no file fields")
+
+	// The same prefixes written in the TOML give the same rule: the same
+	// compiled maps, the same per-packet cost.
+	inTOML := fileRulePlugin(Rule{Name: "spamhaus", Action: "drop",
+		SrcPrefix: []string{"192.0.2.128/25", "198.51.100.7/32", "203.0.113.0/24", "2001:db8:bad::/48"},
+		DstPrefix: []string{"198.51.100.7/32", "203.0.113.0/24"}})
+	require.NoError(t, inTOML.Init())
+	r.PrefixFiles = nil
+	require.Equal(t, inTOML.policy.Rules[0], r)
+}
+
+// TestInitPrefixFileErrors: Init refuses a missing or malformed file,
+// naming the rule, the option, the file and the line.
+func TestInitPrefixFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	good, bad, empty, big := filepath.Join(dir, "good.txt"), filepath.Join(dir, "bad.txt"), filepath.Join(dir, "empty.txt"), filepath.Join(dir, "big.txt")
+	writeList(t, good, "203.0.113.0/24")
+	writeList(t, bad, "203.0.113.0/24", "# fine", "198.51.100.1/24")
+	writeList(t, empty, "# nothing yet")
+	f, err := os.Create(big)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(MaxPrefixFileSize+1))
+	require.NoError(t, f.Close())
+	rule := func(r Rule) Rule { r.Name, r.Action = "list", "drop"; return r }
+	for _, c := range []struct {
+		rule Rule
+		want string
+	}{
+		{rule(Rule{SrcPrefixFile: []string{filepath.Join(dir, "missing.txt")}}), `rule "list": src_prefix_file: open ` + filepath.Join(dir, "missing.txt") + `: no such file or directory`},
+		{rule(Rule{SrcPrefixFile: []string{good, bad}}), `rule "list": src_prefix_file: ` + bad + `:3: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`},
+		{rule(Rule{DstPrefixFile: []string{empty}}), `rule "list": dst_prefix_file: the files list no prefix, and a rule with none would match every address`},
+		{rule(Rule{SrcPrefixFile: []string{big}}), `rule "list": src_prefix_file: ` + big + ` is 67108865 bytes; a prefix file has at most 67108864 (64 MiB)`},
+		{rule(Rule{SrcPrefixFile: []string{dir}}), `rule "list": src_prefix_file: ` + dir + `: not a regular file (a directory)`},
+		{rule(Rule{SrcPrefixFile: []string{"lists/drop.txt"}}), `rule "list": src_prefix_file: "lists/drop.txt" is not an absolute path`},
+		{rule(Rule{SrcPrefixFile: []string{good, good}}), `rule "list": src_prefix_file: "` + good + `" is listed twice`},
+		{rule(Rule{SrcPrefixFile: []string{}}), `rule "list": src_prefix_file = [] lists no value`},
+	} {
+		err := fileRulePlugin(c.rule).Init()
+		require.ErrorContains(t, err, c.want)
+	}
+}
+
+// TestRefreshPrefixFiles: a changed file is put in force; a malformed one
+// keeps the last good set and says file:line once; a removed one keeps the
+// set with the error; fixing it clears the error.
+func TestRefreshPrefixFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	writeList(t, path, "203.0.113.0/24")
+	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
+	require.NoError(t, p.Init())
+	gen := p.files.gen
+	refresh := func() *testutil.Accumulator {
+		acc := &testutil.Accumulator{}
+		p.refreshPrefixFiles(acc)
+		p.releaseMemory() // as a gather's swap does
+		return acc
+	}
+	fields := func() (int64, string) {
+		_, n, _, errText := p.ruleFileFields(0)
+		return n, errText
+	}
+
+	require.Empty(t, refresh().Errors, "unchanged")
+	require.Equal(t, gen, p.files.gen)
+
+	writeList(t, path, "203.0.113.0/24", "198.51.100.0/24")
+	require.Empty(t, refresh().Errors)
+	require.Equal(t, gen+1, p.files.gen, "a new set")
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	n, errText := fields()
+	require.Equal(t, int64(2), n)
+	require.Empty(t, errText)
+
+	loaded := p.files.rules[0].loaded
+	writeList(t, path, "203.0.113.0/24", "192.0.2.1/24")
+	acc := refresh()
+	require.Len(t, acc.Errors, 1)
+	want := `rule "list": src_prefix_file: ` + path + `:2: "192.0.2.1/24" has host bits set; did you mean "192.0.2.0/24"?`
+	require.EqualError(t, acc.Errors[0], want+"; the last good prefixes stay in force")
+	require.Equal(t, gen+1, p.files.gen, "the old set stays")
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	n, errText = fields()
+	require.Equal(t, int64(2), n)
+	require.Equal(t, strings.TrimPrefix(want, `rule "list": `), errText)
+	require.Empty(t, refresh().Errors, "reported once per change")
+
+	require.NoError(t, os.Remove(path))
+	acc = refresh()
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], "no such file or directory; the last good prefixes stay in force")
+	require.Empty(t, refresh().Errors, "reported once")
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	_, errText = fields()
+	require.Contains(t, errText, "no such file or directory")
+	require.Equal(t, loaded, p.files.rules[0].loaded, "loaded stands still while the file fails")
+
+	writeList(t, path, "198.51.100.0/24", "203.0.113.0/24")
+	require.Empty(t, refresh().Errors)
+	_, errText = fields()
+	require.Empty(t, errText, "fixed")
+	require.True(t, p.files.rules[0].loaded.After(loaded), "loaded again")
+	require.Equal(t, gen+1, p.files.gen, "the same prefixes, reordered: no new set")
+
+	writeList(t, path, "# emptied")
+	require.Len(t, refresh().Errors, 1)
+	require.Equal(t, gen+1, p.files.gen, "an empty list is refused")
+	require.Empty(t, refresh().Errors, "read again, reported once")
+}
+
+// TestSwapMemoryBound: reading a changed list tightens the Go memory limit
+// until the swap is done, never above a limit already set, and restores it.
+func TestSwapMemoryBound(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	writeList(t, path, "203.0.113.0/24")
+	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
+	require.NoError(t, p.Init())
+	writeList(t, path, "198.51.100.0/24")
+	p.refreshPrefixFiles(&testutil.Accumulator{})
+	bound := debug.SetMemoryLimit(-1)
+	require.Less(t, bound, before, "a limit while the set is swapped in")
+	p.releaseMemory()
+	require.Equal(t, before, debug.SetMemoryLimit(-1), "restored")
+
+	debug.SetMemoryLimit(1 << 20)
+	writeList(t, path, "192.0.2.0/24")
+	p.refreshPrefixFiles(&testutil.Accumulator{})
+	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1), "a lower limit is kept")
+	p.releaseMemory()
+	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1))
+}
+
+// hostList writes n IPv4 host addresses from base on, one a line.
+func hostList(t *testing.T, path string, base byte, n int) {
+	t.Helper()
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = netip.AddrFrom4([4]byte{base, byte(i >> 16), byte(i >> 8), byte(i)}).String()
+	}
+	writeList(t, path, lines...)
+}
+
+// TestPrefixFileTotals: the rules and their files hold at most 100,000
+// prefixes per family together; more is an Init error, and later a
+// refused change that keeps the set in force.
+func TestPrefixFileTotals(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	hostList(t, a, 10, 60_000)
+	hostList(t, b, 11, 50_000)
+	p := fileRulePlugin(
+		Rule{Name: "a", Action: "drop", SrcPrefixFile: []string{a}},
+		Rule{Name: "b", Action: "drop", DstPrefixFile: []string{b}},
+	)
+	require.EqualError(t, p.Init(), "rule: the rules and their prefix files list 110000 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes")
+
+	hostList(t, b, 11, 40_000)
+	require.NoError(t, p.Init())
+	gen := p.files.gen
+	hostList(t, b, 11, 40_001)
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Len(t, acc.Errors, 1)
+	require.EqualError(t, acc.Errors[0], `rule "b": the rules and their prefix files list 100001 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes; the last good prefixes stay in force`)
+	require.Equal(t, gen, p.files.gen)
+	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
+	_, n, _, errText := p.ruleFileFields(1)
+	require.Equal(t, int64(40_000), n)
+	require.Contains(t, errText, "100001 IPv4 prefixes")
+}
+
+// TestRuleSeriesFileFields: the prefix file fields are integers and a
+// string, on rules with files only, error only while a file fails.
+func TestRuleSeriesFileFields(t *testing.T) {
+	for _, c := range []struct {
+		series RuleSeries
+		want   map[string]any
+	}{
+		{RuleSeries{Packets: 3, Bytes: 180}, map[string]any{"packets": uint64(3), "bytes": uint64(180)}},
+		{RuleSeries{Packets: 3, Bytes: 180, Files: true, Prefixes: 1437, Loaded: 1796137694},
+			map[string]any{"packets": uint64(3), "bytes": uint64(180), "prefixes": int64(1437), "loaded": int64(1796137694)}},
+		{RuleSeries{Files: true, Prefixes: 2, Loaded: 1796137694, Error: "src_prefix_file: /l.txt:4: bad"},
+			map[string]any{"packets": uint64(0), "bytes": uint64(0), "prefixes": int64(2), "loaded": int64(1796137694), "error": "src_prefix_file: /l.txt:4: bad"}},
+	} {
+		got := map[string]any{}
+		c.series.PutFields(got)
+		require.Equal(t, c.want, got)
+	}
+}
