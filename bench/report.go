@@ -257,7 +257,7 @@ func round(d time.Duration) time.Duration {
 func (r *report) printSampling(w io.Writer) {
 	for _, p := range r.sampling {
 		target := fmt.Sprintf("≤ +%.1f ns", p.target)
-		if p.target != p.target {
+		if math.IsNaN(p.target) {
 			target = fmt.Sprintf("within noise: ±%.2f ns", (p.q3-p.q1)/2)
 		}
 		fmt.Fprintf(w, "| per-packet, %s | %s (XDP_DROP) | %.2f ns | %s %.2f ns | %+.2f ns (IQR %+.2f…%+.2f) | %s | %s |\n",

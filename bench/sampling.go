@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ type samplingResult struct {
 }
 
 func (r samplingResult) met() bool {
-	if r.target != r.target { // NaN
+	if math.IsNaN(r.target) {
 		return r.delta >= -(r.q3-r.q1)/2 && r.delta <= (r.q3-r.q1)/2
 	}
 	return r.delta <= r.target
@@ -175,13 +176,11 @@ func samplingPerPacket(cfg perPacketConfig) ([]samplingResult, []string, error) 
 	if want := float64(runs) / samplingRate; float64(sent+capped+lost) < want*0.9 || float64(sent+capped+lost) > want*1.1 {
 		return nil, nil, fmt.Errorf("sample_rate = %d sampled %d of %d frames, want about %.0f", samplingRate, sent+capped+lost, runs, want)
 	}
-	return []samplingResult{pair(1, 0, nan()), pair(2, 1, targetSamplingNs)}, []string{note}, nil
+	return []samplingResult{pair(1, 0, math.NaN()), pair(2, 1, targetSamplingNs)}, []string{note}, nil
 }
 
 // targetSamplingNs is the most sample_rate = 1000 may add per frame.
 const targetSamplingNs = 2.0
-
-func nan() float64 { z := 0.0; return z / z }
 
 // samplingFlood is the flood row: sample_rate = 1 on a veth, the plugin
 // reading the samples, frames sent as fast as one core can for the given
@@ -205,12 +204,11 @@ func floodSampling(e *env, seconds float64) (samplingFlood, error) {
 	if err := x.Init(); err != nil {
 		return r, err
 	}
-	gen, bare, done, err := throughputPrograms(e)
+	gen, _, done, err := throughputPrograms(e)
 	if err != nil {
 		return r, err
 	}
 	defer done()
-	_ = bare
 	acc := &discardAccumulator{}
 	err = e.ns.Do(func() error {
 		if err := e.ns.CheckAttachable(testns.Dev); err != nil {
