@@ -188,6 +188,12 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		if err != nil {
 			return nil, err
 		}
+		status("kernel memory: 64 rules, %d prefixes per family, on 1 and %d interfaces", kernelMemPrefixes, len(names))
+		k, err := kernelMemory(e, names)
+		if err != nil {
+			return nil, fmt.Errorf("kernel memory: %w", err)
+		}
+		rep.kernelMem = &k
 		for _, n := range []int{1, len(names)} {
 			m, err := memory(e, cfg.memory, bin, names[:n])
 			if err != nil {

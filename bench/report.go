@@ -46,6 +46,7 @@ type report struct {
 	flood           *samplingFlood
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
+	kernelMem       *kernelMemResult
 	took            time.Duration
 }
 
@@ -140,6 +141,13 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "| stdin closed → all detached | %d interfaces | %s (exit %s) | 1 interface: %s | — | < %v (Telegraf's grace period) | %s |\n",
 			m.ifaces, round(m.detach), round(m.exit), round(one.detach), targetDetach, met(m.detach < targetDetach, "too slow"))
 	}
+	if k := r.kernelMem; k != nil {
+		ratio := float64(k.many) / float64(k.one)
+		own := float64(k.many-k.shared) / float64(k.ifaces)
+		fmt.Fprintf(w, "| kernel memory, 64 rules, %d prefixes per family, ports | %d interfaces | %.1f MB: rule maps %.2f MB once, %.1f kB per interface | 1 interface: %.2f MB | %.3f× | ≤ %.1f× | %s |\n",
+			k.prefixes, k.ifaces, float64(k.many)/1e6, float64(k.shared)/1e6, own/1e3, float64(k.one)/1e6, ratio, targetKernelMemRatio,
+			met(ratio <= targetKernelMemRatio, fmt.Sprintf("%.3f× over: each interface's own program and counters", ratio-targetKernelMemRatio)))
+	}
 	fmt.Fprintln(w)
 	if len(r.perPacket) > 0 {
 		fmt.Fprintf(w, "How: per-packet: BPF_PROG_TEST_RUN, %d rounds × %d runs per program and frame, programs in turn (order reversed every other pass), "+
@@ -189,6 +197,12 @@ func (r *report) print(w io.Writer) {
 			"peak RSS is the highest VmHWM over them, median %.1f MB; "+
 			"attach: from start until netlink shows an XDP program on every interface; detach: from closing stdin until it shows none (handover_timeout = \"0s\"); times are medians; binary %.1f MB.\n",
 			m.trials, plural(m.trials), float64(m.rssMedian)/1e6, float64(m.binarySize)/1e6)
+	}
+	if r.kernelMem != nil {
+		fmt.Fprintf(w, "Kernel memory: the plugin in process (drop = [\"udp\"], 64 rules of tcp and udp with a port range each and %d source prefixes per family among them), "+
+			"started on 1 interface, then on %d; the memlock the kernel accounts to the XDP program on each interface and to every map those programs use, each map once; "+
+			"the maps more than one program uses are the shared rule maps, the rest (program, policy table, counters, rule counters; the counters per possible CPU) each interface's own.\n",
+			r.kernelMem.prefixes, r.kernelMem.ifaces)
 	}
 	r.printSamplingNotes(w)
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))

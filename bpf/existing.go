@@ -12,6 +12,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ExistingProgramError is returned when the interface already runs an XDP
+// program that this Program did not attach.
+type ExistingProgramError struct {
+	ID   ebpf.ProgramID
+	Name string
+	// Uninspectable: this process may not open the program to read its
+	// name (that needs CAP_SYS_ADMIN), so whose it is cannot be told.
+	Uninspectable bool
+}
+
+func (e *ExistingProgramError) Error() string {
+	if e.Uninspectable {
+		return fmt.Sprintf("interface already has XDP program id %d, which this process may not inspect (needs CAP_SYS_ADMIN)", e.ID)
+	}
+	if e.Name == "" {
+		return fmt.Sprintf("interface already has XDP program id %d", e.ID)
+	}
+	return fmt.Sprintf("interface already has XDP program id %d (%s)", e.ID, e.Name)
+}
+
 // existingProgram describes the XDP program attached to ifindex, or returns
 // nil when there is none.
 func existingProgram(ifindex int) *ExistingProgramError {
@@ -58,12 +78,12 @@ func XDPProgramID(ifindex int) (ebpf.ProgramID, error) {
 // open links.
 var ErrLinkNeedsSysAdmin = errors.New("it is attached through a bpf_link, which only its owner or a process with CAP_SYS_ADMIN can detach, and this process lacks CAP_SYS_ADMIN")
 
-// RemoveExisting detaches whatever XDP program is attached to ifindex: a
+// removeExisting detaches whatever XDP program is attached to ifindex: a
 // bpf_link owned by another process is detached through the link, a program
 // attached through netlink is removed through netlink. Without
 // CAP_SYS_ADMIN links cannot be listed; netlink still removes a program
 // attached through it (CAP_NET_ADMIN suffices) and refuses a link's.
-func RemoveExisting(ifindex int) error {
+func removeExisting(ifindex int) error {
 	id, mode, err := xdpProgramOn(ifindex)
 	if err != nil || id == 0 {
 		return err

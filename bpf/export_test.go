@@ -86,7 +86,7 @@ func ChosenAgainstKey(rng *rand.Rand, n, bits int) []netip.Addr {
 // ExactOverflow is how many exact prefixes, in how many buckets, p's
 // exact-prefix table left to the trie.
 func ExactOverflow(p *Program) (prefixes, buckets int) {
-	return p.rules.exact.overflowPrefixes, p.rules.exact.overflowBuckets
+	return p.in.rules.exact.overflowPrefixes, p.in.rules.exact.overflowBuckets
 }
 
 // MaxRuleMemory is maxRuleMemory, for the external tests.

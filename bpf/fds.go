@@ -11,43 +11,37 @@ import (
 
 // FDsPerInterface is how many file descriptors an attached Program without
 // rules holds: the program, its counter map, its read-only policy map and
-// its link. Rules add one for their counters, four for prefixes (buckets,
-// exact prefixes, two tries) and one for ports.
+// its link. Rules add one for their counters; their other maps are the
+// instance's (SharedFDs).
 const FDsPerInterface = 4
 
-// FDs is how many file descriptors an attached Program of policy holds at
-// most: FDsPerInterface, one more for the rule counters when it has rules,
-// four more when its rules use prefixes, one more when they use ports,
-// six more when it samples (three maps and the reader of the ring) (a
-// program taken over in place holds no prefix or port map).
+// FDs is how many file descriptors an attached Program of policy holds:
+// FDsPerInterface, one more for the rule counters when it has rules, and
+// six more when it samples: its three sampling maps, and the reader of its
+// ring (an epoll descriptor and two event descriptors that wake it).
 func (p Policy) FDs() int {
 	n := FDsPerInterface
-	var prefixes, ports bool
-	for _, r := range p.Rules {
-		prefixes = prefixes || len(r.SrcPrefixes)+len(r.DstPrefixes) > 0
-		ports = ports || r.hasPorts()
-	}
 	if len(p.Rules) > 0 {
 		n++
 	}
-	if prefixes {
-		n += 4
-	}
-	if ports {
-		n++
-	}
 	if p.Sample.On() {
-		// Sample states, bucket and ring, and the ring's reader: its
-		// epoll descriptor and the two event descriptors that wake it
-		// (to close, to flush).
 		n += 6
 	}
 	return n
 }
 
+// SharedFDs is how many file descriptors an Instance of policy holds once
+// for all its interfaces: the rule maps, when it has rules.
+func (p Policy) SharedFDs() int {
+	if len(p.Rules) > 0 {
+		return ruleMapCount
+	}
+	return 0
+}
+
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// the six rule maps (rule counters among them) and the three sampling
-// maps, which it closes again when nothing uses them.
+// the six rule maps (rule counters among them), which it closes again
+// when no rule uses them, and the three sampling maps.
 const loadFDs = FDsPerInterface + 6 + 3
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are

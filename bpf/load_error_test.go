@@ -17,13 +17,14 @@ import (
 // carries the verifier's log, not just "permission denied".
 func TestLoadErrorCarriesVerifierLog(t *testing.T) {
 	testns.RequirePrivileged(t)
-	spec, rules, err := configuredSpec(Policy{DropAll: true})
+	in := NewInstance(Policy{DropAll: true})
+	spec, err := in.spec()
 	require.NoError(t, err)
 	spec.Programs[xdpDropProgXdpDrop].Instructions = asm.Instructions{
 		asm.LoadMem(asm.R0, asm.R1, 4000, asm.Word),
 		asm.Return(),
 	}
-	_, err = load(spec, Policy{DropAll: true}, rules, nil)
+	_, err = in.load(spec, nil)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "load XDP program")
 	require.Contains(t, err.Error(), "invalid bpf_context access", "the verifier's reason")

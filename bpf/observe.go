@@ -43,7 +43,7 @@ func (e *PolicyMismatchError) Error() string {
 // a pin). A program that is not xdp_drop's is an *ExistingProgramError; one
 // loaded from another policy (its constants or its counters' shapes differ
 // from what policy gives) a *PolicyMismatchError.
-func Observe(ifindex int, policy Policy) (p *Program, owners []Holder, err error) {
+func Observe(ifindex int, policy Policy) (p *Program, owners []Owner, err error) {
 	id, attachMode, err := xdpProgramOn(ifindex)
 	if err != nil {
 		return nil, nil, err
@@ -77,7 +77,8 @@ func Observe(ifindex int, policy Policy) (p *Program, owners []Holder, err error
 	if err := openMaps(info, maps); err != nil {
 		return nil, nil, fmt.Errorf("XDP program id %d: %w", id, err)
 	}
-	spec, rules, err := configuredSpec(policy)
+	in := NewInstance(policy)
+	spec, err := in.spec()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -87,16 +88,16 @@ func Observe(ifindex int, policy Policy) (p *Program, owners []Holder, err error
 	if reason := sameConstants(spec, maps[rodataMap]); reason != "" {
 		return nil, nil, &PolicyMismatchError{ID: id, Reason: reason}
 	}
-	if !continuable(spec, rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
+	if !continuable(spec, in.rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
 		return nil, nil, &PolicyMismatchError{ID: id, Reason: "its counters have another shape (rules, or per_queue, differ)"}
 	}
 	if owners, err = linkOwners(ifindex, id); err != nil {
 		return nil, nil, err
 	}
-	if p, err = newProgram(policy, rules); err != nil {
+	if p, err = in.newProgram(); err != nil {
 		return nil, nil, err
 	}
-	p.objs.Prog, p.objs.Counters, p.objs.RuleCounters = prog, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]
+	p.objs = objects{Prog: prog, Counters: maps[xdpDropMapCounters], RuleCounters: maps[xdpDropMapRuleCounters]}
 	maps[rodataMap].Close() // read: the comparison is done
 	p.id, p.observed = id, ifindex
 	if m, ok := attachedMode(attachMode); ok {
@@ -159,7 +160,7 @@ func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
 
 // linkOwners lists the processes other than this one that hold the link
 // attaching program id to ifindex.
-func linkOwners(ifindex int, id ebpf.ProgramID) ([]Holder, error) {
+func linkOwners(ifindex int, id ebpf.ProgramID) ([]Owner, error) {
 	l, err := findXDPLink(ifindex, id)
 	if err != nil || l == nil {
 		return nil, err
@@ -169,12 +170,12 @@ func linkOwners(ifindex int, id ebpf.ProgramID) ([]Holder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read link info of program %d: %w", id, err)
 	}
-	holders, _, err := linkHolders(info.ID)
+	owners, _, err := processesHolding(info.ID)
 	if err != nil {
 		return nil, err
 	}
-	var others []Holder
-	for _, h := range holders {
+	var others []Owner
+	for _, h := range owners {
 		if h.PID != os.Getpid() {
 			others = append(others, h)
 		}

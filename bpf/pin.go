@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,169 +12,120 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
-// DefaultBPFFS is where Linux conventionally mounts the BPF filesystem.
-const DefaultBPFFS = "/sys/fs/bpf"
+// Counter pins are named by the map and the fingerprint of what they count.
+const (
+	countersPin     = "counters_"
+	ruleCountersPin = "rule_counters_"
+)
 
-// fingerprint names the program build and policy whose counters a pin
-// holds: counters pinned under another policy or program must not be mixed
-// with new ones, since the action of a class depends on both.
-func (p Policy) fingerprint() string {
-	h := sha256.New()
-	h.Write(_XdpDropBytes)
-	// What the policy selects, not the verdicts: a dry run passes all, yet
-	// its would_drop counts depend on the drop list.
-	var selected [ClassCount]byte
-	for c := range selected {
-		if p.Drops(Class(c)) {
-			selected[c] = 1
-		}
-	}
-	h.Write(selected[:])
-	if p.DryRun {
-		h.Write([]byte("dry_run"))
-	}
-	// Rule counters are by position, and the rules decide the actions.
-	for _, r := range p.Rules {
-		if len(r.PrefixFiles) > 0 {
-			fmt.Fprintf(h, "rule %q %v %v files %q %v %v\n", r.Name, r.Drop, r.Protocols, r.PrefixFiles, r.SrcPorts, r.DstPorts)
-			continue
-		}
-		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
-	}
-	if p.PerQueue {
-		h.Write([]byte("per_queue"))
-	}
-	// Whether it samples, not how: a handed-over program is continued only
-	// with the same code (see Adopt).
-	if p.Sample.On() {
-		h.Write([]byte("sample"))
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// EnsureBPFFS checks that dir is on a BPF filesystem. When dir lies under
-// /sys/fs/bpf and nothing is mounted there, it mounts one, as systemd does.
-func EnsureBPFFS(dir string) (mounted bool, err error) {
-	if onBPFFS(dir) {
-		return false, nil
-	}
-	clean := filepath.Clean(dir)
-	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
-		if !onBPFFS(DefaultBPFFS) {
-			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
-				return false, fmt.Errorf("%w: no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
-					"as root run: mount -t bpf bpf %s (systemd mounts it at boot; ip netns exec mounts a /sys without it: use nsenter --net instead)",
-					ErrPinning, DefaultBPFFS, DefaultBPFFS)
-			} else if err != nil {
-				return false, fmt.Errorf("%w: mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", ErrPinning, DefaultBPFFS, err, DefaultBPFFS)
+// loadFor loads a program for the interface of w, with its counters pinned
+// when pin_path is set and usable; pinned says whether they are. When the
+// pin directory cannot be used (no BPF filesystem, no permission) the
+// program is loaded without pins and a note names the fix: the drop policy
+// is enforced, and only counter continuity (and keep_attached) is lost.
+func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err error) {
+	defer func() {
+		if err == nil {
+			if note := p.PrefixNote(); note != "" {
+				got.warn("%s", note)
 			}
-			return true, nil
 		}
-		return false, nil
+	}()
+	if w.PinPath == "" {
+		p, err = in.loadFresh()
+		return p, false, err
 	}
-	return false, fmt.Errorf("%w: %s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", ErrPinning, dir, DefaultBPFFS)
+	p, err = in.loadPinnedFor(w, got)
+	if errors.Is(err, errPinning) {
+		lost := "counters restart at every restart"
+		if w.KeepAttached {
+			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
+		}
+		got.warn("attaching without pins, so %s: %v", lost, err)
+		p, err = in.loadFresh()
+		return p, false, err
+	}
+	return p, err == nil, err
 }
 
-// ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
-// visible only in this process's mount namespace: its pins vanish with the
-// process.
-var ErrPrivateBPFFS = errors.New("the BPF filesystem there is private to this process's mount namespace (ip netns exec, for one, mounts a fresh /sys without the host's BPF filesystem), so its pins vanish when the process exits")
-
-// CheckPersistent returns ErrPrivateBPFFS when the BPF filesystem holding
-// dir is not mounted in the mount namespace of PID 1, which outlives this
-// process. When PID 1's mounts cannot be read it cannot tell, and returns nil.
-func CheckPersistent(dir string) error {
-	var st unix.Stat_t
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if err := unix.Stat(d, &st); err == nil {
-			break
-		}
-		if d == "/" {
-			return nil
-		}
-	}
-	mounts, err := os.ReadFile("/proc/1/mountinfo")
+// loadFresh loads a program of the instance with fresh counters.
+func (in *Instance) loadFresh() (*Program, error) {
+	spec, err := in.spec()
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	for _, line := range strings.Split(string(mounts), "\n") {
-		// mount ID, parent ID, major:minor, root, mount point, ... - fstype ...
-		fields := strings.Fields(line)
-		_, post, ok := strings.Cut(line, " - ")
-		if ok && len(fields) > 2 && fields[2] == dev && strings.HasPrefix(post, "bpf ") {
-			return nil
-		}
-	}
-	return ErrPrivateBPFFS
+	return in.load(spec, nil)
 }
 
-// onBPFFS reports whether the closest existing ancestor of dir is on bpffs.
-func onBPFFS(dir string) bool {
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		var st unix.Statfs_t
-		if err := unix.Statfs(d, &st); err == nil {
-			return st.Type == unix.BPF_FS_MAGIC
-		}
-		if d == "/" {
-			return false
-		}
-	}
-}
-
-// CheckPinDir returns an error when path exists and is not a directory,
-// naming what it is instead (a pinned map, program or link on bpffs).
-func CheckPinDir(path string) error {
-	st, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) || err == nil && st.IsDir() {
-		return nil
-	}
-	if errors.Is(err, fs.ErrPermission) {
-		return nil // creating the pin directory says what blocks and how to fix it
-	}
+// loadPinnedFor loads a program with its counters pinned in the
+// interface's pin directory, after releasing a link an earlier run kept
+// there when keep_attached is off now.
+func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
+	dir, err := pinDir(w, got)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return fmt.Errorf("%s is %s, not a directory", path, pinnedKind(path))
+	if err := checkKeptLinkFree(dir); err != nil {
+		return nil, fmt.Errorf("pin_path: %w", err)
+	}
+	if !w.KeepAttached {
+		if released, err := releaseKept(dir); err != nil {
+			return nil, err
+		} else if released {
+			got.warn("released the attachment an earlier run kept (keep_attached is off now)")
+		}
+	}
+	p, note, err := in.loadPinned(dir)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		got.info("%s (%s)", note, dir)
+	}
+	return p, nil
 }
 
-// pinnedKind names the BPF object pinned at path, or "a file".
-func pinnedKind(path string) string {
-	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
-		m.Close()
-		return "a pinned BPF map"
+// pinTakenOver pins what pin_path and keep_attached ask for: the
+// handed-over program may have run without them.
+func (in *Instance) pinTakenOver(w Want, p *Program, continued bool, got *Got) {
+	if w.PinPath == "" {
+		return
 	}
-	if p, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
-		p.Close()
-		return "a pinned BPF program"
+	dir, err := pinDir(w, got)
+	if err != nil {
+		got.warn("taken over without pins, so counters restart at every restart: %v", err)
+		return
 	}
-	if l, err := link.LoadPinnedLink(path, nil); err == nil {
-		l.Close()
-		return "a pinned BPF link"
+	if continued {
+		if err := p.pinCounters(dir); err != nil {
+			got.warn("%v", err)
+		}
 	}
-	return "a file"
+	if w.KeepAttached {
+		if err := p.pinLink(dir); err != nil {
+			got.warn("%v", err)
+		}
+	}
 }
 
-// LoadPinned loads the program like Load, with its counters (and, with
+// loadPinned loads a program of the instance, with its counters (and, with
 // rules, its rule counters) pinned in dir: counters pinned there by an
 // earlier run with the same program and policy are continued; counters
 // pinned under another program or policy are unpinned and replaced, and
 // note says so.
-func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) {
+func (in *Instance) loadPinned(dir string) (p *Program, note string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("create pin directory: %w", err)
 	}
-	fp := policy.fingerprint()
-	spec, rules, err := configuredSpec(policy)
+	fp := in.fingerprint
+	spec, err := in.spec()
 	if err != nil {
 		return nil, "", err
 	}
 	wanted := map[string]string{xdpDropMapCounters: countersPin + fp}
-	if rules.count > 0 {
+	if in.rules.count > 0 {
 		wanted[xdpDropMapRuleCounters] = ruleCountersPin + fp
 	}
 	pinned := map[string]*ebpf.Map{}
@@ -210,11 +160,7 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 		note = "continuing pinned counters"
 	}
 
-	var opts *ebpf.CollectionOptions
-	if len(pinned) > 0 {
-		opts = &ebpf.CollectionOptions{MapReplacements: pinned}
-	}
-	p, err = load(spec, policy, rules, opts)
+	p, err = in.load(spec, pinned)
 	if err != nil {
 		return nil, "", err
 	}
@@ -245,6 +191,67 @@ func LoadPinned(policy Policy, dir string) (p *Program, note string, err error) 
 	return p, note, nil
 }
 
+// pinCounters pins the counters (and the rule counters of a program with
+// rules) in dir under the fingerprint's names, replacing counters pinned
+// there under any other, as loadPinned would have: for a program taken over in place
+// whose counters continue.
+func (p *Program) pinCounters(dir string) error {
+	pins := p.counterPins()
+	same := true
+	for _, pin := range pins {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pin.name), nil)
+		if err != nil {
+			same = false
+			break
+		}
+		same = sameMap(m, pin.m)
+		m.Close()
+		if !same {
+			break
+		}
+	}
+	if same {
+		return nil
+	}
+	if _, err := removeCounterPins(dir, nil); err != nil {
+		return err
+	}
+	for _, pin := range pins {
+		path := filepath.Join(dir, pin.name)
+		if err := pin.m.Pin(path); err != nil {
+			return fmt.Errorf("pin %s at %s: %w", pin.what, path, err)
+		}
+	}
+	return nil
+}
+
+// counterPin is a counter map of p and the name it is pinned under.
+type counterPin struct {
+	name, what string
+	m          *ebpf.Map
+}
+
+// counterPins are the maps a pin keeps of p: its counters, and its rule
+// counters when it has rules.
+func (p *Program) counterPins() []counterPin {
+	pins := []counterPin{{countersPin + p.in.fingerprint, "counters", p.objs.Counters}}
+	if p.objs.RuleCounters != nil {
+		pins = append(pins, counterPin{ruleCountersPin + p.in.fingerprint, "rule counters", p.objs.RuleCounters})
+	}
+	return pins
+}
+
+func sameMap(a, b *ebpf.Map) bool {
+	ai, err1 := a.Info()
+	bi, err2 := b.Info()
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	aid, _ := ai.ID()
+	bid, _ := bi.ID()
+	return aid == bid
+}
+
 // removeCounterPins unpins the counters this package pinned in dir, but
 // those named in keep, and returns how many it unpinned.
 func removeCounterPins(dir string, keep map[string]bool) (int, error) {
@@ -264,121 +271,6 @@ func removeCounterPins(dir string, keep map[string]bool) (int, error) {
 	}
 	return removed, nil
 }
-
-const linkPin = "link"
-
-// AttachKept attaches like Attach, but keeps the attachment past the
-// process: the link is pinned in dir. A link pinned there by an earlier run
-// on the same interface and in the same mode is taken over: this program
-// replaces the old one atomically, with no moment unfiltered.
-func (p *Program) AttachKept(ifindex int, mode Mode, dir string) (note string, err error) {
-	path := filepath.Join(dir, linkPin)
-	if l, err := link.LoadPinnedLink(path, nil); err == nil {
-		cur, ok := p.adoptable(l, ifindex, mode)
-		if ok {
-			if err := p.update(l, cur); err != nil {
-				l.Close()
-				return "", fmt.Errorf("replace the program of the kept link: %w", err)
-			}
-			p.link, p.mode = l, cur
-			if mode == ModeAuto && cur == ModeGeneric {
-				p.nativeErr = errors.New("the kept attachment is in generic mode, as an earlier run attached it (configured so, or fallen back), and a link keeps its mode: native mode is tried when the interface is attached afresh")
-			}
-			return "took over the attachment kept by an earlier run", nil
-		}
-		// Another interface, or another mode: let the old link go.
-		l.Unpin()
-		l.Close()
-		note = "released a kept attachment that no longer fits"
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("open kept link %s: %w", path, err)
-	}
-	if err := p.Attach(ifindex, mode); err != nil {
-		return note, err
-	}
-	if err := p.link.Pin(path); err != nil {
-		p.Detach()
-		return note, fmt.Errorf("pin link at %s: %w", path, err)
-	}
-	return note, nil
-}
-
-// Kept reports whether the attachment is pinned (keep_attached), so that
-// it outlives the process.
-func (p *Program) Kept() bool {
-	l, ok := p.link.(interface{ IsPinned() bool })
-	return ok && l.IsPinned()
-}
-
-// update puts the program into a kept link; where the device refuses the
-// single-buffer program in native mode (its MTU needs multi-buffer XDP),
-// the multi-buffer variant goes in instead.
-func (p *Program) update(l link.Link, mode Mode) error {
-	err := l.Update(p.objs.Prog)
-	if err == nil || mode != ModeNative || p.multiBuffer {
-		return err
-	}
-	alt, mbErr := p.loadMultiBuffer()
-	if mbErr != nil {
-		return err
-	}
-	if altErr := l.Update(alt); altErr != nil {
-		alt.Close()
-		return err
-	}
-	p.adopt(alt)
-	return nil
-}
-
-// adoptable reports whether a kept link is alive on ifindex in a mode that
-// mode allows, and which mode it is in.
-func (p *Program) adoptable(l link.Link, ifindex int, mode Mode) (Mode, bool) {
-	info, err := l.Info()
-	if err != nil {
-		return "", false
-	}
-	xdp := info.XDP()
-	if xdp == nil || int(xdp.Ifindex) != ifindex {
-		return "", false
-	}
-	_, attachMode, err := xdpProgramOn(ifindex)
-	if err != nil {
-		return "", false
-	}
-	m, ok := attachedMode(attachMode)
-	if !ok {
-		return "", false
-	}
-	cur := m.mode
-	if mode == cur || mode == ModeAuto && cur != ModeOffload {
-		return cur, true
-	}
-	return "", false
-}
-
-// ReleaseKept removes a link kept in dir by an earlier run with
-// keep_attached, detaching its program; it reports whether there was one.
-func ReleaseKept(dir string) (bool, error) {
-	path := filepath.Join(dir, linkPin)
-	l, err := link.LoadPinnedLink(path, nil)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("open kept link %s: %w", path, err)
-	}
-	defer l.Close()
-	if err := l.Unpin(); err != nil {
-		return true, fmt.Errorf("unpin kept link %s: %w", path, err)
-	}
-	return true, nil
-}
-
-// Counter pins are named by the map and the fingerprint of what they count.
-const (
-	countersPin     = "counters_"
-	ruleCountersPin = "rule_counters_"
-)
 
 // isOurPin reports whether a file name in an interface's pin directory is
 // one this package pins: the link, or counters or rule counters named by a

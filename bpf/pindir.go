@@ -4,7 +4,11 @@ package bpf
 
 import (
 	"errors"
+	"strings"
+
 	"fmt"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"io/fs"
 	"os"
 	"os/user"
@@ -14,28 +18,165 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrPinning marks a pin directory this process cannot use (no BPF
+// DefaultBPFFS is where Linux conventionally mounts the BPF filesystem.
+const DefaultBPFFS = "/sys/fs/bpf"
+
+// ensureBPFFS checks that dir is on a BPF filesystem. When dir lies under
+// /sys/fs/bpf and nothing is mounted there, it mounts one, as systemd does.
+func ensureBPFFS(dir string) (mounted bool, err error) {
+	if onBPFFS(dir) {
+		return false, nil
+	}
+	clean := filepath.Clean(dir)
+	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
+		if !onBPFFS(DefaultBPFFS) {
+			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
+				return false, fmt.Errorf("%w: no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
+					"as root run: mount -t bpf bpf %s (systemd mounts it at boot; ip netns exec mounts a /sys without it: use nsenter --net instead)",
+					errPinning, DefaultBPFFS, DefaultBPFFS)
+			} else if err != nil {
+				return false, fmt.Errorf("%w: mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", errPinning, DefaultBPFFS, err, DefaultBPFFS)
+			}
+			return true, nil
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", errPinning, dir, DefaultBPFFS)
+}
+
+// ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
+// visible only in this process's mount namespace: its pins vanish with the
+// process.
+var ErrPrivateBPFFS = errors.New("the BPF filesystem there is private to this process's mount namespace (ip netns exec, for one, mounts a fresh /sys without the host's BPF filesystem), so its pins vanish when the process exits")
+
+// checkPersistent returns ErrPrivateBPFFS when the BPF filesystem holding
+// dir is not mounted in the mount namespace of PID 1, which outlives this
+// process. When PID 1's mounts cannot be read it cannot tell, and returns nil.
+func checkPersistent(dir string) error {
+	var st unix.Stat_t
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if err := unix.Stat(d, &st); err == nil {
+			break
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+	mounts, err := os.ReadFile("/proc/1/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	for _, line := range strings.Split(string(mounts), "\n") {
+		// mount ID, parent ID, major:minor, root, mount point, ... - fstype ...
+		fields := strings.Fields(line)
+		_, post, ok := strings.Cut(line, " - ")
+		if ok && len(fields) > 2 && fields[2] == dev && strings.HasPrefix(post, "bpf ") {
+			return nil
+		}
+	}
+	return ErrPrivateBPFFS
+}
+
+// onBPFFS reports whether the closest existing ancestor of dir is on bpffs.
+func onBPFFS(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d, &st); err == nil {
+			return st.Type == unix.BPF_FS_MAGIC
+		}
+		if d == "/" {
+			return false
+		}
+	}
+}
+
+// checkPinDir returns an error when path exists and is not a directory,
+// naming what it is instead (a pinned map, program or link on bpffs).
+func checkPinDir(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && st.IsDir() {
+		return nil
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil // creating the pin directory says what blocks and how to fix it
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%s is %s, not a directory", path, pinnedKind(path))
+}
+
+// pinnedKind names the BPF object pinned at path, or "a file".
+func pinnedKind(path string) string {
+	if m, err := ebpf.LoadPinnedMap(path, nil); err == nil {
+		m.Close()
+		return "a pinned BPF map"
+	}
+	if p, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
+		p.Close()
+		return "a pinned BPF program"
+	}
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		l.Close()
+		return "a pinned BPF link"
+	}
+	return "a file"
+}
+
+// pinDir returns the interface's pin directory, ready for pins: on a BPF
+// filesystem that outlives the process (mounted on /sys/fs/bpf when nothing
+// is), and ours.
+func pinDir(w Want, got *Got) (string, error) {
+	mounted, err := ensureBPFFS(w.PinPath)
+	if err != nil {
+		return "", err
+	}
+	if mounted {
+		got.Notes = append(got.Notes, Note{Instance: true, Text: fmt.Sprintf("mounted the BPF filesystem on %s for pin_path", DefaultBPFFS)})
+	}
+	if err := checkPersistent(w.PinPath); err != nil {
+		return "", fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
+			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", w.PinPath, err)
+	}
+	dir := pinDirOf(w)
+	if err := checkPinDir(w.PinPath); err != nil {
+		return "", fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", w.PinPath, err, DefaultBPFFS+"/xdp_drop")
+	}
+	if err := checkPinDir(dir); err != nil {
+		return "", fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
+	}
+	if err := preparePinDir(w.PinPath, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// pinDirOf is the interface's pin directory.
+func pinDirOf(w Want) string { return filepath.Join(w.PinPath, w.Name) }
+
+// errPinning marks a pin directory this process cannot use (no BPF
 // filesystem, no permission); the program itself could still be loaded and
 // attached without pins.
-var ErrPinning = errors.New("pin_path unusable")
+var errPinning = errors.New("pin_path unusable")
 
 // PackageBPFFSAccess is the package's script that adds search permission
 // for others on the BPF filesystem's root, when missing, and creates the
 // default pin directory for the service group.
 const PackageBPFFSAccess = "/usr/lib/telegraf-xdp-drop/bpffs-access"
 
-// PreparePinDir creates dir (root/<interface>) for this process. When it
-// cannot, the error wraps ErrPinning and names the command, run as root,
+// preparePinDir creates dir (root/<interface>) for this process. When it
+// cannot, the error wraps errPinning and names the command, run as root,
 // that fixes it.
-func PreparePinDir(root, dir string) error {
+func preparePinDir(root, dir string) error {
 	err := os.MkdirAll(dir, 0o700)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %v; %s", ErrPinning, err, permissionFix(root, dir))
+		return fmt.Errorf("%w: %v; %s", errPinning, err, permissionFix(root, dir))
 	default:
-		return fmt.Errorf("%w: create pin directory: %v", ErrPinning, err)
+		return fmt.Errorf("%w: create pin directory: %v", errPinning, err)
 	}
 }
 

@@ -1,7 +1,15 @@
-// Package bpf loads the xdp_drop XDP program, attaches it to a network
-// interface with bpf_link and reads its per-class counters. It knows nothing
-// of Telegraf.
+// Package bpf loads the xdp_drop XDP program, attaches it to network
+// interfaces with bpf_link and reads their per-class counters. An Instance
+// holds one policy and the rule maps its programs share; Instance.Acquire
+// gets an interface its program, whatever the route. It knows nothing of
+// Telegraf.
 package bpf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
 
 // Mode is the XDP attach mode.
 type Mode string
@@ -109,4 +117,41 @@ func (p Policy) ruleDecisions() [MaxRules]uint32 {
 		d[(uint64(1)<<i*ruleDebruijn)>>58] = v | uint32(i+1)<<8
 	}
 	return d
+}
+
+// fingerprint names the program build and policy whose counters a pin
+// holds: counters pinned under another policy or program must not be mixed
+// with new ones, since the action of a class depends on both.
+func (p Policy) fingerprint() string {
+	h := sha256.New()
+	h.Write(_XdpDropBytes)
+	// What the policy selects, not the verdicts: a dry run passes all, yet
+	// its would_drop counts depend on the drop list.
+	var selected [ClassCount]byte
+	for c := range selected {
+		if p.Drops(Class(c)) {
+			selected[c] = 1
+		}
+	}
+	h.Write(selected[:])
+	if p.DryRun {
+		h.Write([]byte("dry_run"))
+	}
+	// Rule counters are by position, and the rules decide the actions.
+	for _, r := range p.Rules {
+		if len(r.PrefixFiles) > 0 {
+			fmt.Fprintf(h, "rule %q %v %v files %q %v %v\n", r.Name, r.Drop, r.Protocols, r.PrefixFiles, r.SrcPorts, r.DstPorts)
+			continue
+		}
+		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
+	}
+	if p.PerQueue {
+		h.Write([]byte("per_queue"))
+	}
+	// Whether it samples, not how: a handed-over program is continued only
+	// with the same code (see Takeover).
+	if p.Sample.On() {
+		h.Write([]byte("sample"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -55,18 +55,6 @@ func variants(rules, sample bool) (single, multi string) {
 	return xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
 }
 
-// loadOn loads a fresh program for policy on handed-over counters, which
-// it continues: a program that samples is never continued itself, as the
-// ring of the one handed over has no reader here. The caller keeps
-// counters and ruleCounters.
-func loadOn(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables, counters, ruleCounters *ebpf.Map) (*Program, error) {
-	replace := map[string]*ebpf.Map{xdpDropMapCounters: counters}
-	if ruleCounters != nil {
-		replace[xdpDropMapRuleCounters] = ruleCounters
-	}
-	return load(spec, policy, rules, &ebpf.CollectionOptions{MapReplacements: replace})
-}
-
 // Sample is one sampled frame.
 type Sample struct {
 	// Time is when it was sampled, on CLOCK_MONOTONIC, in nanoseconds.
@@ -97,10 +85,10 @@ type SampleReader struct {
 // SampleReader opens a reader of the program's sampled frames. The caller
 // must Close it before the program.
 func (p *Program) SampleReader() (*SampleReader, error) {
-	if p.objs.Samples == nil {
+	if p.samples == nil {
 		return nil, errors.New("the program does not sample")
 	}
-	r, err := ringbuf.NewReader(p.objs.Samples)
+	r, err := ringbuf.NewReader(p.samples.ring)
 	if err != nil {
 		return nil, fmt.Errorf("open the sample ring: %w", err)
 	}
@@ -166,11 +154,11 @@ type SampleCounts struct {
 // SampleCounts sums the sampling counters over CPUs; zero without sampling.
 func (p *Program) SampleCounts() (SampleCounts, error) {
 	var c SampleCounts
-	if p.objs.SampleStates == nil {
+	if p.samples == nil {
 		return c, nil
 	}
 	var per []xdpDropSampleState
-	if err := p.objs.SampleStates.Lookup(uint32(0), &per); err != nil {
+	if err := p.samples.states.Lookup(uint32(0), &per); err != nil {
 		return c, fmt.Errorf("read sample counters: %w", err)
 	}
 	for _, s := range per {
@@ -181,28 +169,52 @@ func (p *Program) SampleCounts() (SampleCounts, error) {
 	return c, nil
 }
 
-// sampleMaps are the sampling maps of o by their names in the ELF, none
-// for a program that does not sample.
-func (o *objects) sampleMaps() map[string]*ebpf.Map {
-	all := map[string]*ebpf.Map{}
-	for name, m := range map[string]*ebpf.Map{
-		xdpDropMapSampleStates: o.SampleStates, xdpDropMapSampleBuckets: o.SampleBuckets, xdpDropMapSamples: o.Samples,
-	} {
-		if m != nil {
-			all[name] = m
-		}
-	}
-	return all
+// sampleMaps are a program's own sampling maps: each interface has its
+// ring, its countdowns and its cap. They are made before the program is
+// loaded and given to it, so that the variants loaded later (multi-buffer,
+// a rule swap) take the same ones and the ring's reader reads on.
+type sampleMaps struct {
+	states, bucket, ring *ebpf.Map
 }
 
-// keepSampleMaps makes old's sampling maps o's, in place of the clones a
-// load on them gave o, so that the reader of the ring reads on.
-func (o *objects) keepSampleMaps(old *objects) {
-	for _, m := range []*ebpf.Map{o.SampleStates, o.SampleBuckets, o.Samples} {
-		if m != nil {
+// newSampleMaps makes the sampling maps of spec, nil without sampling.
+func newSampleMaps(spec *ebpf.CollectionSpec, s Sampling) (*sampleMaps, error) {
+	if !s.On() {
+		return nil, nil
+	}
+	var m sampleMaps
+	for _, x := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{xdpDropMapSampleStates, &m.states}, {xdpDropMapSampleBuckets, &m.bucket}, {xdpDropMapSamples, &m.ring}} {
+		mm, err := ebpf.NewMap(spec.Maps[x.name])
+		if err != nil {
 			m.Close()
+			return nil, fmt.Errorf("create map %s: %w", x.name, err)
+		}
+		*x.dst = mm
+	}
+	return &m, nil
+}
+
+// byName are the maps by their names in the ELF, for MapReplacements.
+func (m *sampleMaps) byName() map[string]*ebpf.Map {
+	if m == nil {
+		return nil
+	}
+	return map[string]*ebpf.Map{xdpDropMapSampleStates: m.states, xdpDropMapSampleBuckets: m.bucket, xdpDropMapSamples: m.ring}
+}
+
+// Close closes the maps (the programs keep their own references).
+func (m *sampleMaps) Close() error {
+	if m == nil {
+		return nil
+	}
+	var err error
+	for _, mm := range []*ebpf.Map{m.states, m.bucket, m.ring} {
+		if mm != nil {
+			err = errors.Join(err, mm.Close())
 		}
 	}
-	o.SampleStates, o.SampleBuckets, o.Samples = old.SampleStates, old.SampleBuckets, old.Samples
-	old.SampleStates, old.SampleBuckets, old.Samples = nil, nil, nil
+	return err
 }

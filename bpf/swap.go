@@ -7,138 +7,80 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
-
-	"github.com/cilium/ebpf"
 )
 
-// Rules is a policy compiled for the program once, to be swapped into the
-// programs of several interfaces (SwapRules) without compiling it for each;
-// the first swap fills rule maps that the programs swapped after it share.
-// The caller must Close it once the swaps are done: the programs hold
-// their own references to the maps.
-type Rules struct {
-	policy Policy
-	spec   *ebpf.CollectionSpec
-	tables *ruleTables
-	mu     sync.Mutex           // SwapRules may run for several programs at once
-	maps   map[string]*ebpf.Map // filled rule maps, after the first swap
-}
+// Rules is an Instance whose policy is compiled ahead, to be swapped into
+// the programs of several interfaces (SwapRules) without compiling it for
+// each: the first swap loads and fills the instance's rule maps, and the
+// programs swapped after it share them, as the instance's programs do.
+type Rules = Instance
 
-// CompileRules compiles policy's rules for SwapRules.
+// CompileRules compiles policy's rules for SwapRules (and Acquire). The
+// caller must Close it once no program is to be loaded on it any more: the
+// programs hold their own references to the maps.
 func CompileRules(policy Policy) (*Rules, error) {
-	spec, tables, err := configuredSpec(policy)
-	if err != nil {
+	in := NewInstance(policy)
+	if _, err := in.compiled(); err != nil {
 		return nil, err
 	}
-	return &Rules{policy: policy, spec: spec, tables: tables}, nil
-}
-
-// Close releases the rule maps the swaps shared.
-func (r *Rules) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closeMaps()
-}
-
-func (r *Rules) closeMaps() error {
-	var err error
-	for _, m := range r.maps {
-		err = errors.Join(err, m.Close())
-	}
-	r.maps = nil
-	return err
+	return in, nil
 }
 
 // SwapRules puts the compiled rules in force on the attached program with
-// no gap: a copy of the program with its rule maps filled from them, on
-// p's counters, replaces p's program on its link. The kernel swaps a link's
+// no gap: a program of r, on p's counters and r's rule maps, replaces p's
+// program on its link, and p is r's from then on. The kernel swaps a link's
 // program atomically, and a program holds its own rule maps, so every frame
 // is decided wholly by the old rules or wholly by the new ones, never by a
 // half-written set; the counters continue. The policy may differ from p's
 // only in the rules' prefixes (prefix files change): the same rules in the
 // same order with the same actions, so that every counter keeps its
-// meaning. On error p is as it was, its rules in force.
+// meaning. Several programs may swap into r at once. On error p is as it
+// was, its rules in force.
 func (p *Program) SwapRules(r *Rules) error {
 	if p.link == nil {
 		return errors.New("swap rules: not attached")
 	}
-	if err := sameCounting(p.policy, r.policy); err != nil {
+	if err := sameCounting(p.in.policy, r.policy); err != nil {
 		return fmt.Errorf("swap rules: %w", err)
 	}
-	// A copy of the spec each: the loads of several programs may run at once.
-	policy, spec, rules := r.policy, r.spec.Copy(), r.tables
-	shared := map[string]*ebpf.Map{xdpDropMapCounters: p.objs.Counters}
-	if p.objs.RuleCounters != nil {
-		shared[xdpDropMapRuleCounters] = p.objs.RuleCounters
-	}
-	r.mu.Lock()
-	filled := r.maps != nil
-	maps.Copy(shared, r.maps) // set once, closed only by Close
-	r.mu.Unlock()
-	maps.Copy(shared, p.objs.sampleMaps()) // this interface's ring goes on
-
-	objs, err := loadVariant(spec, p.multiBuffer, &ebpf.CollectionOptions{MapReplacements: shared})
+	spec, err := r.spec()
 	if err != nil {
 		return err
 	}
-	if !filled {
-		if err := objs.fillRules(rules); err != nil {
-			objs.Close()
-			return err
-		}
+	shared, err := r.shared()
+	if err != nil {
+		return err
 	}
-	objs.dropUnused(rules.count, rules.dims, policy.Sample.On())
+	replace := shared.byName()
+	maps.Copy(replace, p.objs.maps())
+	maps.Copy(replace, p.samples.byName()) // this interface's ring goes on
+	objs, err := loadVariant(spec, p.multiBuffer, replace)
+	if err != nil {
+		return err
+	}
+	// Clones of p's counters, or unused ones: p keeps its own (pinned,
+	// handed over by descriptor).
+	objs.Counters.Close()
+	objs.RuleCounters.Close()
 	id, err := programID(objs.Prog)
 	if err != nil {
-		objs.Close()
+		objs.Prog.Close()
 		return err
 	}
 	if err := p.link.Update(objs.Prog); err != nil {
-		objs.Close()
+		objs.Prog.Close()
 		return fmt.Errorf("swap rules: replace the program on its link: %w", err)
 	}
-	r.mu.Lock()
-	if r.maps == nil {
-		r.shareMaps(&objs)
+	// The old program goes, and with it its rule maps, once no program of
+	// its instance uses them.
+	p.objs.Prog.Close()
+	p.objs.Prog, p.id = objs.Prog, id
+	if p.private {
+		p.in.Close()
+		p.private = false
 	}
-	r.mu.Unlock()
-	// The new objects hold clones of p's counters: p keeps its own (pinned,
-	// handed over by descriptor), and the old program goes with its rule maps.
-	objs.Counters.Close()
-	if objs.RuleCounters != nil {
-		objs.RuleCounters.Close()
-	}
-	old := p.objs
-	objs.Counters, objs.RuleCounters = old.Counters, old.RuleCounters
-	old.Counters, old.RuleCounters = nil, nil
-	objs.keepSampleMaps(&old)
-	p.objs = objs
-	old.Close()
-	p.policy, p.rules, p.id = policy, rules, id
-	p.fingerprint = policy.fingerprint()
+	p.in = r
 	return nil
-}
-
-// shareMaps keeps references to the rule maps objs were filled with, for
-// the programs swapped after it; one that cannot be kept leaves each to
-// fill its own.
-func (r *Rules) shareMaps(objs *objects) {
-	all := objs.maps()
-	delete(all, xdpDropMapCounters)
-	delete(all, xdpDropMapRuleCounters)
-	for name := range objs.sampleMaps() {
-		delete(all, name) // each interface's own
-	}
-	r.maps = make(map[string]*ebpf.Map, len(all))
-	for name, m := range all {
-		c, err := m.Clone()
-		if err != nil {
-			r.closeMaps()
-			return
-		}
-		r.maps[name] = c
-	}
 }
 
 // sameCounting reports how next counts differently from cur, beyond the

@@ -25,8 +25,12 @@ var (
 	ruleKeys   = tomlKeys(reflect.TypeFor[xdp_drop.Rule]())
 )
 
-// options lists the keys of [[inputs.xdp_drop]], for error messages.
-var options = strings.Join(optionKeys, ", ")
+// options and ruleOptions list the keys of [[inputs.xdp_drop]] and of a
+// rule, for error messages.
+var (
+	options     = strings.Join(optionKeys, ", ")
+	ruleOptions = strings.Join(ruleKeys, ", ")
+)
 
 func tomlKeys(t reflect.Type) []string {
 	var keys []string
@@ -86,7 +90,7 @@ func loadConfig(path string, trustUID int) (*xdp_drop.XDPDrop, error) {
 			return nil, fmt.Errorf("config %s: unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, xdp_drop.Quote(key.String()))
 		}
 		if len(key) == 4 && key[2] == "rule" {
-			return nil, fmt.Errorf("config %s: %s: unknown key %s; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), xdp_drop.Quote(key[3]), xdp_drop.RuleKeys)
+			return nil, fmt.Errorf("config %s: %s: unknown key %s; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), xdp_drop.Quote(key[3]), ruleOptions)
 		}
 		return nil, fmt.Errorf("config %s: unknown option %s; [[inputs.xdp_drop]] takes %s", path, xdp_drop.Quote(key.String()), options)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -86,7 +87,7 @@ func TestExitReasonLogged(t *testing.T) {
 		r, w, err := os.Pipe()
 		require.NoError(t, err)
 		cmd.Stdout = w
-		stderr := &syncBuffer{}
+		stderr := &binarytest.Buffer{}
 		cmd.Stderr = stderr
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { cmd.Process.Kill() })

@@ -16,6 +16,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -57,7 +58,7 @@ func testOutOfFileDescriptors(t *testing.T, limit int) {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	stderr := &syncBuffer{}
+	stderr := &binarytest.Buffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill() })

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -30,14 +31,8 @@ const noRunDir = "mount -t tmpfs -o mode=0755 tmpfs /run"
 func newServiceUser(t *testing.T, config string) *serviceUser {
 	t.Helper()
 	// Not under /tmp, which the test's own directory is mounted on.
-	dir, err := os.MkdirTemp("/var/tmp", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	s := &serviceUser{bin: filepath.Join(dir, "telegraf-xdp-drop"), conf: filepath.Join(dir, "xdp_drop.conf"), tmp: filepath.Join(dir, "tmp")}
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(s.bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "/var/tmp")
+	s := &serviceUser{bin: bin, conf: filepath.Join(dir, "xdp_drop.conf"), tmp: filepath.Join(dir, "tmp")}
 	require.NoError(t, exec.Command("setcap", setcapCaps, s.bin).Run())
 	require.NoError(t, os.WriteFile(s.conf, []byte(config), 0o644))
 	require.NoError(t, os.Mkdir(s.tmp, 0o755))

@@ -3,14 +3,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -57,13 +56,15 @@ func writeConfig(t *testing.T, text string) string {
 }
 
 // proc is the binary running in a test namespace, gathering on stdin.
+// proc is the binary started by binarytest.Start, under the names these
+// tests read it by.
 type proc struct {
+	run    *binarytest.Proc
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	lines  chan string
-	stderr *syncBuffer
-	done   chan struct{} // closed when the process has exited
-	err    error         // its exit status, once done is closed
+	lines  <-chan string
+	stderr *binarytest.Buffer
+	done   <-chan struct{} // closed when the process has exited
 }
 
 // wait returns the exit status; a process still running after testns.Hang
@@ -72,7 +73,7 @@ func (p *proc) wait(t *testing.T) error {
 	t.Helper()
 	select {
 	case <-p.done:
-		return p.err
+		return p.run.Err()
 	case <-time.After(testns.Hang):
 		t.Fatalf("still running after %v; stderr: %s", testns.Hang, p.stderr)
 		return nil
@@ -144,29 +145,8 @@ func startHere(t *testing.T, ns *testns.NS, config string) *proc {
 
 func runProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, lines: make(chan string, 1024), stderr: &syncBuffer{}, done: make(chan struct{})}
-	var err error
-	p.stdin, err = p.cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		// Wait only after stdout is read to its end, as os/exec requires.
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	r := binarytest.Start(t, cmd, 1024)
+	return &proc{run: r, cmd: r.Cmd, stdin: r.Stdin, lines: r.Lines, stderr: r.Stderr, done: r.Done}
 }
 
 // gather asks for one gather and parses the points it prints, up to and
@@ -215,24 +195,6 @@ func waitAttached(t *testing.T, ns *testns.NS, iface string) uint32 {
 	}
 	t.Fatalf("%s has no XDP program after %v", iface, testns.Hang)
 	return 0
-}
-
-// syncBuffer collects the child's stderr while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type key struct{ iface, family, protocol, action string }

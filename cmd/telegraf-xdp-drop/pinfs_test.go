@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,29 +46,7 @@ func startInHost(t *testing.T, ns *testns.NS, config string) *proc {
 	t.Helper()
 	require.Contains(t, config, fmt.Sprintf("namespace = %q", ns.Name), "attach only inside the test namespace")
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	p := &proc{cmd: exec.Command(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"),
-		lines: make(chan string, 1024), stderr: &syncBuffer{}, done: make(chan struct{})}
-	var err error
-	p.stdin, err = p.cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	return runProc(t, exec.Command(binary, "-config", writeConfig(t, config), "-poll_interval_disabled"))
 }
 
 // TestSharedPinPathNeverFights: two instances with keep_attached on one

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -36,14 +37,7 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Fatalf("%s is needed (Debian libcap2-bin, util-linux): %v", tool, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "")
 	// The handover sockets of user 65534: removed after, unless they were there before.
 	sockets := filepath.Join(os.TempDir(), "xdp_drop-handover-65534")
 	if _, err := os.Stat(sockets); os.IsNotExist(err) {
@@ -84,7 +78,7 @@ func TestLeastPrivilege(t *testing.T) {
 	require.Contains(t, out, "attached=true", "stderr: %s", errOut)
 	require.Contains(t, errOut, "taken over in place", "stderr: %s", errOut)
 	require.Contains(t, errOut, "counters continue")
-	_, err = ns.WaitNoXDP(testns.Dev, testns.Hang)
+	_, err := ns.WaitNoXDP(testns.Dev, testns.Hang)
 	require.NoError(t, err)
 
 	// With the capabilities, a config others may write is refused before
@@ -110,14 +104,7 @@ func TestLeastPrivilege(t *testing.T) {
 // its mode or its absence, changes nothing.
 func TestPinPathUnderFileCapabilities(t *testing.T) {
 	ns := testns.New(t)
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "")
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	asNobody := func(pins string) []string {
@@ -194,7 +181,7 @@ func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
 	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var stdout, stderr syncBuffer
+	var stdout, stderr binarytest.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
 	_, err = io.WriteString(stdin, "\n")
@@ -215,14 +202,7 @@ func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
 // for one attached through a bpf_link, names the missing capability.
 func TestReplaceUnderFileCapabilities(t *testing.T) {
 	ns := testns.New(t)
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "")
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	config := func(replace bool) string {
 		conf := filepath.Join(dir, fmt.Sprintf("replace-%v.conf", replace))
@@ -302,14 +282,7 @@ func TestReplaceUnderFileCapabilities(t *testing.T) {
 func TestNamespaceUnderFileCapabilities(t *testing.T) {
 	target := testns.New(t) // holds the interface
 	elsewhere := testns.New(t)
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "")
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	conf := filepath.Join(dir, "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  namespace = %q\n  drop = [\"all\"]\n  handover_timeout = \"0s\"\n", testns.Dev, target.Name)), 0o644))

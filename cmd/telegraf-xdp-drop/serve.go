@@ -14,6 +14,7 @@ import (
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/plugins/common/shim"
 
+	"github.com/xdp-drop/xdp_drop/internal/signame"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -73,22 +74,12 @@ func logStop(stdinEnd error, signals <-chan os.Signal, log *levelWriter) int {
 	}
 	select {
 	case sig := <-signals:
-		log.Infof("stopped: received %s", signalName(sig))
+		log.Infof("stopped: received %s", signame.Name(sig))
 		return 0
 	default:
 	}
 	log.Errorf("stopped: writing metrics to stdout failed (see the warning above); is the reading end closed?")
 	return 1
-}
-
-func signalName(sig os.Signal) string {
-	switch sig {
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGINT:
-		return "SIGINT"
-	}
-	return sig.String()
 }
 
 // feedPrompts writes one newline to out for every line read from in, and

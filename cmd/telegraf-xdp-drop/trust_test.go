@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -221,7 +222,7 @@ func TestConfigSymlinkRace(t *testing.T) {
 	for range starts {
 		cmd := exec.Command(bin, "-config", filepath.Join(link, "xdp_drop.conf"), "-poll_interval_disabled")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: service, Gid: service, Groups: []uint32{}}}
-		var out syncBuffer
+		var out binarytest.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		require.NoError(t, ns.Do(cmd.Start))
 		err := cmd.Wait()
@@ -248,14 +249,7 @@ func TestConfigSymlinkRace(t *testing.T) {
 // copy the file capabilities make install grants.
 func capBinary(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	_, bin := binarytest.CopyForOthers(t, binary, "")
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	return bin
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -186,7 +187,7 @@ func TestWatchForeignProgram(t *testing.T) {
 // testns.Hang is a hang.
 func runBounded(t *testing.T, cmd *exec.Cmd) (string, error) {
 	t.Helper()
-	var out syncBuffer
+	var out binarytest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
@@ -211,14 +212,7 @@ func TestWatchUnderFileCapabilities(t *testing.T) {
 	start(t, ns, observedConfig(false))
 	id := waitAttached(t, ns, testns.Dev)
 
-	dir, err := os.MkdirTemp("", "xdp-drop-cap")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "telegraf-xdp-drop")
-	raw, err := os.ReadFile(binary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(bin, raw, 0o755))
+	dir, bin := binarytest.CopyForOthers(t, binary, "")
 	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
 	conf := filepath.Join(dir, "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(observedConfig(false)), 0o644))

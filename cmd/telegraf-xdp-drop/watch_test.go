@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -74,7 +75,7 @@ func TestWatchView(t *testing.T) {
 // namespace.
 type watchView struct {
 	cmd         *exec.Cmd
-	out, errOut syncBuffer
+	out, errOut binarytest.Buffer
 	done        chan error
 }
 

@@ -8,10 +8,11 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/signame"
 )
 
 // Logger receives the holder's log lines.
@@ -108,7 +109,7 @@ func (h *Holder) Wait(stop <-chan os.Signal) {
 		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout),
 			fmt.Sprintf("released after %s, while a successor was taking it over (it holds the attachment itself)", h.Timeout))
 	case sig := <-stop:
-		why := fmt.Sprintf("released at once: the handover process received %s", signalName(sig))
+		why := fmt.Sprintf("released at once: the handover process received %s", signame.Name(sig))
 		h.releaseAll(why, why+", while a successor was taking it over (it holds the attachment itself)")
 	}
 }
@@ -227,11 +228,4 @@ func (h *Holder) releaseUnmanaged(manages []Key, netns uint64) []string {
 		}
 	}
 	return released
-}
-
-func signalName(sig os.Signal) string {
-	if s, ok := sig.(syscall.Signal); ok && unix.SignalName(s) != "" {
-		return unix.SignalName(s)
-	}
-	return sig.String()
 }

@@ -16,13 +16,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -265,7 +265,7 @@ func newMountNS(t *testing.T, mode string) *mountNS {
 		"mount --bind "+host+" "+bpffs+" && echo ready && exec sleep infinity")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
+	var stderr binarytest.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -342,33 +342,17 @@ func writeConfig(t *testing.T, text string) string {
 
 // proc is the installed binary running in the test namespace.
 type proc struct {
+	run    *binarytest.Proc
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	lines  chan string
-	stderr *syncBuffer
-	done   chan error
+	lines  <-chan string
+	stderr *binarytest.Buffer
 }
 
 func start(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, lines: make(chan string, 256), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	var err error
-	p.stdin, err = p.cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.done <- p.cmd.Wait()
-	}()
-	t.Cleanup(func() { p.cmd.Process.Kill() })
-	return p
+	r := binarytest.Start(t, cmd, 256)
+	return &proc{run: r, cmd: r.Cmd, stdin: r.Stdin, lines: r.Lines, stderr: r.Stderr}
 }
 
 // waitLine asks for gathers until a line starts with prefix; a bound that
@@ -399,27 +383,9 @@ func (p *proc) stop(t *testing.T) {
 	for range p.lines {
 	}
 	select {
-	case err := <-p.done:
-		require.NoError(t, err, "stderr: %s", p.stderr)
+	case <-p.run.Done:
+		require.NoError(t, p.run.Err(), "stderr: %s", p.stderr)
 	case <-time.After(20 * time.Second):
 		t.Fatalf("still running 20s after stdin closed; stderr: %s", p.stderr)
 	}
-}
-
-// syncBuffer collects the child's stderr while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/internal/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
@@ -321,14 +322,14 @@ func waitNoProcs(uid string, d time.Duration) []int {
 // telegrafProc is Telegraf running as its service user in the test's namespaces.
 type telegrafProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *binarytest.Buffer
 	done   chan struct{}
 }
 
 func startTelegraf(t *testing.T, m *mountNS, ns *testns.NS, bin string) *telegrafProc {
 	t.Helper()
 	cmd := telegrafCmd(m, ns, bin)
-	p := &telegrafProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &telegrafProc{cmd: cmd, stderr: &binarytest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
 	require.NoError(t, cmd.Start())
 	go func() { cmd.Wait(); close(p.done) }()

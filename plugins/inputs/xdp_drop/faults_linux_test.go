@@ -4,15 +4,16 @@ package xdp_drop
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
@@ -100,7 +101,7 @@ func TestLinkDetachedFromOutside(t *testing.T) {
 	require.Empty(t, acc.Errors)
 	oldID := p.ifaces[0].prog.ID()
 
-	require.NoError(t, ns.Do(func() error { return bpf.RemoveExisting(ns.DevIdx) }))
+	require.NoError(t, detachLink(oldID))
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.Zero(t, id, "detached from outside")
@@ -158,3 +159,21 @@ func (e verifierRefusal) Error() string {
 	return "load XDP program: invalid argument\n0: R1=ctx()\nprocessed 3 insns"
 }
 func (e verifierRefusal) Unwrap() error { return e.err }
+
+// detachLink detaches the XDP link of program id, as bpftool link detach does.
+func detachLink(id ebpf.ProgramID) error {
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err == nil && info.Type == link.XDPType && info.Program == id {
+			l := it.Take()
+			defer l.Close()
+			return l.Detach()
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("no XDP link of program %d", id)
+}

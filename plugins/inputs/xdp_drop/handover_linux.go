@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
@@ -54,13 +55,9 @@ func (x *XDPDrop) handOver() {
 		if ifc.prog == nil || ifc.prog.Kept() || ifc.prog.Observed() || ifc.prog.Attached() != nil {
 			continue
 		}
-		l, p, m, err := ifc.prog.FDs()
+		fds, err := ifc.prog.Handed()
 		if err != nil {
 			continue
-		}
-		fds := []int{l, p, m}
-		if r, ok := ifc.prog.RuleCountersFD(); ok {
-			fds = append(fds, r)
 		}
 		offers = append(offers, handover.Offer{
 			Header: handover.Header{
@@ -94,16 +91,32 @@ func (x *XDPDrop) handOver() {
 	}
 }
 
-// takeOver takes the interface over from a stopped instance's holder, in
-// place. It reports whether it did, or why it failed for good; when
-// nothing is offered, or what is offered cannot be taken, the caller
-// attaches afresh.
-func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
-	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
+// handover sets want up to take over what a stopped instance's holder
+// offers for the interface, in place: offered now, or, when an xdp_drop
+// program is in the way during Start, offered before startWait runs out.
+func (x *XDPDrop) handover(want *bpf.Want, ifc *iface) {
+	key := handover.Key{NetNS: ifc.netns, Ifindex: want.Ifindex}
+	// An offer found here is tried now; waiting for one again would only
+	// retry what it refused, load after load.
+	await := !handover.Offered(x.handoverDir, key)
+	want.Handed = x.take(ifc, key)
+	want.AwaitHanded = func() (bool, *bpf.Handed) {
+		if !await || !x.awaitOffer(key) {
+			return false, nil
+		}
+		h := x.take(ifc, key)
+		await = !handover.Offered(x.handoverDir, key)
+		return true, h
+	}
+}
+
+// take takes what the holder offers for key, nil when nothing is offered
+// or it could not be taken. The holder is answered when Acquire settles.
+func (x *XDPDrop) take(ifc *iface, key handover.Key) *bpf.Handed {
 	if !handover.Offered(x.handoverDir, key) {
 		// managedKeys looks up every interface (each lookup lists them
 		// all): only worth it when there is something to take.
-		return false, nil
+		return nil
 	}
 	wait := max(time.Until(x.holderDeadline), minTakeWait)
 	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns), wait)
@@ -111,89 +124,25 @@ func (x *XDPDrop) takeOver(ifc *iface, ifindex int) (bool, error) {
 	if errors.As(err, &stuck) {
 		// Reported with the attach's failure: what it holds is in the way.
 		ifc.stuck = stuck
-		return false, nil
+		return nil
 	}
 	if err != nil {
 		x.Log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
-		return false, nil
+		return nil
 	}
 	if t == nil {
-		return false, nil
+		return nil
 	}
-	handed := bpf.Handed{LinkFD: t.FDs[0], ProgFD: t.FDs[1], CountersFD: t.FDs[2], Fingerprint: t.Fingerprint, MultiBuffer: t.MultiBuffer}
-	if len(t.FDs) > handover.FDCount {
-		handed.RuleCountersFD, handed.HasRuleCounters = t.FDs[handover.FDCount], true
-	}
-	prog, continued, err := bpf.Adopt(handed, ifindex, x.mode, x.policy, func() (*bpf.Program, error) {
-		prog, _, err := x.load(ifc.name)
-		if err == nil && x.singleBufferOnly {
-			prog.DisableMultiBuffer()
+	h := bpf.HandedFrom(t.FDs)
+	h.Fingerprint, h.MultiBuffer, h.ProgramID = t.Fingerprint, t.MultiBuffer, ebpf.ProgramID(t.ProgramID)
+	h.Settle = func(accept bool, refusal string) {
+		if accept {
+			x.logReleased(t.Accept())
+			return
 		}
-		return prog, err
-	})
-	var foreign *bpf.ForeignError
-	switch {
-	case errors.Is(err, bpf.ErrModeChanged):
-		x.logReleased(t.Accept())
-		x.Log.Warnf("interface %q: %v: attaching afresh (a moment unfiltered)", ifc.name, err)
-		return false, nil
-	case errors.As(err, &foreign):
-		t.Refuse(err.Error())
-		x.Log.Warnf("interface %q: ignored what the handover offered: %v", ifc.name, err)
-		return false, nil
-	case err != nil:
-		t.Refuse(err.Error())
-		ifc.err = x.explain(ifc.name, err)
-		return true, ifc.err
+		t.Refuse(refusal)
 	}
-	x.logReleased(t.Accept())
-	x.adopted(ifc, prog, ifindex)
-	if continued && x.files.rules != nil {
-		// The program kept holds the prefixes its files held then.
-		ifc.rulesGen = staleRules
-	}
-	if fellBack(x.mode, prog) {
-		x.Log.Warnf("interface %q: mode = \"auto\" fell back to generic mode (slower): %v", ifc.name, prog.NativeError())
-	}
-	if continued {
-		x.Log.Infof("interface %q: taken over in place, program id %d; counters continue", ifc.name, prog.ID())
-	} else {
-		x.Log.Infof("interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed",
-			ifc.name, prog.ID(), t.ProgramID)
-	}
-	x.pinAdopted(ifc.name, prog, continued)
-	return true, nil
-}
-
-func (x *XDPDrop) adopted(ifc *iface, prog *bpf.Program, ifindex int) {
-	ifc.prog = prog
-	ifc.ifindex = ifindex
-	ifc.rulesGen = x.files.gen
-	ifc.err = nil
-	ifc.reported = ""
-}
-
-// pinAdopted pins what pin_path and keep_attached ask for: the handed-over
-// program may have run without them.
-func (x *XDPDrop) pinAdopted(name string, prog *bpf.Program, continued bool) {
-	if x.PinPath == "" {
-		return
-	}
-	dir, err := x.pinDir(name)
-	if err != nil {
-		x.Log.Warnf("interface %q: taken over without pins, so counters restart at every restart: %v", name, err)
-		return
-	}
-	if continued {
-		if err := prog.PinCounters(dir); err != nil {
-			x.Log.Warnf("interface %q: %v", name, err)
-		}
-	}
-	if x.KeepAttached {
-		if err := prog.PinLink(dir); err != nil {
-			x.Log.Warnf("interface %q: %v", name, err)
-		}
-	}
+	return h
 }
 
 func (x *XDPDrop) logReleased(names []string) {
@@ -226,11 +175,10 @@ func stuckError(name string, err error, stuck *handover.StuckError) error {
 
 // awaitOffer waits, during Start only, for a stopping instance that still
 // holds the interface to offer it; it reports whether one did.
-func (x *XDPDrop) awaitOffer(ifc *iface, ifindex int) bool {
+func (x *XDPDrop) awaitOffer(key handover.Key) bool {
 	if !x.starting {
 		return false
 	}
-	key := handover.Key{NetNS: ifc.netns, Ifindex: ifindex}
 	for time.Now().Before(x.holderDeadline) {
 		if handover.Offered(x.handoverDir, key) {
 			return true

@@ -59,7 +59,7 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 
 // observer names, briefly, the instance whose program is observed: by the
 // processes that hold its link.
-func observer(owners []bpf.Holder) string {
+func observer(owners []bpf.Owner) string {
 	if len(owners) == 0 {
 		return "a kept link"
 	}

@@ -27,9 +27,9 @@ func stampOf(fi os.FileInfo) fileStamp {
 
 // swapPrefixes puts the rule prefixes in force on every attached interface
 // whose program holds another set, without a gap (bpf.Program.SwapRules).
-// The set is compiled once; the first interface fills its rule maps, the
-// others load their programs on them, as many at once as there are CPUs
-// (each load is verified apart). An interface whose swap fails keeps its
+// The set is compiled once, into the instance of this generation; the
+// first interface fills its rule maps, the others load their programs on
+// them, as many at once as there are CPUs (each load is verified apart). An interface whose swap fails keeps its
 // set, and is tried again at the next gather.
 func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	defer x.releaseMemory()
@@ -43,12 +43,17 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	if len(stale) == 0 {
 		return
 	}
-	rules, err := bpf.CompileRules(x.policy)
-	if err != nil {
-		acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
-		return
+	// The instance of this generation: the programs swapped and those
+	// attached after share its rule maps.
+	rules := x.kernel.in
+	if rules == nil || x.kernel.gen != x.files.gen {
+		var err error
+		if rules, err = bpf.CompileRules(x.policy); err != nil {
+			acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
+			return
+		}
+		x.setInstance(rules)
 	}
-	defer rules.Close()
 	olds := make([]ebpf.ProgramID, len(stale))
 	errs := make([]error, len(stale))
 	swap := func(i int) {

@@ -223,17 +223,16 @@ func TestPrefixFileHandover(t *testing.T) {
 
 	// a stops: a holder in this process keeps its link for the successor.
 	prog := a.ifaces[0].prog
-	l, pfd, m, err := prog.FDs()
+	fds, err := prog.Handed()
 	require.NoError(t, err)
-	r, ok := prog.RuleCountersFD()
-	require.True(t, ok)
+	require.Len(t, fds, 4, "with rule counters")
 	var netns uint64
 	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
 	dir := filepath.Join(t.TempDir(), "handover")
 	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
 		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
 			Mode: string(prog.Mode()), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
-		FDs: dupAll(t, l, pfd, m, r),
+		FDs: dupAll(t, fds...),
 	}}, testutil.Logger{})
 	require.NoError(t, errs[0])
 	stop := make(chan os.Signal, 1)

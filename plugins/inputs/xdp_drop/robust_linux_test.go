@@ -237,9 +237,9 @@ func TestFDsPerInterface(t *testing.T) {
 	require.Equal(t, before, openFDs(t), "released")
 }
 
-// TestFDsPerInterfaceWithRules: rules with prefixes and ports keep their
-// maps and the rule counters open, and the out-of-descriptors advice counts
-// them.
+// TestFDsPerInterfaceWithRules: each interface keeps its rule counters
+// open, the instance keeps the rule maps open once for all, and the
+// out-of-descriptors advice counts what each interface adds.
 func TestFDsPerInterfaceWithRules(t *testing.T) {
 	ns := testns.New(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
@@ -252,9 +252,10 @@ func TestFDsPerInterfaceWithRules(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
-	require.Equal(t, bpf.FDsPerInterface+6, p.policy.FDs())
-	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 10")
+	require.Equal(t, 2*p.policy.FDs()+p.policy.SharedFDs(), openFDs(t)-before)
+	require.Equal(t, bpf.FDsPerInterface+1, p.policy.FDs())
+	require.Equal(t, 5, p.policy.SharedFDs(), "prefix buckets, exact prefixes, two tries, ports")
+	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 5")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
 }

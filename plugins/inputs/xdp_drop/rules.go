@@ -28,9 +28,6 @@ type Rule struct {
 	DstPort       []any    `toml:"dst_port"`
 }
 
-// RuleKeys are the keys a rule takes, for error messages.
-const RuleKeys = "name, action, protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port"
-
 const maxRuleName = 64
 
 // maxPortEntries bounds the entries of src_port and of dst_port in a rule:

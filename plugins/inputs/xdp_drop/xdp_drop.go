@@ -67,6 +67,9 @@ type XDPDrop struct {
 	mode   bpf.Mode
 	policy bpf.Policy
 	files  prefixFiles // the rules fed from prefix files
+	// kernel is the policy's kernel side (Linux): created at the first
+	// attach of each generation of prefix files, closed by Stop.
+	kernel kernelSide
 	// selector matches the glob patterns of interfaces less
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter

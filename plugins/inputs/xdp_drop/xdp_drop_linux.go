@@ -141,7 +141,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, &snap, true)
+			x.releaseDetached(acc, ifc, &snap, true)
 			if ifc.prog == nil {
 				if err := x.attach(ifc); err != nil {
 					x.report(acc, ifc, err)
@@ -153,7 +153,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	if err != nil {
 		// Link state needs no namespace: still notice detached programs.
 		for _, ifc := range x.ifaces {
-			x.check(acc, ifc, &snap, false)
+			x.releaseDetached(acc, ifc, &snap, false)
 		}
 	}
 	x.namespaceFailed(acc, err)
@@ -170,11 +170,11 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	return snap
 }
 
-// check releases the program of an interface the kernel detached it from,
-// after adding what it counted since the last gather to snap. inNS says whether
-// the calling thread is in the interfaces' namespace, where the interface
-// can be looked up to tell why.
-func (x *XDPDrop) check(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, inNS bool) {
+// releaseDetached releases the program of an interface the kernel
+// detached it from, after adding what it counted since the last gather to
+// snap. inNS says whether the calling thread is in the interfaces'
+// namespace, where the interface can be looked up to tell why.
+func (x *XDPDrop) releaseDetached(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, inNS bool) {
 	if ifc.prog == nil {
 		return
 	}
@@ -329,6 +329,7 @@ func (x *XDPDrop) Stop() {
 		}
 		x.release(ifc, errors.New("stopped"))
 	}
+	x.closeInstance()
 	x.closeCapture()
 }
 
@@ -344,8 +345,8 @@ func (x *XDPDrop) release(ifc *iface, why error) {
 	ifc.err = why
 }
 
-// attach loads a program for the interface and attaches it; on any failure
-// nothing is left attached or loaded.
+// attach gets the interface its program, whatever the route (see
+// bpf.Instance.Acquire); on any failure nothing is left attached or loaded.
 func (x *XDPDrop) attach(ifc *iface) error {
 	dev, err := net.InterfaceByName(ifc.name)
 	ifc.missing = err != nil && !lookupFailed(err)
@@ -363,41 +364,16 @@ func (x *XDPDrop) attach(ifc *iface) error {
 			return err
 		}
 	}
-	// An offer found here is tried now; waiting for one again below would
-	// only retry what it refused, load after load.
-	await := true
+	want := bpf.Want{
+		Ifindex: dev.Index, Name: ifc.name, Mode: x.mode,
+		PinPath: x.PinPath, KeepAttached: x.KeepAttached, Replace: x.Replace,
+	}
 	if ifc.netns, err = handover.CurrentNetNS(); err == nil {
-		await = !handover.Offered(x.handoverDir, handover.Key{NetNS: ifc.netns, Ifindex: dev.Index})
-		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
-			return err
-		}
+		x.handover(&want, ifc)
 	}
-	prog, pinned, err := x.load(ifc.name)
+	got, err := x.instance().Acquire(want)
+	x.logNotes(ifc.name, got.Notes)
 	if err != nil {
-		ifc.err = x.explain(ifc.name, err)
-		return ifc.err
-	}
-	if x.singleBufferOnly {
-		prog.DisableMultiBuffer()
-	}
-	err = x.attachProgram(prog, ifc.name, dev.Index, pinned)
-	var existing *bpf.ExistingProgramError
-	// An xdp_drop program, or one this process may not tell (under file
-	// capabilities): maybe this instance's predecessor, still stopping.
-	maybeOurs := errors.As(err, &existing) && (existing.Name == bpf.ProgramName || existing.Uninspectable)
-	if maybeOurs && await && x.awaitOffer(ifc, dev.Index) {
-		// A stopping instance is handing the interface over.
-		prog.Close()
-		if took, err := x.takeOver(ifc, dev.Index); took || err != nil {
-			return err
-		}
-		return x.attach(ifc)
-	}
-	if errors.As(err, &existing) && x.Replace {
-		err = x.replace(prog, ifc.name, dev.Index, existing, pinned)
-	}
-	if err != nil {
-		prog.Close()
 		if vanished(ifc.name, dev.Index) {
 			// Removed between the lookup and the attach: not a failure.
 			ifc.missing = true
@@ -414,42 +390,73 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		ifc.err = x.explain(ifc.name, err)
 		return ifc.err
 	}
-	ifc.prog = prog
+	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
 	ifc.rulesGen = x.files.gen
+	if got.Route == bpf.RouteHandedOver && got.Continued && x.files.rules != nil {
+		// The program kept holds the prefixes its files held then.
+		ifc.rulesGen = staleRules
+	}
 	ifc.err = nil
 	ifc.reported = ""
-	if fellBack(x.mode, prog) {
-		x.Log.Warnf("interface %q: mode = \"auto\" fell back to generic mode (slower): %v", ifc.name, prog.NativeError())
-	}
-	if prog.MultiBuffer() {
-		x.Log.Infof("interface %q: attached in %s mode, program id %d, multi-buffer: the device's MTU needs more than one buffer per frame", ifc.name, prog.Mode(), prog.ID())
-		return nil
-	}
-	x.Log.Infof("interface %q: attached in %s mode, program id %d", ifc.name, prog.Mode(), prog.ID())
 	return nil
+}
+
+// kernelSide holds the plugin instance's bpf.Instance, of the policy its
+// prefix files gave in generation gen.
+type kernelSide struct {
+	in  *bpf.Instance
+	gen uint64
+}
+
+// instance is the kernel side of the plugin instance, whose rule maps the
+// programs of all its interfaces share: one per generation of the prefix
+// files, made at its first attach or swap.
+func (x *XDPDrop) instance() *bpf.Instance {
+	if x.kernel.in == nil || x.kernel.gen != x.files.gen {
+		x.setInstance(bpf.NewInstance(x.policy))
+	}
+	return x.kernel.in
+}
+
+// setInstance makes in the instance of the current generation. The one
+// before is closed: its programs still attached hold their rule maps.
+func (x *XDPDrop) setInstance(in *bpf.Instance) {
+	x.closeInstance()
+	if x.singleBufferOnly {
+		in.DisableMultiBuffer()
+	}
+	x.kernel = kernelSide{in: in, gen: x.files.gen}
+}
+
+func (x *XDPDrop) closeInstance() {
+	if x.kernel.in == nil {
+		return
+	}
+	if err := x.kernel.in.Close(); err != nil {
+		x.Log.Errorf("release the rule maps: %v", err)
+	}
+	x.kernel.in = nil
+}
+
+// logNotes logs what Acquire reports, under the interface's name.
+func (x *XDPDrop) logNotes(name string, notes []bpf.Note) {
+	for _, n := range notes {
+		text := n.Text
+		if !n.Instance {
+			text = fmt.Sprintf("interface %q: %s", name, n.Text)
+		}
+		if n.Warn {
+			x.Log.Warnf("%s", text)
+		} else {
+			x.Log.Infof("%s", text)
+		}
+	}
 }
 
 // fellBack reports whether mode = "auto" fell back to generic mode.
 func fellBack(mode bpf.Mode, prog *bpf.Program) bool {
 	return mode == bpf.ModeAuto && prog.Mode() == bpf.ModeGeneric
-}
-
-// replace removes the program in the way and attaches prog instead. Only
-// a program that is in the way is replaced; a link kept by an earlier run
-// has been taken over by attachProgram, without a gap. A running xdp_drop
-// is never replaced: two instances would take the interface in turns.
-func (x *XDPDrop) replace(prog *bpf.Program, name string, ifindex int, existing *bpf.ExistingProgramError, pinned bool) error {
-	if existing.Name == bpf.ProgramName {
-		if err := bpf.CheckNotLive(ifindex, existing.ID); err != nil {
-			return err
-		}
-	}
-	if err := bpf.RemoveExisting(ifindex); err != nil {
-		return fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
-	}
-	x.Log.Warnf("interface %q: replaced XDP program id %d (replace = true)", name, existing.ID)
-	return x.attachProgram(prog, name, ifindex, pinned)
 }
 
 // vanished reports whether the interface that had index ifindex is gone
@@ -469,109 +476,13 @@ func lookupFailed(err error) bool {
 	return errors.As(err, &sysErr)
 }
 
-// load loads a program for the interface, with its counters pinned when
-// pin_path is set and usable. When the pin directory cannot be used (no BPF
-// filesystem, no permission) the program is loaded without pins and a
-// warning names the fix: the drop policy the operator asked for is enforced,
-// and only counter continuity (and keep_attached) is lost.
-func (x *XDPDrop) load(name string) (prog *bpf.Program, pinned bool, err error) {
-	defer func() {
-		if err == nil {
-			if note := prog.PrefixNote(); note != "" {
-				x.Log.Warnf("interface %q: %s", name, note)
-			}
-		}
-	}()
-	if x.PinPath == "" {
-		prog, err = bpf.Load(x.policy)
-		return prog, false, err
-	}
-	prog, err = x.loadPinned(name)
-	if errors.Is(err, bpf.ErrPinning) {
-		lost := "counters restart at every restart"
-		if x.KeepAttached {
-			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
-		}
-		x.Log.Warnf("interface %q: attaching without pins, so %s: %v", name, lost, err)
-		prog, err = bpf.Load(x.policy)
-		return prog, false, err
-	}
-	return prog, err == nil, err
-}
-
-func (x *XDPDrop) loadPinned(name string) (*bpf.Program, error) {
-	dir, err := x.pinDir(name)
-	if err != nil {
-		return nil, err
-	}
-	if err := bpf.CheckKeptLinkFree(dir); err != nil {
-		return nil, fmt.Errorf("pin_path: %w", err)
-	}
-	if !x.KeepAttached {
-		if released, err := bpf.ReleaseKept(dir); err != nil {
-			return nil, err
-		} else if released {
-			x.Log.Warnf("interface %q: released the attachment an earlier run kept (keep_attached is off now)", name)
-		}
-	}
-	prog, note, err := bpf.LoadPinned(x.policy, dir)
-	if err != nil {
-		return nil, err
-	}
-	if note != "" {
-		x.Log.Infof("interface %q: %s (%s)", name, note, dir)
-	}
-	return prog, nil
-}
-
-// pinDir returns the interface's pin directory, ready for pins: on a BPF
-// filesystem that outlives the process (mounted on /sys/fs/bpf when nothing
-// is), and ours.
-func (x *XDPDrop) pinDir(name string) (string, error) {
-	mounted, err := bpf.EnsureBPFFS(x.PinPath)
-	if err != nil {
-		return "", err
-	}
-	if mounted {
-		x.Log.Infof("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
-	}
-	if err := bpf.CheckPersistent(x.PinPath); err != nil {
-		return "", fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
-			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", x.PinPath, err)
-	}
-	dir := filepath.Join(x.PinPath, name)
-	if err := bpf.CheckPinDir(x.PinPath); err != nil {
-		return "", fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", x.PinPath, err, bpf.DefaultBPFFS+"/xdp_drop")
-	}
-	if err := bpf.CheckPinDir(dir); err != nil {
-		return "", fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
-	}
-	if err := bpf.PreparePinDir(x.PinPath, dir); err != nil {
-		return "", err
-	}
-	return dir, nil
-}
-
-// attachProgram attaches, keeping the attachment past the process when
-// keep_attached is set and pins are usable.
-func (x *XDPDrop) attachProgram(prog *bpf.Program, name string, ifindex int, pinned bool) error {
-	if !x.KeepAttached || !pinned {
-		return prog.Attach(ifindex, x.mode)
-	}
-	note, err := prog.AttachKept(ifindex, x.mode, filepath.Join(x.PinPath, name))
-	if note != "" {
-		x.Log.Infof("interface %q: %s", name, note)
-	}
-	return err
-}
-
 // explain turns a load or attach error into one that says what to do.
 func (x *XDPDrop) explain(name string, err error) error {
 	var existing *bpf.ExistingProgramError
 	var refused *bpf.NativeRefusedError
 	var live *bpf.LiveOwnerError
 	switch {
-	case errors.As(err, &live) && len(live.Holders) == 0:
+	case errors.As(err, &live) && len(live.Owners) == 0:
 		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
 			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", name, err)
 	case errors.As(err, &live):

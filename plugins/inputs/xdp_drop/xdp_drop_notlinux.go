@@ -21,3 +21,5 @@ func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
 func handoverDir(string) (string, string) { return "", "" }
 
 func (*XDPDrop) checkNamespaceEntry() error { return nil }
+
+type kernelSide struct{}

@@ -13,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestAdoptForeignClosesEachDescriptorOnce: descriptors that are not BPF
+// TestTakeOverForeignClosesEachDescriptorOnce: descriptors that are not BPF
 // objects are closed once each. A second close would hit whatever another
 // goroutine opened under the freed number meanwhile: here, a file a
-// goroutine holds open while Adopt runs over and over. None is left open.
-func TestAdoptForeignClosesEachDescriptorOnce(t *testing.T) {
+// goroutine holds open while takeOver runs over and over. None is left open.
+func TestTakeOverForeignClosesEachDescriptorOnce(t *testing.T) {
 	var devNull unix.Stat_t
 	require.NoError(t, unix.Stat("/dev/null", &devNull))
 	open := func() int {
@@ -53,12 +53,14 @@ func TestAdoptForeignClosesEachDescriptorOnce(t *testing.T) {
 			require.NoError(t, err)
 			fds[j] = fd
 		}
-		_, _, err := Adopt(Handed{LinkFD: fds[0], ProgFD: fds[1], CountersFD: fds[2]}, 1, ModeNative, Policy{DropAll: true}, nil)
+		// takeOver, not Acquire: a refused handover would go on to attach
+		// afresh, and interface 1 here is the host's loopback.
+		_, _, err := NewInstance(Policy{DropAll: true}).takeOver(Want{Ifindex: 1, Mode: ModeNative}, HandedFrom(fds[:]), &Got{})
 		var foreign *ForeignError
 		require.True(t, errors.As(err, &foreign), "err = %v", err)
 	}
 	stop.Store(true)
 	<-done
-	require.False(t, lost.Load(), "Adopt closed a descriptor another goroutine had opened under a number it had already given up")
+	require.False(t, lost.Load(), "takeOver closed a descriptor another goroutine had opened under a number it had already given up")
 	require.Equal(t, before, open(), "every foreign descriptor is closed")
 }

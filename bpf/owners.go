@@ -16,39 +16,39 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Holder is a process that holds a BPF link open.
-type Holder struct {
+// Owner is a process that holds a BPF link open.
+type Owner struct {
 	PID  int
 	Comm string
 }
 
-func (h Holder) String() string { return fmt.Sprintf("%d (%s)", h.PID, h.Comm) }
+func (h Owner) String() string { return fmt.Sprintf("%d (%s)", h.PID, h.Comm) }
 
 // LiveOwnerError is returned when the xdp_drop program in the way is
 // attached through a link that a running process holds, or may hold: a
 // running instance, which replace = true must not fight.
 type LiveOwnerError struct {
-	ID      ebpf.ProgramID
-	Link    link.ID
-	Holders []Holder // empty when no process could be seen holding the link
+	ID     ebpf.ProgramID
+	Link   link.ID
+	Owners []Owner // empty when no process could be seen holding the link
 }
 
 func (e *LiveOwnerError) Error() string {
-	if len(e.Holders) == 0 {
+	if len(e.Owners) == 0 {
 		return fmt.Sprintf("XDP program id %d (%s) is attached through link id %d, which no process this one can see holds: it may belong to a running instance", e.ID, ProgramName, e.Link)
 	}
-	pids := make([]string, len(e.Holders))
-	for i, h := range e.Holders {
+	pids := make([]string, len(e.Owners))
+	for i, h := range e.Owners {
 		pids[i] = h.String()
 	}
 	return fmt.Sprintf("XDP program id %d (%s) belongs to a running instance: process %s holds its link id %d", e.ID, ProgramName, strings.Join(pids, ", "), e.Link)
 }
 
-// CheckNotLive returns a *LiveOwnerError when the XDP program id on ifindex
+// checkNotLive returns a *LiveOwnerError when the XDP program id on ifindex
 // is attached through a link held by a running process, or by a process
 // whose descriptors this one cannot read. A program attached through netlink,
 // or through a link that only a pin keeps, has no running owner.
-func CheckNotLive(ifindex int, id ebpf.ProgramID) error {
+func checkNotLive(ifindex int, id ebpf.ProgramID) error {
 	l, err := findXDPLink(ifindex, id)
 	if err != nil || l == nil {
 		return err
@@ -58,19 +58,19 @@ func CheckNotLive(ifindex int, id ebpf.ProgramID) error {
 	if err != nil {
 		return fmt.Errorf("read link info of program %d: %w", id, err)
 	}
-	holders, complete, err := linkHolders(info.ID)
+	owners, complete, err := processesHolding(info.ID)
 	if err != nil {
 		return err
 	}
-	if len(holders) > 0 || !complete {
-		return &LiveOwnerError{ID: id, Link: info.ID, Holders: holders}
+	if len(owners) > 0 || !complete {
+		return &LiveOwnerError{ID: id, Link: info.ID, Owners: owners}
 	}
 	return nil
 }
 
-// linkHolders lists the processes holding link id, this one included, and
+// processesHolding lists the processes holding link id, this one included, and
 // reports whether every process's descriptors could be read.
-func linkHolders(id link.ID) (holders []Holder, complete bool, err error) {
+func processesHolding(id link.ID) (owners []Owner, complete bool, err error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, false, fmt.Errorf("list processes: %w", err)
@@ -86,10 +86,10 @@ func linkHolders(id link.ID) (holders []Holder, complete bool, err error) {
 		complete = complete && readable
 		if holds {
 			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-			holders = append(holders, Holder{PID: pid, Comm: strings.TrimSpace(string(comm))})
+			owners = append(owners, Owner{PID: pid, Comm: strings.TrimSpace(string(comm))})
 		}
 	}
-	return holders, complete, nil
+	return owners, complete, nil
 }
 
 // holdsLink reports whether process pid has a descriptor of the BPF link
@@ -133,10 +133,10 @@ func fdinfoField(path, key string) string {
 	return ""
 }
 
-// CheckKeptLinkFree returns a *LiveOwnerError when the link kept in dir
+// checkKeptLinkFree returns a *LiveOwnerError when the link kept in dir
 // (keep_attached) is held by another running process: an instance with the
 // same pin_path, whose pins must be neither taken over nor released.
-func CheckKeptLinkFree(dir string) error {
+func checkKeptLinkFree(dir string) error {
 	l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil)
 	if err != nil {
 		return nil // none, or unreadable: using the pins reports it
@@ -146,12 +146,12 @@ func CheckKeptLinkFree(dir string) error {
 	if err != nil {
 		return nil
 	}
-	holders, _, err := linkHolders(info.ID)
+	owners, _, err := processesHolding(info.ID)
 	if err != nil {
 		return err
 	}
-	var others []Holder
-	for _, h := range holders {
+	var others []Owner
+	for _, h := range owners {
 		if h.PID != os.Getpid() {
 			others = append(others, h)
 		}
@@ -159,5 +159,5 @@ func CheckKeptLinkFree(dir string) error {
 	if len(others) == 0 {
 		return nil
 	}
-	return &LiveOwnerError{ID: info.Program, Link: info.ID, Holders: others}
+	return &LiveOwnerError{ID: info.Program, Link: info.ID, Owners: others}
 }
