@@ -89,6 +89,9 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	for name, m := range p.objs.maps() {
 		replace[name] = m
 	}
+	for name, m := range p.samples.byName() {
+		replace[name] = m
+	}
 	objs, err := loadVariant(spec, true, replace)
 	if err != nil {
 		return nil, err

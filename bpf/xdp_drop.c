@@ -17,6 +17,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "xdp_drop.h"
+#include "sample.h"
 
 #define IPV6_EXT_MAX 8
 
@@ -536,11 +537,12 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
 }
 
 /*
- * The body of the programs. frags and rules are constants: each program is
- * compiled with its own branches only, so the program without rules runs
- * no rule code and keeps nothing for it.
+ * The body of the programs. frags, rules and sample are constants: each
+ * program is compiled with its own branches only, so the program without
+ * rules runs no rule code and keeps nothing for it, and the program without
+ * sampling has no sampling code.
  */
-static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules)
+static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int sample)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -570,26 +572,34 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		return XDP_PASS;
-	if (ruled)
-		return count_ruled(c, &key, class, ruled, len);
+	if (ruled) {
+		int act = count_ruled(c, &key, class, ruled, len);
+
+		if (sample)
+			sample_frame(ctx, class, ruled, len);
+		return act;
+	}
 	/* Its class's action: the counter's address needs no verdict. */
 	c->class[class].packets++;
 	c->class[class].bytes += len;
+	if (sample)
+		sample_frame(ctx, class, verdicts[class], len);
 	if (verdicts[class] & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
 }
 
 /*
- * Four programs, of which the loader loads one: with or without rules,
- * single- or multi-buffer. Each gets the kernel name xdp_drop.
+ * Eight programs, of which the loader loads one: with or without rules,
+ * single- or multi-buffer, with or without sampling. Each gets the kernel
+ * name xdp_drop.
  */
 
 /* Single-buffer XDP: every frame is in data..data_end. */
 SEC("xdp")
 int xdp_drop(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 0);
+	return frame_path(ctx, 0, 0, 0);
 }
 
 /*
@@ -599,19 +609,47 @@ int xdp_drop(struct xdp_md *ctx)
 SEC("xdp.frags")
 int xdp_drop_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 0);
+	return frame_path(ctx, 1, 0, 0);
 }
 
 SEC("xdp")
 int xdp_drop_rules(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1);
+	return frame_path(ctx, 0, 1, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_rules_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1);
+	return frame_path(ctx, 1, 1, 0);
+}
+
+/*
+ * The same four with sampling (sample.h), loaded only when sample_rate is
+ * set.
+ */
+SEC("xdp")
+int xdp_drop_sample(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 0, 1);
+}
+
+SEC("xdp.frags")
+int xdp_drop_sample_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 0, 1);
+}
+
+SEC("xdp")
+int xdp_drop_rules_sample(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 1, 1);
+}
+
+SEC("xdp.frags")
+int xdp_drop_rules_sample_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 1, 1);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";
