@@ -450,3 +450,43 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 	}
 	require.NotEqual(t, ring(0), ring(1), "a ring per interface")
 }
+
+// TestSamplingPerCPU: with per_cpu on, the counters carry the cpu tag and
+// the top sources are still one table per interface and action, exact at
+// sample_rate = 1.
+func TestSamplingPerCPU(t *testing.T) {
+	ns := testns.New(t)
+	p := newSampling(1)
+	p.PerCPU = true
+	p.TopSources = 2
+	startPlugin(t, ns, p)
+	gatherOnce(t, ns, p)
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("192.0.2.7"), 18), 50)
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.18.0.9"), 18), 30)
+	waitSamplesRead(t, p, 80)
+	acc := gatherOnce(t, ns, p)
+
+	var dropped uint64
+	for _, m := range metricsNamed(acc, MeasurementCounters) {
+		_, hasCPU := m.GetTag(TagCPU)
+		require.True(t, hasCPU, "per_cpu: %v", m)
+		if m.Tags()[TagAction] == "drop" && m.Tags()[TagProtocol] == "udp" {
+			dropped += m.Fields()[FieldPackets].(uint64)
+		}
+	}
+	require.Equal(t, uint64(80), dropped, "udp drops over every cpu")
+
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 2, "one table per interface and action, not per cpu")
+	want := map[string]struct {
+		source  string
+		packets uint64
+	}{"1": {"192.0.2.0/24", 50}, "2": {"198.18.0.0/24", 30}}
+	for _, m := range top {
+		_, hasCPU := m.GetTag(TagCPU)
+		require.False(t, hasCPU, "the top sources are per interface: %v", m)
+		w := want[m.Tags()[TagRank]]
+		require.Equal(t, w.source, m.Fields()[FieldSource], "%v", m)
+		require.Equal(t, w.packets, m.Fields()[FieldPackets], "%v", m)
+	}
+}
