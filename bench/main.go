@@ -41,7 +41,7 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -61,9 +61,9 @@ func run() int {
 		cfg.prefixSwaps = 3
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -153,6 +153,18 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			}
 			rep.prefixFile = append(rep.prefixFile, r)
 		}
+	}
+	if want("sampling") {
+		sc := cfg.perPacket
+		status("sampling: sample_rate = 0 against the program before sampling, 1000 against 0, %d rounds of %d runs; a flood with sample_rate = 1", sc.rounds, sc.repeat)
+		if rep.sampling, rep.samplingNotes, err = samplingPerPacket(sc); err != nil {
+			return nil, fmt.Errorf("sampling: %w", err)
+		}
+		f, err := floodSampling(e, 2)
+		if err != nil {
+			return nil, fmt.Errorf("sampling flood: %w", err)
+		}
+		rep.flood = &f
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

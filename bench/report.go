@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
 // Targets, as BENCHMARKS.md states them.
@@ -41,6 +43,9 @@ type report struct {
 	rulesStartup    *ruleStartup
 	limit           []limitBenchResult
 	limitNotes      []string
+	sampling        []samplingResult
+	samplingNotes   []string
+	flood           *samplingFlood
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
 	kernelMem       *kernelMemResult
@@ -99,6 +104,7 @@ func (r *report) print(w io.Writer) {
 	}
 	r.printRules(w)
 	r.printLimit(w)
+	r.printSampling(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -208,6 +214,7 @@ func (r *report) print(w io.Writer) {
 			"the maps more than one program uses are the shared rule maps, the rest (program, policy table, counters, rule counters; the counters per possible CPU) each interface's own.\n",
 			r.kernelMem.prefixes, r.kernelMem.ifaces)
 	}
+	r.printSamplingNotes(w)
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
 }
 
@@ -267,5 +274,40 @@ func round(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	default:
 		return d.Round(10 * time.Microsecond)
+	}
+}
+
+// printSampling prints the sampling section's rows.
+func (r *report) printSampling(w io.Writer) {
+	for _, p := range r.sampling {
+		target := fmt.Sprintf("≤ +%.1f ns", p.target)
+		if math.IsNaN(p.target) {
+			target = fmt.Sprintf("within noise: ±%.2f ns", (p.q3-p.q1)/2)
+		}
+		fmt.Fprintf(w, "| per-packet, %s | %s (XDP_DROP) | %.2f ns | %s %.2f ns | %+.2f ns (IQR %+.2f…%+.2f) | %s | %s |\n",
+			p.name, p.frame, p.ours, p.base, p.bare, p.delta, p.q1, p.q3, target, met(p.met(), fmt.Sprintf("%+.2f ns", p.delta)))
+	}
+	if f := r.flood; f != nil {
+		most := float64(f.cap) * 1.1
+		fmt.Fprintf(w, "| sampling flood, sample_rate = 1 | %.1f Mframes in %s, veth | %.0f samples/s received; %d capped, %d lost | cap %d/s | %.3f× the cap | ≤ 1.1× | %s |\n",
+			float64(f.frames)/1e6, round(f.took), f.perSecond, f.capped, f.lost, f.cap, f.perSecond/float64(f.cap), met(f.perSecond <= most, "over the cap"))
+		fmt.Fprintf(w, "| sampling flood, memory and Gather | the bench process, plugin in it | RSS %.1f MB; Gather %s idle, %s after the flood | — | — | RSS < 64 MB; Gather ≤ 5 ms | %s |\n",
+			float64(f.rssKB)/1024, f.gather.Round(time.Microsecond), f.gatherLoaded.Round(time.Microsecond),
+			met(f.rssKB < 64<<10 && f.gather <= 5*time.Millisecond && f.gatherLoaded <= 5*time.Millisecond, "over"))
+	}
+}
+
+func (r *report) printSamplingNotes(w io.Writer) {
+	if len(r.sampling) > 0 {
+		fmt.Fprintf(w, "Sampling: drop all, paired round by round as per-packet is; sample_rate = 0 against the program before sampling "+
+			"(bench/testdata/before-sampling.o, the fixed object of commit c9fcf1d), met when the median difference is within half its IQR; "+
+			"sample_rate = 1000 (cap %d/s, snaplen %d, samples read and discarded) against sample_rate = 0.\n", xdp_drop.DefaultSampleMaxPerSecond, xdp_drop.DefaultCaptureSnaplen)
+	}
+	for _, n := range r.samplingNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if r.flood != nil {
+		fmt.Fprintf(w, "Sampling flood: the plugin (sample_rate = 1, sample_max_per_second = %d) on the veth, live-frames XDP_TX from its peer for %s; "+
+			"samples/s = sampled (xdp_drop_link) over that time; RSS of the whole bench process; Gather median of 20 idle, then one after the flood.\n", r.flood.cap, round(r.flood.took))
 	}
 }

@@ -56,7 +56,11 @@ type Got struct {
 	// Continued says the counters continue those of an earlier program
 	// (handed over with the same fingerprint).
 	Continued bool
-	Notes     []Note
+	// KeptRuleMaps says the program taken over in place kept the rule maps
+	// it was handed over with, not the instance's (AdoptRules did not
+	// adopt them): changed prefix files must be swapped into it.
+	KeptRuleMaps bool
+	Notes        []Note
 }
 
 // Note is one thing Acquire reports, in the order it happened.
@@ -142,6 +146,7 @@ func (in *Instance) acquireHanded(w Want, h *Handed, got *Got) (bool, error) {
 	}
 	h.settle(true, "")
 	got.Program, got.Route, got.Continued = p, RouteHandedOver, continued
+	got.KeptRuleMaps = continued && p.objs.RuleCounters != nil && !in.runsOnShared(p.objs.Prog)
 	got.fellBack(w.Mode)
 	if continued {
 		got.info("taken over in place, program id %d; counters continue", p.ID())

@@ -16,12 +16,18 @@ import (
 const FDsPerInterface = 4
 
 // FDs is how many file descriptors an attached Program of policy holds:
-// FDsPerInterface, and one more for the rule counters when it has rules.
+// FDsPerInterface, one more for the rule counters when it has rules, and
+// six more when it samples: its three sampling maps, and the reader of its
+// ring (an epoll descriptor and two event descriptors that wake it).
 func (p Policy) FDs() int {
+	n := FDsPerInterface
 	if len(p.Rules) > 0 {
-		return FDsPerInterface + 1
+		n++
 	}
-	return FDsPerInterface
+	if p.Sample.On() {
+		n += 6
+	}
+	return n
 }
 
 // SharedFDs is how many file descriptors an Instance of policy holds once
@@ -38,9 +44,10 @@ func (p Policy) SharedFDs() int {
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
-// and the seven rule maps (rule counters and the limiter's cells among
-// them), which it closes again when no rule uses them.
-const loadFDs = FDsPerInterface + 7
+// the seven rule maps (rule counters and the limiter's cells among them),
+// which it closes again when no rule uses them, and the three sampling
+// maps.
+const loadFDs = FDsPerInterface + 7 + 3
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

@@ -142,3 +142,45 @@ func TestLimitSwapRules(t *testing.T) {
 	defer c.Close()
 	require.ErrorContains(t, p.SwapRules(c), "differs in more than its prefixes")
 }
+
+// TestLimitHandedRules: the limiter's cells are handed over with the rule
+// maps, once for the instance: a successor with the same rules adopts
+// them, and a program it attaches afresh, on another interface, finds the
+// budgets the stopped instance's programs spent.
+func TestLimitHandedRules(t *testing.T) {
+	ns := testns.New(t)
+	otherIdx, _, err := ns.AddVeth("xdph0", "xdph1")
+	require.NoError(t, err)
+	policy := bpf.Policy{Rules: []bpf.Rule{limitRule(bpf.Limit{Rate: 1, Burst: 3, PrefixV4: 32, PrefixV6: 64})}}
+	first := bpf.NewInstance(policy)
+	t.Cleanup(func() { first.Close() })
+	var got bpf.Got
+	require.NoError(t, ns.Attach(testns.Dev, func() (err error) {
+		got, err = first.Acquire(bpf.Want{Ifindex: ns.DevIdx, Name: testns.Dev, Mode: bpf.ModeNative})
+		return err
+	}))
+	t.Cleanup(func() { got.Program.Close() })
+	frame := dnsFrom("198.51.100.1")
+	passed, _ := (&limitClock{t: t, p: got.Program}).send(frame, 2)
+	require.Equal(t, 2, passed)
+
+	fds, describe := first.HandedRules()
+	require.Len(t, fds, 6, "five rule maps and the limiter's cells")
+	dups := make([]int, len(fds))
+	for i, fd := range fds {
+		dups[i], err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		require.NoError(t, err)
+	}
+	second := bpf.NewInstance(policy)
+	t.Cleanup(func() { second.Close() })
+	adopted, why := second.AdoptRules(bpf.RulesHandedFrom(dups, describe))
+	require.True(t, adopted, why)
+	var fresh bpf.Got
+	require.NoError(t, ns.Attach("xdph0", func() (err error) {
+		fresh, err = second.Acquire(bpf.Want{Ifindex: otherIdx, Name: "xdph0", Mode: bpf.ModeNative})
+		return err
+	}))
+	t.Cleanup(func() { fresh.Program.Close() })
+	passed, dropped := (&limitClock{t: t, p: fresh.Program}).send(frame, 3)
+	require.Equal(t, [2]int{1, 2}, [2]int{passed, dropped}, "the budget the first instance spent stays spent")
+}

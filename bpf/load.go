@@ -70,8 +70,15 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	for name, m := range counters {
 		replace[name] = m
 	}
+	if p.samples, err = newSampleMaps(spec, in.policy.Sample); err != nil {
+		return nil, err
+	}
+	for name, m := range p.samples.byName() {
+		replace[name] = m
+	}
 	objs, err := loadVariant(spec, false, replace)
 	if err != nil {
+		p.samples.Close()
 		return nil, err
 	}
 	p.objs = objs

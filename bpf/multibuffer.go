@@ -79,14 +79,17 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A program taken over in place has rule maps of the instance that
-	// handed it over: its variant gets this instance's.
+	// A program taken over in place may have rule maps of the instance
+	// that handed it over (not adopted): its variant gets this instance's.
 	shared, err := p.in.shared()
 	if err != nil {
 		return nil, err
 	}
 	replace := shared.byName()
 	for name, m := range p.objs.maps() {
+		replace[name] = m
+	}
+	for name, m := range p.samples.byName() {
 		replace[name] = m
 	}
 	objs, err := loadVariant(spec, true, replace)

@@ -38,6 +38,8 @@ type Policy struct {
 	// PerQueue counts each RX queue apart (QueueSlots blocks, the last
 	// shared by higher queues) instead of one block for all.
 	PerQueue bool
+	// Sample sends some frames up to user space (SampleReader).
+	Sample Sampling
 }
 
 // QueueSlots is the number of per-queue counter blocks with PerQueue: 64
@@ -152,6 +154,11 @@ func (p Policy) fingerprint() string {
 	}
 	if p.PerQueue {
 		h.Write([]byte("per_queue"))
+	}
+	// Whether it samples, not how: a handed-over program is continued only
+	// with the same code (see Takeover).
+	if p.Sample.On() {
+		h.Write([]byte("sample"))
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

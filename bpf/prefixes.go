@@ -185,22 +185,21 @@ var (
 	exactReach     = prefixProbes // slots past its home a prefix may be placed
 )
 
-// placeExact lays out both directions' exact prefixes under a key of its
-// own. Placed in order of their home slots, each prefix goes to its home or
+// placeExact lays out both directions' exact prefixes under key, a secret.
+// Placed in order of their home slots, each prefix goes to its home or
 // the first free slot after it, which keeps the farthest any prefix sits
 // from its home small (the layout Robin Hood hashing keeps). A prefix that
 // would sit too far from its home makes the table twice as large; after
 // maxExactGrowth doublings its bucket moves to the trie instead, which
 // costs that bucket speed, not correctness. The key makes that a matter of
 // luck, not of the prefixes chosen; the ceiling bounds the memory even so.
-func placeExact(src, dst *prefixTables) exactTable {
+func placeExact(src, dst *prefixTables, key hashKey) exactTable {
 	type entry struct {
 		key  exactKey
 		mask uint64
 		t    *prefixTables
 		home int
 	}
-	key := newHashKey()
 	moved := map[*prefixTables]map[int]bool{}
 	overflow := 0
 	for {

@@ -42,6 +42,9 @@ type Program struct {
 	// observed is the ifindex of another process's program opened
 	// read-only by Observe, 0 for a program of this process.
 	observed int
+	// samples are the program's sampling maps (sample.go), nil when it
+	// does not sample.
+	samples *sampleMaps
 }
 
 // ID is the kernel's id of the loaded program, as ip link and bpftool show it.
@@ -71,7 +74,7 @@ func (p *Program) Kept() bool {
 
 // Close detaches the program and releases it and its counters.
 func (p *Program) Close() error {
-	err := errors.Join(p.Detach(), p.objs.Close())
+	err := errors.Join(p.Detach(), p.objs.Close(), p.samples.Close())
 	if p.private {
 		err = errors.Join(err, p.in.Close())
 	}

@@ -205,5 +205,5 @@ func (p *Program) PrefixNote() string {
 	}
 	e := &p.in.rules.exact
 	return fmt.Sprintf("%d exact prefixes (in %d buckets) did not fit the exact-prefix hash table within its ceiling of %d slots per prefix "+
-		"and are looked up in the trie instead: decided the same, more slowly (bad luck, or a list built against this load's secret hash key; the next load draws another)", e.overflowPrefixes, e.overflowBuckets, exactRoom<<(maxExactGrowth+1))
+		"and are looked up in the trie instead: decided the same, more slowly (bad luck, or a list built against this rule set's secret hash key, which a reload with the same rules keeps; changed rules draw another)", e.overflowPrefixes, e.overflowBuckets, exactRoom<<(maxExactGrowth+1))
 }

@@ -103,7 +103,15 @@ type ruleTables struct {
 }
 
 // compileRules builds the tables of rules: bit i of every mask is rule i.
+// The exact prefixes are laid out under a fresh secret key.
 func compileRules(rules []Rule) (*ruleTables, error) {
+	return compileRulesUnder(rules, newHashKey())
+}
+
+// compileRulesUnder is compileRules with the exact prefixes laid out under
+// key: the same rules under the same key give the same tables, as those of
+// rule maps handed over (adoptRules).
+func compileRulesUnder(rules []Rule, key hashKey) (*ruleTables, error) {
 	if len(rules) > MaxRules {
 		return nil, fmt.Errorf("%d rules: at most %d are possible", len(rules), MaxRules)
 	}
@@ -155,7 +163,7 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 	}
 	t.src = buildPrefixTables(src.closure(t.noSrc), t.noSrc)
 	t.dst = buildPrefixTables(dst.closure(t.noDst), t.noDst)
-	t.exact = placeExact(&t.src, &t.dst)
+	t.exact = placeExact(&t.src, &t.dst, key)
 	if t.ports != 0 {
 		t.dims |= uint8(xdpDropRuleDimsRULE_DIM_PORTS)
 		for i := range rules {

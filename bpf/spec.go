@@ -37,7 +37,7 @@ func (in *Instance) specOf(rules *ruleTables) (*ebpf.CollectionSpec, error) {
 // The rule maps' contents are filled after load (loadRuleMaps). A feature
 // that adds maps or programs sets them up in a step of its own here.
 func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*ebpf.CollectionSpec, error) {
-	spec := programsFor(parsed, len(policy.Rules) > 0, policy.hasLimits())
+	spec := programsFor(parsed, len(policy.Rules) > 0, policy.Sample.On(), policy.hasLimits())
 	if err := checkClasses(spec); err != nil {
 		return nil, err
 	}
@@ -46,6 +46,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	}
 	sizeCounters(spec, policy, rules)
 	sizeRuleMaps(spec, rules)
+	if err := setSampling(spec, policy.Sample); err != nil {
+		return nil, err
+	}
 	if err := setLimitSpec(spec, policy); err != nil {
 		return nil, err
 	}
@@ -55,16 +58,13 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 // programsFor copies parsed with the two programs of the policy's kind,
 // single- and multi-buffer, under the names of the programs without rules
 // and with the one kernel name; the programs it cannot need are not copied.
-func programsFor(parsed *ebpf.CollectionSpec, withRules, withLimits bool) *ebpf.CollectionSpec {
-	single, multi := xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
-	if withRules {
-		// The programs with rules are compiled apart, so that those
-		// without them keep every register for the frame's path.
-		single, multi = xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
-	}
+func programsFor(parsed *ebpf.CollectionSpec, withRules, withSampling, withLimits bool) *ebpf.CollectionSpec {
+	// The programs with rules are compiled apart, so that those without
+	// them keep every register for the frame's path; likewise sampling,
+	// and the limiter, in the programs with limit rules only.
+	single, multi := variants(withRules, withSampling)
 	if withLimits {
-		// And the limiter's code is in the programs with limit rules only.
-		single, multi = xdpDropProgXdpDropLimits, xdpDropProgXdpDropLimitsFrags
+		single, multi = limitVariants(withSampling)
 	}
 	view := *parsed
 	view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: parsed.Programs[single], xdpDropProgXdpDropFrags: parsed.Programs[multi]}

@@ -55,6 +55,7 @@ func (p *Program) SwapRules(r *Rules) error {
 	}
 	replace := shared.byName()
 	maps.Copy(replace, p.objs.maps())
+	maps.Copy(replace, p.samples.byName()) // this interface's ring goes on
 	objs, err := loadVariant(spec, p.multiBuffer, replace)
 	if err != nil {
 		return err

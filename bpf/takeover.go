@@ -99,7 +99,9 @@ func (o *handedObjects) close() {
 // the same link keeps the interface filtered throughout. When the
 // handed-over program has the instance's fingerprint it is kept with its
 // counters (continued); otherwise a program loaded as for a fresh attach
-// replaces it atomically on the link. It owns h's descriptors: on any
+// replaces it atomically on the link. A program that samples is replaced
+// so too, by one on the same counters (continued): its ring has no reader
+// here. It owns h's descriptors: on any
 // error they are closed, and a *ForeignError says they were not an
 // xdp_drop attachment of this interface.
 func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued bool, err error) {
@@ -125,12 +127,22 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 	if err != nil {
 		return nil, false, err
 	}
-	if h.Fingerprint == in.fingerprint && continuable(spec, in.rules, o.counters, o.ruleCounters) {
+	same := h.Fingerprint == in.fingerprint && continuable(spec, in.rules, o.counters, o.ruleCounters)
+	if same && in.policy.Sample.On() {
+		// A fresh program on the same counters, with a ring of its own.
+		counters := map[string]*ebpf.Map{xdpDropMapCounters: o.counters}
+		if o.ruleCounters != nil {
+			counters[xdpDropMapRuleCounters] = o.ruleCounters
+		}
+		p, err = in.load(spec, counters)
+		continued = true
+	} else if same {
 		p, err := in.newProgram()
 		if err != nil {
 			return nil, false, err
 		}
-		// The handed-over program holds its rule maps; a variant loaded
+		// The handed-over program holds its rule maps: the instance's
+		// when it adopted those handed over (AdoptRules); a variant loaded
 		// later uses the instance's.
 		p.objs = objects{Prog: o.prog, Counters: o.counters, RuleCounters: o.ruleCounters}
 		p.id, p.multiBuffer = id, h.MultiBuffer
@@ -138,7 +150,9 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 		owned = false
 		return p, true, nil
 	}
-	p, _, err = in.loadFor(w, got)
+	if !continued {
+		p, _, err = in.loadFor(w, got)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -155,7 +169,7 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 	if o.ruleCounters != nil {
 		o.ruleCounters.Close()
 	}
-	return p, false, nil
+	return p, continued, nil
 }
 
 // continuable reports whether handed-over counters fit the program of spec

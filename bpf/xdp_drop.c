@@ -17,6 +17,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "xdp_drop.h"
+#include "sample.h"
 
 #define IPV6_EXT_MAX 8
 
@@ -544,12 +545,14 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
 #include "limit.h"
 
 /*
- * The body of the programs. frags, rules and limits are constants: each
- * program is compiled with its own branches only, so the program without
- * rules runs no rule code and keeps nothing for it, nor the one without
- * limit rules any limiter code.
+ * The body of the programs. frags, rules, sample and limits are constants:
+ * each program is compiled with its own branches only, so the program
+ * without rules runs no rule code and keeps nothing for it, the program
+ * without sampling has no sampling code, nor the one without limit rules
+ * any limiter code.
  */
-static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int limits)
+static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int sample,
+				      const int limits)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -581,27 +584,34 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 		return XDP_PASS;
 	if (limits && (ruled & VERDICT_LIMIT))
 		ruled = limit_decide(&cur, class, ruled);
-	if (ruled)
-		return count_ruled(c, &key, class, ruled, len, limits);
+	if (ruled) {
+		int act = count_ruled(c, &key, class, ruled, len, limits);
+
+		if (sample)
+			sample_frame(ctx, class, limits ? ruled & ~(VERDICT_LIMIT | VERDICT_LIMITED) : ruled, len);
+		return act;
+	}
 	/* Its class's action: the counter's address needs no verdict. */
 	c->class[class].packets++;
 	c->class[class].bytes += len;
+	if (sample)
+		sample_frame(ctx, class, verdicts[class], len);
 	if (verdicts[class] & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;
 }
 
 /*
- * Six programs, of which the loader loads one: without rules, with rules,
- * with limit rules among them; single- or multi-buffer. Each gets the
- * kernel name xdp_drop.
+ * Twelve programs, of which the loader loads one: without rules, with
+ * rules, with limit rules among them; single- or multi-buffer; with or
+ * without sampling. Each gets the kernel name xdp_drop.
  */
 
 /* Single-buffer XDP: every frame is in data..data_end. */
 SEC("xdp")
 int xdp_drop(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 0, 0);
+	return frame_path(ctx, 0, 0, 0, 0);
 }
 
 /*
@@ -611,32 +621,75 @@ int xdp_drop(struct xdp_md *ctx)
 SEC("xdp.frags")
 int xdp_drop_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 0, 0);
+	return frame_path(ctx, 1, 0, 0, 0);
 }
 
 SEC("xdp")
 int xdp_drop_rules(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 0);
+	return frame_path(ctx, 0, 1, 0, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_rules_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 0);
+	return frame_path(ctx, 1, 1, 0, 0);
 }
 
-/* With limit rules: the limiter's code is in these two only. */
+/*
+ * The same four with sampling (sample.h), loaded only when sample_rate is
+ * set.
+ */
+SEC("xdp")
+int xdp_drop_sample(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 0, 1, 0);
+}
+
+SEC("xdp.frags")
+int xdp_drop_sample_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 0, 1, 0);
+}
+
+SEC("xdp")
+int xdp_drop_rules_sample(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 1, 1, 0);
+}
+
+SEC("xdp.frags")
+int xdp_drop_rules_sample_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 1, 1, 0);
+}
+
+/*
+ * With limit rules: the limiter's code is in these four only, with and
+ * without sampling.
+ */
 SEC("xdp")
 int xdp_drop_limits(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 1);
+	return frame_path(ctx, 0, 1, 0, 1);
 }
 
 SEC("xdp.frags")
 int xdp_drop_limits_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 1);
+	return frame_path(ctx, 1, 1, 0, 1);
+}
+
+SEC("xdp")
+int xdp_drop_limits_sample(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 0, 1, 1, 1);
+}
+
+SEC("xdp.frags")
+int xdp_drop_limits_sample_frags(struct xdp_md *ctx)
+{
+	return frame_path(ctx, 1, 1, 1, 1);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

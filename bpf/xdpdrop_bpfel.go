@@ -141,6 +141,41 @@ const (
 	xdpDropRuleLimitsRULE_MAX xdpDropRuleLimits = 64
 )
 
+type xdpDropSampleBucket struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	_   [4]byte
+	Tat uint64
+}
+
+type xdpDropSampleEvent struct {
+	_       structs.HostLayout
+	TimeNs  uint64
+	Ifindex uint32
+	Len     uint32
+	Caplen  uint32
+	Class   uint16
+	Verdict uint8
+	Rule    uint8
+}
+
+type xdpDropSampleLimits uint32
+
+const (
+	xdpDropSampleLimitsSAMPLE_SNAPLEN_MAX xdpDropSampleLimits = 4096
+)
+
+type xdpDropSampleState struct {
+	_         structs.HostLayout
+	Countdown uint64
+	Sent      uint64
+	Capped    uint64
+	Lost      uint64
+}
+
 type xdpDropVerdict uint32
 
 const (
@@ -153,41 +188,58 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters            = "counters"
-	xdpDropMapLimitState          = "limit_state"
-	xdpDropMapPortsMap            = "ports_map"
-	xdpDropMapPrefixBuckets       = "prefix_buckets"
-	xdpDropMapPrefixExact         = "prefix_exact"
-	xdpDropMapPrefixV4            = "prefix_v4"
-	xdpDropMapPrefixV6            = "prefix_v6"
-	xdpDropMapRuleCounters        = "rule_counters"
-	xdpDropProgXdpDrop            = "xdp_drop"
-	xdpDropProgXdpDropFrags       = "xdp_drop_frags"
-	xdpDropProgXdpDropLimits      = "xdp_drop_limits"
-	xdpDropProgXdpDropLimitsFrags = "xdp_drop_limits_frags"
-	xdpDropProgXdpDropRules       = "xdp_drop_rules"
-	xdpDropProgXdpDropRulesFrags  = "xdp_drop_rules_frags"
-	xdpDropVarActionDrop          = "action_drop"
-	xdpDropVarClassCount          = "class_count"
-	xdpDropVarDryRun              = "dry_run"
-	xdpDropVarLimitCells          = "limit_cells"
-	xdpDropVarLimitFakeClock      = "limit_fake_clock"
-	xdpDropVarLimitParams         = "limit_params"
-	xdpDropVarPrefixHashKey       = "prefix_hash_key"
-	xdpDropVarPrefixHashShift     = "prefix_hash_shift"
-	xdpDropVarPrefixLimit         = "prefix_limit"
-	xdpDropVarQueueSlots          = "queue_slots"
-	xdpDropVarRuleCount           = "rule_count"
-	xdpDropVarRuleDecisions       = "rule_decisions"
-	xdpDropVarRuleDimPorts        = "rule_dim_ports"
-	xdpDropVarRuleDims            = "rule_dims"
-	xdpDropVarRuleMax             = "rule_max"
-	xdpDropVarRuleNoDst           = "rule_no_dst"
-	xdpDropVarRuleNoSrc           = "rule_no_src"
-	xdpDropVarRulePorts           = "rule_ports"
-	xdpDropVarRuleProto           = "rule_proto"
-	xdpDropVarVerdictDrop         = "verdict_drop"
-	xdpDropVarVerdicts            = "verdicts"
+	xdpDropMapCounters                  = "counters"
+	xdpDropMapLimitState                = "limit_state"
+	xdpDropMapPortsMap                  = "ports_map"
+	xdpDropMapPrefixBuckets             = "prefix_buckets"
+	xdpDropMapPrefixExact               = "prefix_exact"
+	xdpDropMapPrefixV4                  = "prefix_v4"
+	xdpDropMapPrefixV6                  = "prefix_v6"
+	xdpDropMapRuleCounters              = "rule_counters"
+	xdpDropMapSampleBuckets             = "sample_buckets"
+	xdpDropMapSampleStates              = "sample_states"
+	xdpDropMapSamples                   = "samples"
+	xdpDropProgXdpDrop                  = "xdp_drop"
+	xdpDropProgXdpDropFrags             = "xdp_drop_frags"
+	xdpDropProgXdpDropLimits            = "xdp_drop_limits"
+	xdpDropProgXdpDropLimitsFrags       = "xdp_drop_limits_frags"
+	xdpDropProgXdpDropLimitsSample      = "xdp_drop_limits_sample"
+	xdpDropProgXdpDropLimitsSampleFrags = "xdp_drop_limits_sample_frags"
+	xdpDropProgXdpDropRules             = "xdp_drop_rules"
+	xdpDropProgXdpDropRulesFrags        = "xdp_drop_rules_frags"
+	xdpDropProgXdpDropRulesSample       = "xdp_drop_rules_sample"
+	xdpDropProgXdpDropRulesSampleFrags  = "xdp_drop_rules_sample_frags"
+	xdpDropProgXdpDropSample            = "xdp_drop_sample"
+	xdpDropProgXdpDropSampleFrags       = "xdp_drop_sample_frags"
+	xdpDropVarActionDrop                = "action_drop"
+	xdpDropVarClassCount                = "class_count"
+	xdpDropVarDryRun                    = "dry_run"
+	xdpDropVarLimitCells                = "limit_cells"
+	xdpDropVarLimitFakeClock            = "limit_fake_clock"
+	xdpDropVarLimitParams               = "limit_params"
+	xdpDropVarPrefixHashKey             = "prefix_hash_key"
+	xdpDropVarPrefixHashShift           = "prefix_hash_shift"
+	xdpDropVarPrefixLimit               = "prefix_limit"
+	xdpDropVarQueueSlots                = "queue_slots"
+	xdpDropVarRuleCount                 = "rule_count"
+	xdpDropVarRuleDecisions             = "rule_decisions"
+	xdpDropVarRuleDimPorts              = "rule_dim_ports"
+	xdpDropVarRuleDims                  = "rule_dims"
+	xdpDropVarRuleMax                   = "rule_max"
+	xdpDropVarRuleNoDst                 = "rule_no_dst"
+	xdpDropVarRuleNoSrc                 = "rule_no_src"
+	xdpDropVarRulePorts                 = "rule_ports"
+	xdpDropVarRuleProto                 = "rule_proto"
+	xdpDropVarSampleActions             = "sample_actions"
+	xdpDropVarSampleEventLayout         = "sample_event_layout"
+	xdpDropVarSampleInterval            = "sample_interval"
+	xdpDropVarSampleRate                = "sample_rate"
+	xdpDropVarSampleSnaplen             = "sample_snaplen"
+	xdpDropVarSampleSnaplenMax          = "sample_snaplen_max"
+	xdpDropVarSampleTolerance           = "sample_tolerance"
+	xdpDropVarSampleWakeup              = "sample_wakeup"
+	xdpDropVarVerdictDrop               = "verdict_drop"
+	xdpDropVarVerdicts                  = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -232,12 +284,18 @@ type xdpDropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropProgramSpecs struct {
-	XdpDrop            *ebpf.ProgramSpec `ebpf:"xdp_drop"`
-	XdpDropFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
-	XdpDropLimits      *ebpf.ProgramSpec `ebpf:"xdp_drop_limits"`
-	XdpDropLimitsFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_frags"`
-	XdpDropRules       *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags  *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
+	XdpDrop                  *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDropFrags             *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
+	XdpDropLimits            *ebpf.ProgramSpec `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_frags"`
+	XdpDropLimitsSample      *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample"`
+	XdpDropLimitsSampleFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample_frags"`
+	XdpDropRules             *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags        *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
+	XdpDropRulesSample       *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample"`
+	XdpDropRulesSampleFrags  *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample_frags"`
+	XdpDropSample            *ebpf.ProgramSpec `ebpf:"xdp_drop_sample"`
+	XdpDropSampleFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_sample_frags"`
 }
 
 // xdpDropMapSpecs contains maps before they are loaded into the kernel.
@@ -252,33 +310,44 @@ type xdpDropMapSpecs struct {
 	PrefixV4      *ebpf.MapSpec `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.MapSpec `ebpf:"prefix_v6"`
 	RuleCounters  *ebpf.MapSpec `ebpf:"rule_counters"`
+	SampleBuckets *ebpf.MapSpec `ebpf:"sample_buckets"`
+	SampleStates  *ebpf.MapSpec `ebpf:"sample_states"`
+	Samples       *ebpf.MapSpec `ebpf:"samples"`
 }
 
 // xdpDropVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
-	ActionDrop      *ebpf.VariableSpec `ebpf:"action_drop"`
-	ClassCount      *ebpf.VariableSpec `ebpf:"class_count"`
-	DryRun          *ebpf.VariableSpec `ebpf:"dry_run"`
-	LimitCells      *ebpf.VariableSpec `ebpf:"limit_cells"`
-	LimitFakeClock  *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
-	LimitParams     *ebpf.VariableSpec `ebpf:"limit_params"`
-	PrefixHashKey   *ebpf.VariableSpec `ebpf:"prefix_hash_key"`
-	PrefixHashShift *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
-	PrefixLimit     *ebpf.VariableSpec `ebpf:"prefix_limit"`
-	QueueSlots      *ebpf.VariableSpec `ebpf:"queue_slots"`
-	RuleCount       *ebpf.VariableSpec `ebpf:"rule_count"`
-	RuleDecisions   *ebpf.VariableSpec `ebpf:"rule_decisions"`
-	RuleDimPorts    *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
-	RuleDims        *ebpf.VariableSpec `ebpf:"rule_dims"`
-	RuleMax         *ebpf.VariableSpec `ebpf:"rule_max"`
-	RuleNoDst       *ebpf.VariableSpec `ebpf:"rule_no_dst"`
-	RuleNoSrc       *ebpf.VariableSpec `ebpf:"rule_no_src"`
-	RulePorts       *ebpf.VariableSpec `ebpf:"rule_ports"`
-	RuleProto       *ebpf.VariableSpec `ebpf:"rule_proto"`
-	VerdictDrop     *ebpf.VariableSpec `ebpf:"verdict_drop"`
-	Verdicts        *ebpf.VariableSpec `ebpf:"verdicts"`
+	ActionDrop        *ebpf.VariableSpec `ebpf:"action_drop"`
+	ClassCount        *ebpf.VariableSpec `ebpf:"class_count"`
+	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
+	LimitCells        *ebpf.VariableSpec `ebpf:"limit_cells"`
+	LimitFakeClock    *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
+	LimitParams       *ebpf.VariableSpec `ebpf:"limit_params"`
+	PrefixHashKey     *ebpf.VariableSpec `ebpf:"prefix_hash_key"`
+	PrefixHashShift   *ebpf.VariableSpec `ebpf:"prefix_hash_shift"`
+	PrefixLimit       *ebpf.VariableSpec `ebpf:"prefix_limit"`
+	QueueSlots        *ebpf.VariableSpec `ebpf:"queue_slots"`
+	RuleCount         *ebpf.VariableSpec `ebpf:"rule_count"`
+	RuleDecisions     *ebpf.VariableSpec `ebpf:"rule_decisions"`
+	RuleDimPorts      *ebpf.VariableSpec `ebpf:"rule_dim_ports"`
+	RuleDims          *ebpf.VariableSpec `ebpf:"rule_dims"`
+	RuleMax           *ebpf.VariableSpec `ebpf:"rule_max"`
+	RuleNoDst         *ebpf.VariableSpec `ebpf:"rule_no_dst"`
+	RuleNoSrc         *ebpf.VariableSpec `ebpf:"rule_no_src"`
+	RulePorts         *ebpf.VariableSpec `ebpf:"rule_ports"`
+	RuleProto         *ebpf.VariableSpec `ebpf:"rule_proto"`
+	SampleActions     *ebpf.VariableSpec `ebpf:"sample_actions"`
+	SampleEventLayout *ebpf.VariableSpec `ebpf:"sample_event_layout"`
+	SampleInterval    *ebpf.VariableSpec `ebpf:"sample_interval"`
+	SampleRate        *ebpf.VariableSpec `ebpf:"sample_rate"`
+	SampleSnaplen     *ebpf.VariableSpec `ebpf:"sample_snaplen"`
+	SampleSnaplenMax  *ebpf.VariableSpec `ebpf:"sample_snaplen_max"`
+	SampleTolerance   *ebpf.VariableSpec `ebpf:"sample_tolerance"`
+	SampleWakeup      *ebpf.VariableSpec `ebpf:"sample_wakeup"`
+	VerdictDrop       *ebpf.VariableSpec `ebpf:"verdict_drop"`
+	Verdicts          *ebpf.VariableSpec `ebpf:"verdicts"`
 }
 
 // xdpDropObjects contains all objects after they have been loaded into the kernel.
@@ -309,6 +378,9 @@ type xdpDropMaps struct {
 	PrefixV4      *ebpf.Map `ebpf:"prefix_v4"`
 	PrefixV6      *ebpf.Map `ebpf:"prefix_v6"`
 	RuleCounters  *ebpf.Map `ebpf:"rule_counters"`
+	SampleBuckets *ebpf.Map `ebpf:"sample_buckets"`
+	SampleStates  *ebpf.Map `ebpf:"sample_states"`
+	Samples       *ebpf.Map `ebpf:"samples"`
 }
 
 func (m *xdpDropMaps) Close() error {
@@ -321,6 +393,9 @@ func (m *xdpDropMaps) Close() error {
 		m.PrefixV4,
 		m.PrefixV6,
 		m.RuleCounters,
+		m.SampleBuckets,
+		m.SampleStates,
+		m.Samples,
 	)
 }
 
@@ -328,39 +403,53 @@ func (m *xdpDropMaps) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
-	ActionDrop      *ebpf.Variable `ebpf:"action_drop"`
-	ClassCount      *ebpf.Variable `ebpf:"class_count"`
-	DryRun          *ebpf.Variable `ebpf:"dry_run"`
-	LimitCells      *ebpf.Variable `ebpf:"limit_cells"`
-	LimitFakeClock  *ebpf.Variable `ebpf:"limit_fake_clock"`
-	LimitParams     *ebpf.Variable `ebpf:"limit_params"`
-	PrefixHashKey   *ebpf.Variable `ebpf:"prefix_hash_key"`
-	PrefixHashShift *ebpf.Variable `ebpf:"prefix_hash_shift"`
-	PrefixLimit     *ebpf.Variable `ebpf:"prefix_limit"`
-	QueueSlots      *ebpf.Variable `ebpf:"queue_slots"`
-	RuleCount       *ebpf.Variable `ebpf:"rule_count"`
-	RuleDecisions   *ebpf.Variable `ebpf:"rule_decisions"`
-	RuleDimPorts    *ebpf.Variable `ebpf:"rule_dim_ports"`
-	RuleDims        *ebpf.Variable `ebpf:"rule_dims"`
-	RuleMax         *ebpf.Variable `ebpf:"rule_max"`
-	RuleNoDst       *ebpf.Variable `ebpf:"rule_no_dst"`
-	RuleNoSrc       *ebpf.Variable `ebpf:"rule_no_src"`
-	RulePorts       *ebpf.Variable `ebpf:"rule_ports"`
-	RuleProto       *ebpf.Variable `ebpf:"rule_proto"`
-	VerdictDrop     *ebpf.Variable `ebpf:"verdict_drop"`
-	Verdicts        *ebpf.Variable `ebpf:"verdicts"`
+	ActionDrop        *ebpf.Variable `ebpf:"action_drop"`
+	ClassCount        *ebpf.Variable `ebpf:"class_count"`
+	DryRun            *ebpf.Variable `ebpf:"dry_run"`
+	LimitCells        *ebpf.Variable `ebpf:"limit_cells"`
+	LimitFakeClock    *ebpf.Variable `ebpf:"limit_fake_clock"`
+	LimitParams       *ebpf.Variable `ebpf:"limit_params"`
+	PrefixHashKey     *ebpf.Variable `ebpf:"prefix_hash_key"`
+	PrefixHashShift   *ebpf.Variable `ebpf:"prefix_hash_shift"`
+	PrefixLimit       *ebpf.Variable `ebpf:"prefix_limit"`
+	QueueSlots        *ebpf.Variable `ebpf:"queue_slots"`
+	RuleCount         *ebpf.Variable `ebpf:"rule_count"`
+	RuleDecisions     *ebpf.Variable `ebpf:"rule_decisions"`
+	RuleDimPorts      *ebpf.Variable `ebpf:"rule_dim_ports"`
+	RuleDims          *ebpf.Variable `ebpf:"rule_dims"`
+	RuleMax           *ebpf.Variable `ebpf:"rule_max"`
+	RuleNoDst         *ebpf.Variable `ebpf:"rule_no_dst"`
+	RuleNoSrc         *ebpf.Variable `ebpf:"rule_no_src"`
+	RulePorts         *ebpf.Variable `ebpf:"rule_ports"`
+	RuleProto         *ebpf.Variable `ebpf:"rule_proto"`
+	SampleActions     *ebpf.Variable `ebpf:"sample_actions"`
+	SampleEventLayout *ebpf.Variable `ebpf:"sample_event_layout"`
+	SampleInterval    *ebpf.Variable `ebpf:"sample_interval"`
+	SampleRate        *ebpf.Variable `ebpf:"sample_rate"`
+	SampleSnaplen     *ebpf.Variable `ebpf:"sample_snaplen"`
+	SampleSnaplenMax  *ebpf.Variable `ebpf:"sample_snaplen_max"`
+	SampleTolerance   *ebpf.Variable `ebpf:"sample_tolerance"`
+	SampleWakeup      *ebpf.Variable `ebpf:"sample_wakeup"`
+	VerdictDrop       *ebpf.Variable `ebpf:"verdict_drop"`
+	Verdicts          *ebpf.Variable `ebpf:"verdicts"`
 }
 
 // xdpDropPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropPrograms struct {
-	XdpDrop            *ebpf.Program `ebpf:"xdp_drop"`
-	XdpDropFrags       *ebpf.Program `ebpf:"xdp_drop_frags"`
-	XdpDropLimits      *ebpf.Program `ebpf:"xdp_drop_limits"`
-	XdpDropLimitsFrags *ebpf.Program `ebpf:"xdp_drop_limits_frags"`
-	XdpDropRules       *ebpf.Program `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags  *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
+	XdpDrop                  *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDropFrags             *ebpf.Program `ebpf:"xdp_drop_frags"`
+	XdpDropLimits            *ebpf.Program `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsFrags       *ebpf.Program `ebpf:"xdp_drop_limits_frags"`
+	XdpDropLimitsSample      *ebpf.Program `ebpf:"xdp_drop_limits_sample"`
+	XdpDropLimitsSampleFrags *ebpf.Program `ebpf:"xdp_drop_limits_sample_frags"`
+	XdpDropRules             *ebpf.Program `ebpf:"xdp_drop_rules"`
+	XdpDropRulesFrags        *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
+	XdpDropRulesSample       *ebpf.Program `ebpf:"xdp_drop_rules_sample"`
+	XdpDropRulesSampleFrags  *ebpf.Program `ebpf:"xdp_drop_rules_sample_frags"`
+	XdpDropSample            *ebpf.Program `ebpf:"xdp_drop_sample"`
+	XdpDropSampleFrags       *ebpf.Program `ebpf:"xdp_drop_sample_frags"`
 }
 
 func (p *xdpDropPrograms) Close() error {
@@ -369,8 +458,14 @@ func (p *xdpDropPrograms) Close() error {
 		p.XdpDropFrags,
 		p.XdpDropLimits,
 		p.XdpDropLimitsFrags,
+		p.XdpDropLimitsSample,
+		p.XdpDropLimitsSampleFrags,
 		p.XdpDropRules,
 		p.XdpDropRulesFrags,
+		p.XdpDropRulesSample,
+		p.XdpDropRulesSampleFrags,
+		p.XdpDropSample,
+		p.XdpDropSampleFrags,
 	)
 }
 

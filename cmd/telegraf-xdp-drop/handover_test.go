@@ -586,6 +586,16 @@ func TestHandoverRules(t *testing.T) {
 			if c.changed {
 				waitLog(t, b, fmt.Sprintf("I! interface %q: taken over in place, program id %d (was %d); counters restart from zero: the drop policy, the rules or the program version changed", testns.Dev, idB, idA))
 			}
+			// The rule maps are handed over once, and adopted only for the same rules.
+			switch {
+			case c.portA == 0:
+			case c.portB == 0:
+				waitLog(t, b, "I! handover: not taken over the stopped instance's rule maps: this instance has no rules")
+			case c.changed:
+				waitLog(t, b, "I! handover: not taken over the stopped instance's rule maps: the rules or the program version changed: this instance loads its own")
+			default:
+				waitLog(t, b, "I! handover: taken over the stopped instance's rule maps: every interface's program shares them")
+			}
 		})
 	}
 }

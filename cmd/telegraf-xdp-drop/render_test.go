@@ -360,3 +360,26 @@ func TestRenderFits(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderTopSources: the top sources of the interval, per interface and
+// action, with their estimated rate and share; the link line carries the
+// sampling counters.
+func TestRenderTopSources(t *testing.T) {
+	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
+	snap := xdp_drop.Snapshot{
+		Series: []xdp_drop.Series{counterPoint(tagsOf("eth1", "ipv4", "udp", "drop"), 1000, 60000)},
+		Top: []xdp_drop.TopSource{
+			{Interface: "eth1", Action: "drop", Rank: 1, Source: "203.0.113.0/24", Packets: 8000, Share: 0.8, Protocol: "udp"},
+			{Interface: "eth1", Action: "drop", Rank: 2, Source: "2001:db8:1234:5678::/64", Packets: 2000, Share: 0.2, Protocol: "ipv6-icmp"},
+		},
+		Links: []xdp_drop.Link{{Interface: "eth1", Mode: "native", Attached: true, ProgramID: 42, Sampling: true, Sampled: 10, SampleCapped: 3}},
+	}
+	got := render(snap, newHistory(), 2*time.Second, now, 2*time.Second)
+	require.Contains(t, got, "INTERFACE    TOP SOURCE (sampled)      ACTION          PKTS/S  SHARE PROTOCOL\n"+
+		"eth1         203.0.113.0/24            drop             4,000  80.0% udp\n"+
+		"eth1         2001:db8:1234:5678::/64   drop             1,000  20.0% ipv6-icmp\n")
+	require.Contains(t, got, "link eth1: attached, native mode, program id 42; sampled 10, lost 0, capped 3\n")
+	for _, line := range strings.Split(got, "\n") {
+		require.LessOrEqual(t, utf8.RuneCountInString(line), width, line)
+	}
+}

@@ -170,6 +170,7 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 		}
 	}
 	renderRules(&t, snap.Rules, h, seconds)
+	renderTop(&t, snap.Top, seconds)
 	for _, l := range snap.Links {
 		b.WriteString(linkText(l) + "\n")
 	}
@@ -242,7 +243,7 @@ func linkText(l xdp_drop.Link) string {
 		if l.Fallback {
 			mode += " (auto fell back)"
 		}
-		return clip(fmt.Sprintf("link %s: attached, %s, program id %d", l.Interface, mode, l.ProgramID), width)
+		return clip(fmt.Sprintf("link %s: attached, %s, program id %d%s", l.Interface, mode, l.ProgramID, sampleText(l)), width)
 	}
 	return clip(fmt.Sprintf("link %s: NOT attached: %s", l.Interface, l.Error), width)
 }

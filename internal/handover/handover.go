@@ -58,8 +58,23 @@ const (
 	MaxFDs  = FDCount + 1
 )
 
-// validFDs reports whether an offer may have n descriptors.
-func validFDs(n int) bool { return n >= FDCount && n <= MaxFDs }
+// SharedKey is the key of the shared offer: what a stopping instance hands
+// over once for all its interfaces (the maps their programs share), next to
+// their offers. No interface has it. It is offered to every successor that
+// asks (TakeShared), without an answer, and released with the last of the
+// interfaces' offers.
+var SharedKey = Key{}
+
+// MaxSharedFDs is the number of descriptors the shared offer may have.
+const MaxSharedFDs = 8
+
+// validFDs reports whether the offer of k may have n descriptors.
+func validFDs(k Key, n int) bool {
+	if k == SharedKey {
+		return n >= 1 && n <= MaxSharedFDs
+	}
+	return n >= FDCount && n <= MaxFDs
+}
 
 // CurrentNetNS returns the key part that names the calling thread's network
 // namespace. The caller must hold its OS thread when it has moved it.
@@ -155,6 +170,9 @@ func trustedBase(dir string) bool {
 }
 
 func socketPath(dir string, k Key) string {
+	if k == SharedKey {
+		return filepath.Join(dir, "shared")
+	}
 	return filepath.Join(dir, fmt.Sprintf("%d-%d", k.NetNS, k.Ifindex))
 }
 
@@ -273,7 +291,7 @@ func send(c *net.UnixConn, m message, fds []int) error {
 // closes any descriptor beyond want.
 func receive(c *net.UnixConn, want int) (message, []int, error) {
 	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*(MaxFDs+1)))
+	oob := make([]byte, unix.CmsgSpace(4*(MaxSharedFDs+1)))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return message{}, nil, err

@@ -365,3 +365,56 @@ func TestTakeSilentHolder(t *testing.T) {
 	require.EqualError(t, err, fmt.Sprintf("handover process %d, which holds it for a stopped instance, did not answer within 200ms", os.Getpid()))
 	require.Less(t, time.Since(began), hang/2)
 }
+
+// TestSharedOffer: the shared offer goes to every successor that asks,
+// with no answer due, and is released with the last interface's offer; a
+// holder with nothing but the shared offer holds nothing.
+func TestSharedOffer(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "h")
+	o, r := pipeOffer(t, "eth1", 7)
+	shared, rs := pipeOffer(t, "", 0)
+	shared.Key = SharedKey
+	shared.Fingerprint = "rules:key"
+	for len(shared.FDs) < 5 { // as many as the rule maps
+		fd, err := unix.Dup(shared.FDs[0])
+		require.NoError(t, err)
+		shared.FDs = append(shared.FDs, fd)
+	}
+	log := &logger{}
+	h, errs := NewHolder(dir, time.Hour, []Offer{shared, o}, log)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	done := make(chan struct{})
+	go func() { h.Wait(nil); close(done) }()
+
+	require.True(t, Offered(dir, SharedKey))
+	for range 2 {
+		got, err := TakeShared(dir, hang)
+		require.NoError(t, err)
+		require.NotNil(t, got)
+		require.Equal(t, "rules:key", got.Fingerprint)
+		require.Len(t, got.FDs, 5)
+		closeAll(got.FDs)
+	}
+	taken, err := Take(dir, o.Key, []Key{o.Key}, hang)
+	require.NoError(t, err)
+	closeAll(taken.FDs)
+	require.Empty(t, taken.Accept())
+	select {
+	case <-done:
+	case <-time.After(hang):
+		t.Fatal("holder still waiting with every interface taken")
+	}
+	closedBy(t, r, hang)
+	closedBy(t, rs, hang)
+	got, err := TakeShared(dir, hang)
+	require.NoError(t, err)
+	require.Nil(t, got, "released with the last interface")
+
+	alone, rs := pipeOffer(t, "", 0)
+	alone.Key = SharedKey
+	h, errs = NewHolder(filepath.Join(t.TempDir(), "h"), time.Hour, []Offer{alone}, log)
+	require.NoError(t, errs[0])
+	h.Wait(nil)
+	closedBy(t, rs, hang)
+}

@@ -30,6 +30,7 @@ type Holder struct {
 
 	mu     sync.Mutex
 	held   map[Key]*held
+	shared *held         // the shared offer (SharedKey); nil once released
 	done   chan struct{} // closed when nothing is held any more
 	closed bool
 }
@@ -60,14 +61,23 @@ func NewHolder(dir string, timeout time.Duration, offers []Offer, log Logger) (*
 			closeAll(o.FDs)
 			continue
 		}
+		if o.Key == SharedKey && h.shared == nil {
+			h.shared = &held{offer: o, ln: ln}
+			continue
+		}
 		h.held[o.Key] = &held{offer: o, ln: ln}
 	}
 	if len(h.held) == 0 {
+		// The shared offer serves the interfaces' successor only.
+		h.releaseShared()
 		h.closed = true
 		close(h.done)
 	}
 	for _, hd := range h.held {
 		go h.serve(hd)
+	}
+	if h.shared != nil {
+		go h.serveShared(h.shared)
 	}
 	return h, errs
 }
@@ -104,6 +114,9 @@ func (h *Holder) Wait(stop <-chan os.Signal) {
 	defer timer.Stop()
 	select {
 	case <-h.done:
+		h.mu.Lock()
+		h.releaseShared()
+		h.mu.Unlock()
 		h.Log.Infof("handover process %d: everything taken over or released; exiting", os.Getpid())
 	case <-timer.C:
 		h.releaseAll(fmt.Sprintf("released after %s: no successor", h.Timeout),
@@ -127,6 +140,51 @@ func (h *Holder) releaseAll(why, whyTaking string) {
 		}
 		h.drop(k, hd)
 	}
+	h.releaseShared()
+}
+
+// releaseShared closes the shared offer. The caller holds h.mu, or is
+// NewHolder.
+func (h *Holder) releaseShared() {
+	if h.shared == nil {
+		return
+	}
+	h.shared.ln.Close()
+	closeAll(h.shared.offer.FDs)
+	h.shared = nil
+}
+
+// serveShared gives the shared offer to every successor that asks, until
+// it is released; each gets copies of the descriptors, and owes no answer.
+func (h *Holder) serveShared(hd *held) {
+	for {
+		c, err := hd.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		h.handleShared(hd, c)
+	}
+}
+
+func (h *Holder) handleShared(hd *held, c *net.UnixConn) {
+	defer c.Close()
+	if _, err := peerAllowed(c); err != nil {
+		h.Log.Warnf("refused a request for the shared maps: %v", err)
+		return
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	req, fds, err := receive(c, 0)
+	closeAll(fds)
+	if err != nil || !req.Take {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shared != hd {
+		return // released meanwhile: the descriptors are closed
+	}
+	hdr := hd.offer.Header
+	send(c, message{Offer: &hdr}, hd.offer.FDs)
 }
 
 // drop closes an offer: its socket and, unless a successor now holds

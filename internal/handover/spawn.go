@@ -150,7 +150,7 @@ func readOffers(c *net.UnixConn) (string, time.Duration, []Offer, error) {
 	}
 	var offers []Offer
 	for {
-		m, fds, err := receive(c, MaxFDs)
+		m, fds, err := receive(c, MaxSharedFDs)
 		if err != nil {
 			return "", 0, offers, err
 		}
@@ -158,7 +158,7 @@ func readOffers(c *net.UnixConn) (string, time.Duration, []Offer, error) {
 			closeAll(fds)
 			return first.Dir, time.Duration(first.TimeoutNS), offers, nil
 		}
-		if m.Offer == nil || !validFDs(len(fds)) {
+		if m.Offer == nil || !validFDs(m.Offer.Key, len(fds)) {
 			closeAll(fds)
 			return "", 0, offers, fmt.Errorf("malformed offer (%d descriptors)", len(fds))
 		}

@@ -53,53 +53,79 @@ func Offered(dir string, k Key) bool {
 // is offered. A holder is waited for at most wait, and not at all when it
 // is stopped: then the error is a *StuckError.
 func Take(dir string, k Key, manages []Key, wait time.Duration) (*Taken, error) {
+	o, c, err := request(dir, k, manages, wait)
+	if o == nil || err != nil {
+		return nil, err
+	}
+	return &Taken{Offer: *o, c: c, wait: wait}, nil
+}
+
+// TakeShared asks the holder for the shared offer (SharedKey), as Take
+// does for an interface's; it returns nil when nothing is offered. The
+// holder keeps its copies until it releases the last interface, so no
+// answer is due: the descriptors are the caller's to keep or close.
+func TakeShared(dir string, wait time.Duration) (*Offer, error) {
+	o, c, err := request(dir, SharedKey, nil, wait)
+	if c != nil {
+		c.Close()
+	}
+	return o, err
+}
+
+// request asks the holder offering k for its offer; the connection is
+// returned open with the offer, for the answer.
+func request(dir string, k Key, manages []Key, wait time.Duration) (*Offer, *net.UnixConn, error) {
 	path := socketPath(dir, k)
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := checkDirs(dir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Connecting never waits for the holder: the kernel queues the
 	// connection whether or not it runs.
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
-		return nil, nil // left by a holder that has gone
+		return nil, nil, nil // left by a holder that has gone
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to the handover process: %w", err)
+		return nil, nil, fmt.Errorf("connect to the handover process: %w", err)
 	}
 	pid, err := peerAllowed(c)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("handover socket %s: %w", path, err)
+		return nil, nil, fmt.Errorf("handover socket %s: %w", path, err)
 	}
 	if pid > 0 && stopped(pid) {
 		c.Close()
-		return nil, &StuckError{PID: pid, Stopped: true}
+		return nil, nil, &StuckError{PID: pid, Stopped: true}
 	}
 	c.SetDeadline(time.Now().Add(wait))
 	if err := send(c, message{Take: true, Manages: manages}, nil); err != nil {
 		c.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	m, fds, err := receive(c, MaxFDs)
+	most := MaxFDs
+	if k == SharedKey {
+		most = MaxSharedFDs
+	}
+	m, fds, err := receive(c, most)
 	if err != nil {
 		c.Close()
 		if errors.Is(err, errClosed) {
-			return nil, nil // taken by another successor, or released meanwhile
+			return nil, nil, nil // taken by another successor, or released meanwhile
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &StuckError{PID: pid, Stopped: pid > 0 && stopped(pid), Wait: wait}
+			return nil, nil, &StuckError{PID: pid, Stopped: pid > 0 && stopped(pid), Wait: wait}
 		}
-		return nil, fmt.Errorf("receive the handover: %w", err)
+		return nil, nil, fmt.Errorf("receive the handover: %w", err)
 	}
-	if m.Offer == nil || !validFDs(len(fds)) {
+	if m.Offer == nil || !validFDs(k, len(fds)) {
 		closeAll(fds)
 		c.Close()
-		return nil, fmt.Errorf("malformed handover: %d descriptors", len(fds))
+		return nil, nil, fmt.Errorf("malformed handover: %d descriptors", len(fds))
 	}
-	return &Taken{Offer: Offer{Header: *m.Offer, FDs: fds}, c: c, wait: wait}, nil
+	return &Offer{Header: *m.Offer, FDs: fds}, c, nil
 }
 
 // stopped reports whether process pid is stopped, by a signal or a tracer.

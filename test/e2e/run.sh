@@ -206,6 +206,9 @@ cat >"$WORK/xdp_drop.conf" <<EOF
   interfaces = ["$DEV"]
   drop = [$(sed 's/[^,]*/"&"/g; s/,/, /g' <<<"$DROP")]
   handover_timeout = "${HANDOVER_TIMEOUT}s"
+  # Every dropped frame sampled: the mix's sources are the top sources.
+  sample_rate = 1
+  top_sources = 5
 
   # Rules that change no frame's action from what drop gives it, so that
   # sendmix's expected series hold: one counts the mix's UDP, one nothing,
@@ -502,7 +505,9 @@ check_rule_alert() {
 # without pause. Each reload's new plugin takes the attachment over in
 # place: no UDP frame reaches the stack, the program id and the counters
 # carry on, and InfluxDB's udp drop total equals what was there before plus
-# what was sent.
+# what was sent. With sampling (this run's config) the new plugin puts a
+# fresh program on the same link, on the same counters, for a sample ring
+# of its own: the program id changes at each reload, the rest holds.
 check_reloads() {
 	log "phase 3b: $RELOADS Telegraf reloads (SIGHUP) under steady UDP"
 	local t_start base prog pid newpid i report took
@@ -521,13 +526,21 @@ check_reloads() {
 		wait_until "$HANG" new_plugin || fail "reload $i: no new telegraf-xdp-drop under Telegraf"
 		taken() { [ "$(grep -c 'taken over in place' "$LOGS/telegraf-1.log")" -ge "$i" ]; }
 		wait_until "$HANG" taken || fail "reload $i: the new plugin did not take the attachment over"
-		[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
+		if grep -qE '^  sample_rate = [1-9]' "$WORK/xdp_drop.conf"; then
+			[ -n "$(xdp_prog_id)" ] && [ "$(xdp_prog_id)" != "$prog" ] ||
+				fail "reload $i: program id $(xdp_prog_id), want a fresh program (sampling) in place of $prog"
+			grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1 | grep -q 'counters continue' ||
+				fail "reload $i: the counters did not continue: $(grep 'taken over in place' "$LOGS/telegraf-1.log" | tail -n 1)"
+			prog=$(xdp_prog_id)
+		else
+			[ "$(xdp_prog_id)" = "$prog" ] || fail "reload $i: program id $(xdp_prog_id), want $prog kept"
+		fi
 		sleep 2
 	done
 	kill -TERM "$stream"
 	wait "$stream" || fail "udpstream failed: $(cat "$LOGS/udpstream.log")"
 	report=$WORK/reloads.json
-	note "reloads: $(jq -r '"\(.delivered) UDP frames in \(.seconds | floor) s (\(.frames_per_second) frames/s)"' "$report") through $RELOADS reloads, program id $prog kept"
+	note "reloads: $(jq -r '"\(.delivered) UDP frames in \(.seconds | floor) s (\(.frames_per_second) frames/s)"' "$report") through $RELOADS reloads, program id now $prog (a fresh one per reload with sampling)"
 	[ "$(jq .leaked "$report")" = 0 ] || fail "reloads: $(jq .leaked "$report") UDP frames reached $DEV's stack"
 	[ "$(jq .polls_without_xdp "$report")" = 0 ] ||
 		fail "reloads: $DEV without XDP in $(jq .polls_without_xdp "$report") polls, longest $(jq .longest_without_xdp_ms "$report") ms"
@@ -651,6 +664,19 @@ top=$(jq -r '[.results[0].series[0].values[] | .[2]] | sort | join(" ")' <<<"$ou
 [ "$top" = "$want_alerts" ] || fail "top dropped protocols: '$top', want '$want_alerts'"
 note "top dropped protocols: $(jq -r '[.results[0].series[0].values | sort_by(-.[1])[] | "\(.[2]) \(.[1])"] | join(", ")' <<<"$out")"
 
+# want_sources: the top sources of the mix's dropped frames, the /24 and
+# /64 of its IPv4 and IPv6 source addresses.
+want_sources="192.0.2.0/24 2001:db8::/64"
+out=$(doc_query "Top sources of dropped traffic")
+sources=$(jq -r --arg dev "$DEV" '[.results[0].series[]? | select(.tags.interface == $dev) | .values[0][1]] | sort | join(" ")' <<<"$out")
+[ "$sources" = "$want_sources" ] || fail "top sources of dropped traffic: '$sources', want '$want_sources'"
+note "top sources of dropped traffic (InfluxQL): $(jq -r '[.results[0].series[]? | "\(.tags.rank) \(.values[0][1]) share \(.values[0][3])"] | join(", ")' <<<"$out")"
+q=$(doc_promql "Top sources of dropped traffic (PromQL)")
+[ -n "$q" ] || fail "$QUERIES has no PromQL block under '### Top sources of dropped traffic (PromQL)'"
+got=$(prom_get /api/v1/query --data-urlencode "query=$q" | jq -r --arg dev "$DEV" '[.data.result[] | select(.metric.interface == $dev) | .metric.source] | unique | join(" ")')
+[ "$got" = "$want_sources" ] || fail "PromQL top sources of dropped traffic: '$got', want '$want_sources'"
+note "top sources of dropped traffic (PromQL): $got"
+
 out=$(doc_query "Link status")
 link=$(jq -r '.results[0].series[] | [.tags.interface, .values[0][1], .values[0][2], .values[0][3]] | map(tostring) | join(" ")' <<<"$out")
 [ "$link" = "$DEV true native $prog1" ] || fail "link status: '$link', want '$DEV true native $prog1'"
@@ -671,6 +697,9 @@ while IFS=$'\t' read -r title q; do
 	"Dropped packets/s per protocol" | "Dropped bits/s per protocol")
 		got=$(jq -r '[.results[0].series[]?.tags.protocol] | unique | join(" ")' <<<"$out")
 		[ "$got" = "$want_alerts" ] || fail "dashboard panel '$title': protocols '$got', want '$want_alerts'" ;;
+	"Top sources of dropped traffic")
+		got=$(jq -r '[.results[0].series[]?.values[]?[1]] | unique | join(" ")' <<<"$out")
+		[ "$got" = "$want_sources" ] || fail "dashboard panel '$title': sources '$got', want '$want_sources'" ;;
 	"Passed packets/s per protocol" | "Link status" | "Attached")
 		jq -e '.results[0].series | length > 0' <<<"$out" >/dev/null || fail "dashboard panel '$title': no data" ;;
 	"Frames/s per rule" | "Frames per rule (time range)")

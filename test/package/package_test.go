@@ -88,6 +88,7 @@ func TestDebContents(t *testing.T) {
 		"./usr/share/doc/telegraf-xdp-drop/packaging/telegraf.service.d-xdp-drop.conf":    "l--------- root/root -> ../telegraf.service.d-xdp-drop.conf",
 		"./usr/share/doc/telegraf-xdp-drop/README.md":                                     "-rw-r--r-- root/root",
 		"./usr/share/doc/telegraf-xdp-drop/BENCHMARKS.md":                                 "-rw-r--r-- root/root",
+		"./usr/share/doc/telegraf-xdp-drop/docs/ARCHITECTURE.md":                          "-rw-r--r-- root/root",
 		"./usr/share/lintian/overrides/telegraf-xdp-drop":                                 "-rw-r--r-- root/root",
 	}
 	// Every file of examples/, whatever it holds, under the doc directory.

@@ -49,6 +49,36 @@ func (x *XDPDrop) prepareHandover() {
 // pinned for keep_attached needs no holder. It does not release them here:
 // Stop closes this process's copies as usual.
 func (x *XDPDrop) handOver() {
+	offers, names := x.handoverOffers()
+	if len(offers) == 0 {
+		return
+	}
+	timeout := time.Duration(x.HandoverTimeout)
+	pid, errs, err := handover.Spawn(x.handoverDir, timeout, offers)
+	if err != nil {
+		x.Log.Warnf("handover: %v; releasing every interface at once", err)
+		return
+	}
+	for i, ifc := range names {
+		if ifc == nil {
+			if errs[i] != nil {
+				x.Log.Warnf("handover: the rule maps are not held for the successor: %v; it loads its own", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			x.Log.Warnf("interface %q: not held for handover: %v; released at once", ifc.name, errs[i])
+			continue
+		}
+		x.Log.Infof("interface %q: held for handover, program id %d (process %d; released after %s if no successor takes it over)",
+			ifc.name, ifc.prog.ID(), pid, timeout)
+	}
+}
+
+// handoverOffers are what a stop hands over: the attached interfaces, each
+// with its interface, and first, when there are rules, the rule maps their
+// programs share, once (with a nil interface).
+func (x *XDPDrop) handoverOffers() ([]handover.Offer, []*iface) {
 	var offers []handover.Offer
 	var names []*iface
 	for _, ifc := range x.ifaces {
@@ -72,23 +102,16 @@ func (x *XDPDrop) handOver() {
 		})
 		names = append(names, ifc)
 	}
-	if len(offers) == 0 {
-		return
+	if len(offers) == 0 || x.kernel.in == nil {
+		return offers, names
 	}
-	timeout := time.Duration(x.HandoverTimeout)
-	pid, errs, err := handover.Spawn(x.handoverDir, timeout, offers)
-	if err != nil {
-		x.Log.Warnf("handover: %v; releasing every interface at once", err)
-		return
+	// Offered first, so that it is there whenever an interface is.
+	if fds, describe := x.kernel.in.HandedRules(); len(fds) > 0 {
+		shared := handover.Offer{Header: handover.Header{Key: handover.SharedKey, Fingerprint: describe}, FDs: fds}
+		offers = append([]handover.Offer{shared}, offers...)
+		names = append([]*iface{nil}, names...)
 	}
-	for i, ifc := range names {
-		if errs[i] != nil {
-			x.Log.Warnf("interface %q: not held for handover: %v; released at once", ifc.name, errs[i])
-			continue
-		}
-		x.Log.Infof("interface %q: held for handover, program id %d (process %d; released after %s if no successor takes it over)",
-			ifc.name, ifc.prog.ID(), pid, timeout)
-	}
+	return offers, names
 }
 
 // handover sets want up to take over what a stopped instance's holder
@@ -96,6 +119,9 @@ func (x *XDPDrop) handOver() {
 // program is in the way during Start, offered before startWait runs out.
 func (x *XDPDrop) handover(want *bpf.Want, ifc *iface) {
 	key := handover.Key{NetNS: ifc.netns, Ifindex: want.Ifindex}
+	// Whichever interface comes first, handed over or new: the instance
+	// adopts the rule maps before it loads any of its own.
+	x.takeRules()
 	// An offer found here is tried now; waiting for one again would only
 	// retry what it refused, load after load.
 	await := !handover.Offered(x.handoverDir, key)
@@ -118,6 +144,9 @@ func (x *XDPDrop) take(ifc *iface, key handover.Key) *bpf.Handed {
 		// all): only worth it when there is something to take.
 		return nil
 	}
+	// Before the interface: the holder lets the rule maps go with the last
+	// (a stopping instance may have offered both only now).
+	x.takeRules()
 	wait := max(time.Until(x.holderDeadline), minTakeWait)
 	t, err := handover.Take(x.handoverDir, key, x.managedKeys(ifc.netns), wait)
 	var stuck *handover.StuckError
@@ -143,6 +172,30 @@ func (x *XDPDrop) take(ifc *iface, key handover.Key) *bpf.Handed {
 		t.Refuse(refusal)
 	}
 	return h
+}
+
+// takeRules takes, once, the rule maps a stopped instance's holder offers
+// for all its interfaces, and gives them to the instance: when they hold
+// its rules, its programs share them with those taken over, one set in all.
+func (x *XDPDrop) takeRules() {
+	if x.rulesTaken || !handover.Offered(x.handoverDir, handover.SharedKey) {
+		return
+	}
+	x.rulesTaken = true // a holder that did not answer is not asked again
+	wait := max(time.Until(x.holderDeadline), minTakeWait)
+	o, err := handover.TakeShared(x.handoverDir, wait)
+	if err != nil {
+		x.Log.Warnf("handover: could not take the stopped instance's rule maps: %v; this instance loads its own", err)
+		return
+	}
+	if o == nil {
+		return
+	}
+	if adopted, why := x.instance().AdoptRules(bpf.RulesHandedFrom(o.FDs, o.Fingerprint)); adopted {
+		x.Log.Infof("handover: taken over the stopped instance's rule maps: every interface's program shares them")
+	} else {
+		x.Log.Infof("handover: not taken over the stopped instance's rule maps: %s", why)
+	}
 }
 
 func (x *XDPDrop) logReleased(names []string) {

@@ -1,6 +1,10 @@
 package xdp_drop
 
-import "github.com/xdp-drop/xdp_drop/bpf"
+import (
+	"strconv"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+)
 
 // The metric schema: measurement, tag and field names. They are a contract
 // with every query, dashboard and alert built on them.
@@ -11,6 +15,8 @@ const (
 	MeasurementLink = "xdp_drop_link"
 	// MeasurementRule holds one point per interface and rule.
 	MeasurementRule = "xdp_drop_rule"
+	// MeasurementTop holds the heaviest sources of the sampled frames.
+	MeasurementTop = "xdp_drop_top"
 
 	TagInterface = "interface"
 	TagFamily    = "family"
@@ -20,6 +26,7 @@ const (
 	TagCPU       = "cpu"      // per_cpu only
 	TagMode      = "mode"
 	TagRule      = "rule"
+	TagRank      = "rank" // xdp_drop_top: 1 is the heaviest
 
 	FieldPackets   = "packets"
 	FieldBytes     = "bytes"
@@ -29,6 +36,20 @@ const (
 	FieldError     = "error"
 	FieldPrefixes  = "prefixes" // xdp_drop_rule of a rule with prefix files
 	FieldLoaded    = "loaded"   // idem: unix time of the last good load
+
+	// xdp_drop_top: the source (a prefix), its estimated share of the
+	// sampled frames of its action, and the protocol and rule most of its
+	// frames had.
+	FieldSource   = "source"
+	FieldShare    = "share"
+	FieldProtocol = "protocol"
+	FieldRule     = "rule"
+
+	// xdp_drop_link, with sampling: sampled frames received, lost (the
+	// ring was full) and capped (over sample_max_per_second), cumulative.
+	FieldSampled      = "sampled"
+	FieldSampleLost   = "sample_lost"
+	FieldSampleCapped = "sample_capped"
 )
 
 // Values of the action tag.
@@ -52,6 +73,7 @@ type Snapshot struct {
 	Series []Series     // MeasurementCounters
 	Rules  []RuleSeries // MeasurementRule
 	Links  []Link       // MeasurementLink
+	Top    []TopSource  // MeasurementTop
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it
@@ -141,6 +163,10 @@ type Link struct {
 	// Observer, when attached, names whose program is read, not attached
 	// here: set only when Observe is (the console view), never a field.
 	Observer string
+	// Sampling: when attached with sample_rate set, what became of the
+	// sampled frames (see FieldSampled).
+	Sampling                          bool
+	Sampled, SampleLost, SampleCapped uint64
 }
 
 // PutTags adds the link point's tags to tags.
@@ -156,6 +182,11 @@ func (l *Link) PutFields(fields map[string]any) {
 	case l.Attached:
 		fields[FieldProgramID] = l.ProgramID
 		fields[FieldFallback] = l.Fallback
+		if l.Sampling {
+			fields[FieldSampled] = l.Sampled
+			fields[FieldSampleLost] = l.SampleLost
+			fields[FieldSampleCapped] = l.SampleCapped
+		}
 	case l.Error != "":
 		fields[FieldError] = l.Error
 	}
@@ -192,5 +223,40 @@ func Action(policy bpf.Policy, c bpf.Class) string {
 		return ActionWouldDrop
 	default:
 		return ActionDrop
+	}
+}
+
+// TopSource is one of the heaviest sources of an interface's sampled
+// frames of one action over the last gather interval. The rank is the tag
+// and the source a field, so the series are bounded (interfaces × actions ×
+// top_sources) however many sources there are.
+type TopSource struct {
+	Interface string
+	Action    string
+	Rank      int
+	Source    string  // a prefix, top_source_prefix_ipv4/ipv6 long
+	Packets   uint64  // estimated: sampled frames × sample_rate
+	Bytes     uint64  // likewise
+	Share     float64 // of the action's sampled frames
+	Protocol  string  // the protocol tag of most of its frames
+	Rule      string  // the rule that decided most of them; "" for none
+}
+
+// PutTags adds the top source's tags to tags.
+func (s *TopSource) PutTags(tags map[string]string) {
+	tags[TagInterface] = s.Interface
+	tags[TagAction] = s.Action
+	tags[TagRank] = strconv.Itoa(s.Rank)
+}
+
+// PutFields adds the top source's fields to fields.
+func (s *TopSource) PutFields(fields map[string]any) {
+	fields[FieldSource] = s.Source
+	fields[FieldPackets] = s.Packets
+	fields[FieldBytes] = s.Bytes
+	fields[FieldShare] = s.Share
+	fields[FieldProtocol] = s.Protocol
+	if s.Rule != "" {
+		fields[FieldRule] = s.Rule
 	}
 }

@@ -40,7 +40,17 @@ type XDPDrop struct {
 	// HandoverTimeout is how long a stopped instance's attachments wait
 	// for a successor to take them over in place; 0 releases at once.
 	HandoverTimeout config.Duration `toml:"handover_timeout"`
-	Rules           []Rule          `toml:"rule"`
+	// Sampling (sampling.go): which frames go up, and what becomes of them.
+	SampleRate         int64       `toml:"sample_rate"`
+	SampleActions      []string    `toml:"sample_actions"`
+	SampleMaxPerSecond int64       `toml:"sample_max_per_second"`
+	TopSources         int64       `toml:"top_sources"`
+	TopSourcePrefixV4  int64       `toml:"top_source_prefix_ipv4"`
+	TopSourcePrefixV6  int64       `toml:"top_source_prefix_ipv6"`
+	CapturePath        string      `toml:"capture_path"`
+	CaptureSnaplen     int64       `toml:"capture_snaplen"`
+	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+	Rules              []Rule      `toml:"rule"`
 
 	// HandoverInstance names this instance for handover (the binary sets
 	// it from its config file's path): a stopped instance's attachments are
@@ -73,6 +83,9 @@ type XDPDrop struct {
 	// place that waits for an instance to offer what it still holds.
 	holderDeadline time.Time
 	starting       bool
+	// rulesTaken: the rule maps a stopped instance offered were taken
+	// (or asked for), once for all interfaces.
+	rulesTaken bool
 
 	mu          sync.Mutex
 	ifaces      []*iface
@@ -83,6 +96,9 @@ type XDPDrop struct {
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
 	singleBufferOnly bool
+
+	// capture is the pcapng file of sampled frames, nil without capture_path.
+	capture *capture
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
@@ -98,7 +114,9 @@ const MaxHandoverTimeout = 10 * time.Minute
 
 // New returns the plugin with its defaults.
 func New() *XDPDrop {
-	return &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
+	x := &XDPDrop{HandoverTimeout: config.Duration(DefaultHandoverTimeout)}
+	x.setSamplingDefaults()
+	return x
 }
 
 func (*XDPDrop) SampleConfig() string { return sampleConfig }
@@ -122,6 +140,9 @@ func (x *XDPDrop) Init() error {
 	}
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
+	if policy.Sample, err = x.parseSampling(x.DryRun); err != nil {
+		return err
+	}
 	x.policy = policy
 	if err := x.loadPrefixFiles(); err != nil {
 		return err

@@ -34,7 +34,9 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
-	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
+	spare    interval // the sampler's tables of the last interval
+	rulesGen uint64   // the rule prefixes its program holds (prefixFiles.gen)
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -49,6 +51,9 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	defer x.mu.Unlock()
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
+	}
+	if err := x.openCapture(); err != nil {
+		return err
 	}
 	x.prepareHandover()
 	x.holderDeadline = time.Now().Add(startWait)
@@ -65,6 +70,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	})
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
+	x.startSamplers(acc)
 	return nil
 }
 
@@ -81,6 +87,9 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	}
 	for i := range snap.Links {
 		e.add(MeasurementLink, &snap.Links[i])
+	}
+	for i := range snap.Top {
+		e.add(MeasurementTop, &snap.Top[i])
 	}
 	return nil
 }
@@ -151,8 +160,11 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
-		snap.Links = append(snap.Links, x.link(ifc))
+		l := x.link(ifc)
+		x.readTop(acc, ifc, &snap, &l)
+		snap.Links = append(snap.Links, l)
 	}
+	x.captureError(acc)
 	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
@@ -318,12 +330,14 @@ func (x *XDPDrop) Stop() {
 		x.release(ifc, errors.New("stopped"))
 	}
 	x.closeInstance()
+	x.closeCapture()
 }
 
 func (x *XDPDrop) release(ifc *iface, why error) {
 	if ifc.prog == nil {
 		return
 	}
+	x.stopSampler(ifc)
 	if err := ifc.prog.Close(); err != nil {
 		x.Log.Errorf("interface %q: detach: %v", ifc.name, err)
 	}
@@ -379,7 +393,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
 	ifc.rulesGen = x.files.gen
-	if got.Route == bpf.RouteHandedOver && got.Continued && x.files.rules != nil {
+	if got.KeptRuleMaps && x.files.rules != nil {
 		// The program kept holds the prefixes its files held then.
 		ifc.rulesGen = staleRules
 	}

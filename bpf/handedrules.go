@@ -1,0 +1,215 @@
+//go:build linux
+
+package bpf
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cilium/ebpf"
+)
+
+// HandedRules is what a stopping instance handed over once for all its
+// interfaces: the descriptors of its rule maps, as HandedRules gave them,
+// and what it said of them (the rules' fingerprint and the key the exact
+// prefixes were laid out under).
+type HandedRules struct {
+	fds      []int
+	describe string
+}
+
+// RulesHandedFrom makes the descriptors and the description a successor
+// received, as Instance.HandedRules gave them, a HandedRules. AdoptRules
+// owns them from then on.
+func RulesHandedFrom(fds []int, describe string) *HandedRules {
+	return &HandedRules{fds: fds, describe: describe}
+}
+
+func (h *HandedRules) close() {
+	for _, fd := range h.fds {
+		closeFD(fd)
+	}
+	h.fds = nil
+}
+
+// HandedRules returns the descriptors of the instance's rule maps, to hand
+// over once next to its interfaces' (Program.Handed), in the order
+// AdoptRules reads them, and their description; nothing when the instance
+// has no rule maps loaded. The descriptors stay owned by the instance.
+func (in *Instance) HandedRules() (fds []int, describe string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ruleMaps == nil || in.rules == nil {
+		return nil, ""
+	}
+	for _, m := range in.ruleMaps.ordered() {
+		fds = append(fds, m.FD())
+	}
+	return fds, in.rulesFingerprint() + ":" + encodeKey(in.rules.exact.key)
+}
+
+// AdoptRules makes the rule maps a stopping instance handed over this
+// instance's, so that every interface's program shares them with the
+// programs taken over in place, when they hold this instance's rules: the
+// same rules (prefixes from files included) for the same program build.
+// The instance then lays its tables out under the handed key, as the maps
+// are. It reports whether it adopted them, or why not (said whole, for a
+// log): then it loads its own at its first program, as without them. It owns h: what it does not
+// keep it closes. Call it before the instance's first program.
+func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	defer h.close()
+	const own = ": this instance loads its own"
+	if len(in.policy.Rules) == 0 {
+		return false, "this instance has no rules"
+	}
+	if in.ruleMaps != nil || in.rules != nil {
+		return false, "this instance has laid out its rules already"
+	}
+	fp, keyText, _ := strings.Cut(h.describe, ":")
+	if fp != in.rulesFingerprint() {
+		return false, "the rules or the program version changed" + own
+	}
+	key, err := decodeKey(keyText)
+	if err != nil {
+		return false, err.Error() + own
+	}
+	m, err := mapsFrom(h.fds)
+	h.fds = nil
+	if err != nil {
+		return false, err.Error() + own
+	}
+	rules, err := compileRulesUnder(in.policy.Rules, key)
+	if err == nil {
+		var spec *ebpf.CollectionSpec
+		if spec, err = in.specOf(rules); err == nil {
+			err = m.compatible(spec)
+		}
+	}
+	if err != nil {
+		m.Close()
+		return false, err.Error() + own
+	}
+	in.rules, in.ruleMaps = rules, m
+	return true, ""
+}
+
+// rulesFingerprint names what the rule maps hold: the rules, with their
+// prefixes (those of files included), and the program build and table
+// settings that lay them out. With the key, it makes the layout.
+func (in *Instance) rulesFingerprint() string {
+	h := sha256.New()
+	h.Write(_XdpDropBytes)
+	fmt.Fprintf(h, "exact %d %d %d\n", exactRoom, maxExactGrowth, exactReach)
+	for _, r := range in.policy.Rules {
+		// A budget by value: its pointer differs from process to process.
+		lim := r.Limit
+		r.Limit = nil
+		fmt.Fprintf(h, "rule %+v\n", r)
+		if lim != nil {
+			fmt.Fprintf(h, "limit %+v\n", *lim)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// ordered are the rule maps in the order they are handed over: the
+// limiter's cells last, with limit rules, so that budgets go on too.
+func (m *ruleMaps) ordered() []*ebpf.Map {
+	all := []*ebpf.Map{m.PrefixBuckets, m.PrefixExact, m.PrefixV4, m.PrefixV6, m.Ports}
+	if m.LimitState != nil {
+		all = append(all, m.LimitState)
+	}
+	return all
+}
+
+// mapsFrom makes handed-over descriptors, in the order of ordered, rule
+// maps. It owns fds: on error they are closed.
+func mapsFrom(fds []int) (*ruleMaps, error) {
+	if len(fds) != ruleMapCount && len(fds) != ruleMapCount+1 {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+		return nil, fmt.Errorf("%d descriptors, not the %d rule maps (%d with the limiter's cells)", len(fds), ruleMapCount, ruleMapCount+1)
+	}
+	ms := make([]*ebpf.Map, len(fds))
+	var errs error
+	for i, fd := range fds {
+		// NewMapFromFD closes a descriptor that is not a map.
+		m, err := ebpf.NewMapFromFD(fd)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		ms[i] = m
+	}
+	if errs != nil {
+		for _, m := range ms {
+			if m != nil {
+				m.Close()
+			}
+		}
+		return nil, fmt.Errorf("not rule maps: %w", errs)
+	}
+	m := &ruleMaps{PrefixBuckets: ms[0], PrefixExact: ms[1], PrefixV4: ms[2], PrefixV6: ms[3], Ports: ms[4]}
+	if len(ms) > ruleMapCount {
+		m.LimitState = ms[ruleMapCount]
+	}
+	return m, nil
+}
+
+// compatible says how the maps differ from those spec would load: their
+// type, key, value and size, which the rules' tables set.
+func (m *ruleMaps) compatible(spec *ebpf.CollectionSpec) error {
+	switch limits := spec.Maps[xdpDropMapLimitState].MaxEntries > 1; {
+	case limits && m.LimitState == nil:
+		return errors.New("the handed-over rule maps lack the limiter's cells the rules need")
+	case !limits && m.LimitState != nil:
+		return errors.New("the handed-over rule maps hold limiter cells the rules do not use")
+	}
+	for name, mm := range m.byName() {
+		if err := spec.Maps[name].Compatible(mm); err != nil {
+			return fmt.Errorf("handed-over rule map %s does not fit the rules: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// runsOnShared reports whether prog runs on the instance's rule maps.
+func (in *Instance) runsOnShared(prog *ebpf.Program) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ruleMaps == nil {
+		return false
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return false
+	}
+	return usesMap(info, in.ruleMaps.PrefixBuckets)
+}
+
+func encodeKey(k hashKey) string {
+	b := make([]byte, 0, 8*len(k))
+	for _, w := range k {
+		b = binary.LittleEndian.AppendUint64(b, w)
+	}
+	return hex.EncodeToString(b)
+}
+
+func decodeKey(s string) (hashKey, error) {
+	var k hashKey
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 8*len(k) || b[0]&1 == 0 {
+		return k, errors.New("the handed-over layout key is malformed")
+	}
+	for i := range k {
+		k[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	return k, nil
+}

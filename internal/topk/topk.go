@@ -1,0 +1,162 @@
+// Package topk finds the heaviest keys of a stream in fixed memory with
+// Space-Saving (Metwally, Agrawal, El Abbadi 2005): a table of capacity
+// entries, where a key not in a full table takes the place of the lightest
+// entry and inherits its count. A key's count is never below its true
+// count and exceeds it by at most total/capacity, however many distinct
+// keys the stream holds.
+package topk
+
+import (
+	"net/netip"
+	"sort"
+)
+
+// Entry is one key's estimate.
+type Entry struct {
+	Key netip.Prefix
+	// Count and Bytes are its weight; Err is how much of Count may belong
+	// to keys it replaced (the count it inherited).
+	Count, Bytes, Err uint64
+	// Protocol and Rule are the ones most of its frames had (a majority
+	// vote: exact when one has more than half of them).
+	Protocol uint8
+	Rule     int
+}
+
+type entry struct {
+	Entry
+	protoVotes, ruleVotes uint64
+}
+
+// Table is a Space-Saving summary. It is not safe for concurrent use.
+type Table struct {
+	heap  []*entry // a min-heap by count
+	pos   map[netip.Prefix]int
+	total uint64
+}
+
+// New returns a table of at most capacity keys.
+func New(capacity int) *Table {
+	capacity = max(capacity, 1)
+	return &Table{heap: make([]*entry, 0, capacity), pos: make(map[netip.Prefix]int, capacity)}
+}
+
+// Total is the number of Adds since the last Reset.
+func (t *Table) Total() uint64 { return t.total }
+
+// Add counts one frame of key with its length, protocol and rule.
+func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
+	t.total++
+	if i, ok := t.pos[key]; ok {
+		e := t.heap[i]
+		e.Count++
+		e.Bytes += bytes
+		vote(&e.Protocol, &e.protoVotes, proto)
+		vote(&e.Rule, &e.ruleVotes, rule)
+		t.down(i)
+		return
+	}
+	if len(t.heap) < cap(t.heap) {
+		e := &entry{Entry: Entry{Key: key, Count: 1, Bytes: bytes, Protocol: proto, Rule: rule}, protoVotes: 1, ruleVotes: 1}
+		t.heap = append(t.heap, e)
+		t.pos[key] = len(t.heap) - 1
+		t.up(len(t.heap) - 1)
+		return
+	}
+	// Replace the lightest: the newcomer may have been it all along.
+	e := t.heap[0]
+	delete(t.pos, e.Key)
+	*e = entry{Entry: Entry{Key: key, Count: e.Count + 1, Bytes: e.Bytes + bytes, Err: e.Count, Protocol: proto, Rule: rule}, protoVotes: 1, ruleVotes: 1}
+	t.pos[key] = 0
+	t.down(0)
+}
+
+// vote is one step of the Boyer-Moore majority vote.
+func vote[T comparable](cur *T, votes *uint64, v T) {
+	switch {
+	case *cur == v:
+		*votes++
+	case *votes == 0:
+		*cur, *votes = v, 1
+	default:
+		*votes--
+	}
+}
+
+// Top returns the n heaviest entries, heaviest first (ties by key).
+func (t *Table) Top(n int) []Entry {
+	all := make([]Entry, len(t.heap))
+	for i, e := range t.heap {
+		all[i] = e.Entry
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Count != all[j].Count {
+			return all[i].Count > all[j].Count
+		}
+		if c := all[i].Key.Addr().Compare(all[j].Key.Addr()); c != 0 {
+			return c < 0
+		}
+		return all[i].Key.Bits() < all[j].Key.Bits()
+	})
+	return all[:min(n, len(all))]
+}
+
+// Reset empties the table, keeping its memory.
+func (t *Table) Reset() {
+	clear(t.pos)
+	t.heap = t.heap[:0]
+	t.total = 0
+}
+
+func (t *Table) less(i, j int) bool { return t.heap[i].Count < t.heap[j].Count }
+
+func (t *Table) swap(i, j int) {
+	t.heap[i], t.heap[j] = t.heap[j], t.heap[i]
+	t.pos[t.heap[i].Key] = i
+	t.pos[t.heap[j].Key] = j
+}
+
+func (t *Table) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !t.less(i, p) {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+func (t *Table) down(i int) {
+	n := len(t.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && t.less(r, l) {
+			m = r
+		}
+		if !t.less(m, i) {
+			return
+		}
+		t.swap(i, m)
+		i = m
+	}
+}
+
+// Aggregate is the prefix of addr that a source is reported as: its first
+// bits4 bits for IPv4 (an IPv4-mapped IPv6 address is IPv4), bits6 for IPv6.
+func Aggregate(addr netip.Addr, bits4, bits6 int) netip.Prefix {
+	addr = addr.Unmap()
+	bits := bits6
+	if addr.Is4() {
+		bits = bits4
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return netip.PrefixFrom(addr, addr.BitLen())
+	}
+	return p
+}

@@ -1,0 +1,164 @@
+package xdp_drop
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+)
+
+// Defaults of the sampling options.
+const (
+	DefaultSampleMaxPerSecond = 10_000
+	DefaultTopSources         = 10
+	DefaultTopPrefixV4        = 24
+	DefaultTopPrefixV6        = 64
+	DefaultCaptureSnaplen     = 128
+	DefaultCaptureMaxSize     = 64 << 20
+)
+
+// Bounds of the sampling options.
+const (
+	MaxSampleRate         = 1 << 30
+	MaxSampleMaxPerSecond = 1_000_000
+	MaxTopSources         = 100
+	// TopTableSize is how many sources an interface's action keeps count
+	// of between gathers: the memory is fixed, and a share is off by at
+	// most 1/TopTableSize of the samples.
+	TopTableSize = 1024
+)
+
+// setSamplingDefaults sets the sampling options' defaults.
+func (s *XDPDrop) setSamplingDefaults() {
+	s.SampleMaxPerSecond = DefaultSampleMaxPerSecond
+	s.TopSources = DefaultTopSources
+	s.TopSourcePrefixV4 = DefaultTopPrefixV4
+	s.TopSourcePrefixV6 = DefaultTopPrefixV6
+	s.CaptureSnaplen = DefaultCaptureSnaplen
+	s.CaptureMaxSize = DefaultCaptureMaxSize
+}
+
+// parseSampling checks the sampling options and returns what the program
+// is loaded with; dryRun says whether drops are would_drop.
+func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
+	var out bpf.Sampling
+	switch {
+	case s.SampleRate < 0 || s.SampleRate > MaxSampleRate:
+		return out, fmt.Errorf("sample_rate = %d is out of range; use 0 (off) or 1 in N frames with N up to %d, e.g. sample_rate = 1000", s.SampleRate, MaxSampleRate)
+	case s.SampleRate == 0 && s.CapturePath != "":
+		return out, fmt.Errorf("capture_path = %s needs sample_rate: the capture holds sampled frames; set sample_rate, e.g. sample_rate = 1000", Quote(s.CapturePath))
+	case s.SampleRate == 0 && s.SampleActions != nil:
+		return out, errors.New("sample_actions is set but sample_rate is 0 (off); set sample_rate, e.g. sample_rate = 1000")
+	case s.SampleRate == 0:
+		// Off: the other options are not used.
+		return out, nil
+	case s.SampleMaxPerSecond < 1 || s.SampleMaxPerSecond > MaxSampleMaxPerSecond:
+		return out, fmt.Errorf("sample_max_per_second = %d is out of range; use 1 to %d (default %d)", s.SampleMaxPerSecond, MaxSampleMaxPerSecond, DefaultSampleMaxPerSecond)
+	case s.TopSources < 0 || s.TopSources > MaxTopSources:
+		return out, fmt.Errorf("top_sources = %d is out of range; use 0 (no xdp_drop_top) to %d (default %d)", s.TopSources, MaxTopSources, DefaultTopSources)
+	case s.TopSourcePrefixV4 < 1 || s.TopSourcePrefixV4 > 32:
+		return out, fmt.Errorf("top_source_prefix_ipv4 = %d is not a prefix length; use 1 to 32 (default %d; 32 for single addresses)", s.TopSourcePrefixV4, DefaultTopPrefixV4)
+	case s.TopSourcePrefixV6 < 1 || s.TopSourcePrefixV6 > 128:
+		return out, fmt.Errorf("top_source_prefix_ipv6 = %d is not a prefix length; use 1 to 128 (default %d)", s.TopSourcePrefixV6, DefaultTopPrefixV6)
+	case s.CaptureSnaplen < 1 || s.CaptureSnaplen > int64(bpf.SnaplenMax):
+		return out, fmt.Errorf("capture_snaplen = %d is out of range; use 1 to %d bytes (default %d)", s.CaptureSnaplen, bpf.SnaplenMax, DefaultCaptureSnaplen)
+	case s.CaptureMaxSize < pcapng.MinSize:
+		return out, fmt.Errorf(`capture_max_size = %d bytes is below the least, %d (64KiB); use a size such as "64MiB"`, s.CaptureMaxSize, pcapng.MinSize)
+	case s.TopSources > 0 && s.CaptureSnaplen < MinTopSnaplen:
+		return out, fmt.Errorf("capture_snaplen = %d is too short for top_sources, which reads source addresses up to byte %d (an IPv6 frame under two VLAN tags); use at least %d, or top_sources = 0", s.CaptureSnaplen, MinTopSnaplen, MinTopSnaplen)
+	}
+	if s.CapturePath != "" {
+		if len(s.CapturePath) > maxPath {
+			return out, fmt.Errorf("capture_path = %s is %d bytes long; a path has at most %d", Quote(s.CapturePath), len(s.CapturePath), maxPath)
+		}
+		if err := pcapng.CheckPath(s.CapturePath); err != nil {
+			return out, fmt.Errorf("capture_path = %s %w", Quote(s.CapturePath), err)
+		}
+	}
+	actions, err := sampleActions(s.SampleActions, dryRun)
+	if err != nil {
+		return out, err
+	}
+	return bpf.Sampling{
+		Rate: uint32(s.SampleRate), Actions: actions,
+		MaxPerSecond: uint32(s.SampleMaxPerSecond), Snaplen: uint32(s.CaptureSnaplen),
+	}, nil
+}
+
+// sampleActions turns sample_actions into the actions sampled: the frames
+// dropped (would_drop in a dry run) when it is not set.
+func sampleActions(names []string, dryRun bool) ([bpf.ActionCount]bool, error) {
+	var a [bpf.ActionCount]bool
+	if names == nil {
+		a[bpf.ActionDrop] = true
+		return a, nil
+	}
+	if len(names) == 0 {
+		return a, errors.New(`sample_actions is empty; list "drop", "pass" or "would_drop", or leave it out to sample the dropped frames`)
+	}
+	for i, n := range names {
+		var act bpf.Action
+		switch {
+		case n == ActionPass:
+			act = bpf.ActionPass
+		case n == ActionDrop && dryRun:
+			return a, errors.New(`sample_actions: "drop" never happens in a dry run (dry_run = true): sample "would_drop" instead`)
+		case n == ActionWouldDrop && !dryRun:
+			return a, errors.New(`sample_actions: "would_drop" happens only in a dry run (dry_run = true): sample "drop" instead`)
+		case n == ActionDrop || n == ActionWouldDrop:
+			act = bpf.ActionDrop
+		default:
+			return a, fmt.Errorf(`sample_actions: %s is not an action; use "drop", "pass" or "would_drop"`, Quote(n))
+		}
+		if slices.Contains(names[:i], n) {
+			return a, fmt.Errorf("sample_actions: %s is listed twice", Quote(n))
+		}
+		a[act] = true
+	}
+	return a, nil
+}
+
+// MinTopSnaplen is the least capture_snaplen with which top_sources can
+// read a source address: that of an IPv6 frame under two VLAN tags ends there.
+const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end of its source
+
+// capture is the rolling pcapng file of the sampled frames, written by
+// the readers of every interface.
+type capture struct {
+	mu       sync.Mutex
+	w        *pcapng.Writer
+	err      error  // the last write error
+	reported string // the last one reported
+}
+
+// write adds a frame to the capture; an error is kept for the next gather.
+func (c *capture) write(iface string, ts time.Time, data []byte, origLen int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.w.WritePacket(iface, ts, data, origLen); err != nil {
+		c.err = err
+	}
+}
+
+// takeError returns a write error not reported yet, or nil.
+func (c *capture) takeError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.err
+	c.err = nil
+	if err == nil || err.Error() == c.reported {
+		return nil
+	}
+	c.reported = err.Error()
+	return err
+}
+
+func (c *capture) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Close()
+}

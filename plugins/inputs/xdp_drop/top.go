@@ -1,0 +1,256 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/influxdata/telegraf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+	"github.com/xdp-drop/xdp_drop/internal/topk"
+)
+
+// sampler reads the sampled frames of one attached program: it counts
+// their sources into fixed tables, swapped at every gather, and writes
+// them to the capture.
+type sampler struct {
+	prog   *bpf.Program
+	reader *bpf.SampleReader
+	done   chan struct{}
+
+	mu       sync.Mutex
+	tables   [bpf.ActionCount]*topk.Table
+	samples  [bpf.ActionCount]uint64 // this interval's, sources or not
+	received uint64                  // since the program was loaded
+	err      error                   // why reading stopped
+}
+
+// interval is what a sampler saw between two gathers.
+type interval struct {
+	tables  [bpf.ActionCount]*topk.Table
+	samples [bpf.ActionCount]uint64
+}
+
+// startSampler starts reading the samples of the interface's program, once
+// per program.
+func (x *XDPDrop) startSampler(ifc *iface) error {
+	if ifc.sampler != nil && ifc.sampler.prog == ifc.prog {
+		return nil
+	}
+	x.stopSampler(ifc)
+	r, err := ifc.prog.SampleReader()
+	if err != nil {
+		return err
+	}
+	s := &sampler{prog: ifc.prog, reader: r, done: make(chan struct{})}
+	for a := range s.tables {
+		s.tables[a] = topk.New(TopTableSize)
+	}
+	ifc.sampler = s
+	ifc.spare = interval{}
+	go s.run(ifc.name, x.capture, int(x.TopSourcePrefixV4), int(x.TopSourcePrefixV6), x.TopSources > 0)
+	return nil
+}
+
+// startSamplers starts reading the samples of every attached interface at
+// once, rather than at the first gather: the ring holds a quarter of a
+// second of events at the cap, a gather interval many times that.
+func (x *XDPDrop) startSamplers(acc telegraf.Accumulator) {
+	if !x.policy.Sample.On() {
+		return
+	}
+	for _, ifc := range x.ifaces {
+		if ifc.prog == nil || ifc.observer != "" {
+			continue
+		}
+		if err := x.startSampler(ifc); err != nil {
+			x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		}
+	}
+}
+
+// stopSampler stops the reader of the interface's samples, if any, and
+// waits for it.
+func (x *XDPDrop) stopSampler(ifc *iface) {
+	if ifc.sampler == nil {
+		return
+	}
+	ifc.sampler.reader.Close()
+	<-ifc.sampler.done
+	ifc.sampler = nil
+}
+
+// monotonicOffset is what turns the kernel's CLOCK_MONOTONIC stamps into
+// wall-clock time.
+func monotonicOffset() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return time.Now().UnixNano() - ts.Nano()
+}
+
+func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
+	defer close(s.done)
+	offset := monotonicOffset()
+	for {
+		e, err := s.reader.Read()
+		if err != nil {
+			if !errors.Is(err, bpf.ErrSamplerClosed) {
+				s.mu.Lock()
+				s.err = err
+				s.mu.Unlock()
+			}
+			return
+		}
+		if c != nil {
+			c.write(name, time.Unix(0, int64(e.Time)+offset), e.Data, e.Len)
+		}
+		s.mu.Lock()
+		s.received++
+		s.samples[e.Action]++
+		if top {
+			if proto, ok := e.Class.Protocol(); ok {
+				if src, ok := sourceAddr(e.Data); ok {
+					s.tables[e.Action].Add(topk.Aggregate(src, bits4, bits6), uint64(e.Len), proto, e.Rule)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// take returns what was sampled since the last take, handing the tables of
+// spare (emptied) to the reader in exchange, and the frames received so far.
+func (s *sampler) take(spare *interval) (received uint64, err error) {
+	for a, t := range spare.tables {
+		if t == nil {
+			spare.tables[a] = topk.New(TopTableSize)
+		} else {
+			t.Reset()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tables, spare.tables = spare.tables, s.tables
+	s.samples, spare.samples = [bpf.ActionCount]uint64{}, s.samples
+	return s.received, s.err
+}
+
+// sourceAddr is the source address of an IP frame, under up to two VLAN
+// tags, from its first bytes.
+func sourceAddr(b []byte) (netip.Addr, bool) {
+	be := binary.BigEndian
+	off := 12
+	if len(b) < off+2 {
+		return netip.Addr{}, false
+	}
+	et := be.Uint16(b[off:])
+	for i := 0; i < 2 && (et == 0x8100 || et == 0x88a8); i++ {
+		off += 4
+		if len(b) < off+2 {
+			return netip.Addr{}, false
+		}
+		et = be.Uint16(b[off:])
+	}
+	off += 2
+	switch {
+	case et == 0x0800 && len(b) >= off+16:
+		return netip.AddrFrom4([4]byte(b[off+12 : off+16])), true
+	case et == 0x86dd && len(b) >= off+24:
+		return netip.AddrFrom16([16]byte(b[off+8 : off+24])), true
+	}
+	return netip.Addr{}, false
+}
+
+// readTop adds the heaviest sources of the interface's sampled frames since
+// the last gather to snap, and the sampling counters to its link point.
+func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, l *Link) {
+	// An observed program's ring is its owner's to read: reading it here
+	// would take the events away from it.
+	if ifc.prog == nil || !x.policy.Sample.On() || ifc.observer != "" {
+		return
+	}
+	if err := x.startSampler(ifc); err != nil {
+		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		return
+	}
+	received, err := ifc.sampler.take(&ifc.spare)
+	if err != nil {
+		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+	}
+	counts, err := ifc.prog.SampleCounts()
+	if err != nil {
+		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+	}
+	l.Sampling = true
+	l.Sampled, l.SampleLost, l.SampleCapped = received, counts.Lost, counts.Capped
+	snap.Top = x.appendTop(snap.Top, l.Interface, &ifc.spare)
+}
+
+// appendTop appends the top_sources heaviest sources of each action.
+func (x *XDPDrop) appendTop(top []TopSource, name string, in *interval) []TopSource {
+	rate := uint64(x.policy.Sample.Rate)
+	for a, t := range in.tables {
+		if in.samples[a] == 0 || t == nil {
+			continue
+		}
+		for i, e := range t.Top(int(x.TopSources)) {
+			s := TopSource{
+				Interface: name, Action: ActionTag(x.policy.DryRun, bpf.Action(a)), Rank: i + 1,
+				Source:  e.Key.String(),
+				Packets: e.Count * rate, Bytes: e.Bytes * rate,
+				Share:    float64(e.Count) / float64(in.samples[a]),
+				Protocol: protocolTag(e.Protocol),
+			}
+			if e.Rule >= 0 && e.Rule < len(x.policy.Rules) {
+				s.Rule = x.policy.Rules[e.Rule].Name
+			}
+			top = append(top, s)
+		}
+	}
+	return top
+}
+
+// openCapture opens capture_path, if set.
+func (x *XDPDrop) openCapture() error {
+	// The console view beside a running instance must not rotate its capture.
+	if x.CapturePath == "" || x.capture != nil || x.Observe {
+		return nil
+	}
+	w, err := pcapng.Create(x.CapturePath, int64(x.CaptureMaxSize), uint32(x.CaptureSnaplen))
+	if err != nil {
+		return fmt.Errorf("capture_path = %s: %w", Quote(x.CapturePath), err)
+	}
+	x.capture = &capture{w: w}
+	return nil
+}
+
+// closeCapture closes capture_path once every reader has stopped.
+func (x *XDPDrop) closeCapture() {
+	if x.capture == nil {
+		return
+	}
+	if err := x.capture.close(); err != nil {
+		x.Log.Errorf("capture_path = %s: %v", Quote(x.CapturePath), err)
+	}
+	x.capture = nil
+}
+
+// captureError reports a write error of the capture, once.
+func (x *XDPDrop) captureError(acc telegraf.Accumulator) {
+	if x.capture == nil {
+		return
+	}
+	if err := x.capture.takeError(); err != nil {
+		acc.AddError(fmt.Errorf("capture_path = %s: %w", Quote(x.CapturePath), err))
+	}
+}
