@@ -213,3 +213,22 @@ func TestLimitManySources(t *testing.T) {
 	want := rate*2 + rate
 	require.InDelta(t, want, heavyPassed, 0.1*float64(want), "heavy source: rate x t + burst")
 }
+
+// TestLimitSampled: with sampling on, the limit program samples a limit
+// rule's frames under the verdict they got: the frames over budget as
+// dropped by that rule, the ones within it not at all (only drops are
+// sampled here).
+func TestLimitSampled(t *testing.T) {
+	c := loadLimited(t, bpf.Policy{
+		Rules:  []bpf.Rule{limitRule(bpf.Limit{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 64})},
+		Sample: bpf.Sampling{Rate: 1, Actions: [bpf.ActionCount]bool{bpf.ActionDrop: true}, MaxPerSecond: 1_000_000, Snaplen: 64},
+	})
+	passed, dropped := c.send(dnsFrom("198.51.100.1"), 5)
+	require.Equal(t, [2]int{2, 3}, [2]int{passed, dropped})
+	got := readSamples(t, c.p, 3)
+	for _, s := range got {
+		require.Equal(t, bpf.ActionDrop, s.Action)
+		require.True(t, s.Dropped)
+		require.Equal(t, 0, s.Rule)
+	}
+}
