@@ -26,12 +26,16 @@ import (
 )
 
 const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and count the rest;
-# two rules, checked first, decide some frames against it.
+# two rules, checked first, decide some frames against it; the heaviest sources of
+# what is dropped are sampled.
 [[inputs.xdp_drop]]
   interfaces = [%q]
   drop = ["udp", "icmp", "ipv6-icmp"]
   ## No successor comes: release the interface at once on stop.
   handover_timeout = "0s"
+  ## Sample 1 in 4 dropped frames and report the 3 heaviest sources.
+  sample_rate = 4
+  top_sources = 3
 
   ## Pass IPv6 UDP from the documentation prefix, which the policy drops.
   [[inputs.xdp_drop.rule]]

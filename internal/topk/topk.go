@@ -17,15 +17,59 @@ type Entry struct {
 	// Count and Bytes are its weight; Err is how much of Count may belong
 	// to keys it replaced (the count it inherited).
 	Count, Bytes, Err uint64
-	// Protocol and Rule are the ones most of its frames had (a majority
-	// vote: exact when one has more than half of them).
+	// Protocol and Rule are the ones most of its frames had: exact when
+	// its frames had at most tallySlots different ones, and always the
+	// most common when that one had more than 1/tallySlots of them.
 	Protocol uint8
 	Rule     int
 }
 
 type entry struct {
 	Entry
-	protoVotes, ruleVotes uint64
+	protos tally[uint8]
+	rules  tally[int]
+}
+
+// tallySlots is how many distinct values an entry counts apart.
+const tallySlots = 4
+
+// tally finds the most common value in fixed memory: Space-Saving again,
+// over tallySlots slots.
+type tally[T comparable] struct {
+	vals   [tallySlots]T
+	counts [tallySlots]uint64
+}
+
+func (t *tally[T]) add(v T) {
+	lightest := 0
+	for i := range t.vals {
+		if t.counts[i] > 0 && t.vals[i] == v {
+			t.counts[i]++
+			return
+		}
+		if t.counts[i] < t.counts[lightest] {
+			lightest = i
+		}
+	}
+	t.vals[lightest] = v
+	t.counts[lightest]++
+}
+
+// most is the value counted most (the first slot's on a tie).
+func (t *tally[T]) most() T {
+	best := 0
+	for i := range t.vals {
+		if t.counts[i] > t.counts[best] {
+			best = i
+		}
+	}
+	return t.vals[best]
+}
+
+func (e *entry) count(proto uint8, rule int) {
+	e.protos.add(proto)
+	e.rules.add(rule)
+	e.Protocol, e.Rule = e.protos.most(), e.rules.most()
 }
 
 // Table is a Space-Saving summary. It is not safe for concurrent use.
@@ -51,13 +95,13 @@ func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
 		e := t.heap[i]
 		e.Count++
 		e.Bytes += bytes
-		vote(&e.Protocol, &e.protoVotes, proto)
-		vote(&e.Rule, &e.ruleVotes, rule)
+		e.count(proto, rule)
 		t.down(i)
 		return
 	}
 	if len(t.heap) < cap(t.heap) {
-		e := &entry{Entry: Entry{Key: key, Count: 1, Bytes: bytes, Protocol: proto, Rule: rule}, protoVotes: 1, ruleVotes: 1}
+		e := &entry{Entry: Entry{Key: key, Count: 1, Bytes: bytes}}
+		e.count(proto, rule)
 		t.heap = append(t.heap, e)
 		t.pos[key] = len(t.heap) - 1
 		t.up(len(t.heap) - 1)
@@ -66,21 +110,10 @@ func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
 	// Replace the lightest: the newcomer may have been it all along.
 	e := t.heap[0]
 	delete(t.pos, e.Key)
-	*e = entry{Entry: Entry{Key: key, Count: e.Count + 1, Bytes: e.Bytes + bytes, Err: e.Count, Protocol: proto, Rule: rule}, protoVotes: 1, ruleVotes: 1}
+	*e = entry{Entry: Entry{Key: key, Count: e.Count + 1, Bytes: e.Bytes + bytes, Err: e.Count}}
+	e.count(proto, rule)
 	t.pos[key] = 0
 	t.down(0)
-}
-
-// vote is one step of the Boyer-Moore majority vote.
-func vote[T comparable](cur *T, votes *uint64, v T) {
-	switch {
-	case *cur == v:
-		*votes++
-	case *votes == 0:
-		*cur, *votes = v, 1
-	default:
-		*votes--
-	}
 }
 
 // Top returns the n heaviest entries, heaviest first (ties by key).

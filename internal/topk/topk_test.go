@@ -9,7 +9,7 @@ import (
 )
 
 // TestExactBelowCapacity: with fewer keys than entries, counts, bytes and
-// the majority protocol and rule are exact.
+// the most common protocol and rule are exact.
 func TestExactBelowCapacity(t *testing.T) {
 	tb := New(8)
 	a, b := netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8::/64")
@@ -29,6 +29,27 @@ func TestExactBelowCapacity(t *testing.T) {
 	tb.Reset()
 	require.Empty(t, tb.Top(10))
 	require.Zero(t, tb.Total())
+}
+
+// TestMostCommonWithoutMajority: a source whose frames are 40 TCP, then
+// 62 UDP, then 30 ICMP (no protocol has half of them) reports UDP, and the
+// rule that decided most of them, whatever order they came in.
+func TestMostCommonWithoutMajority(t *testing.T) {
+	a := netip.MustParsePrefix("192.0.2.0/24")
+	tb := New(4)
+	for _, run := range []struct {
+		n     int
+		proto uint8
+		rule  int
+	}{{40, 6, 1}, {62, 17, -1}, {30, 1, -1}, {3, 47, 2}, {2, 50, 3}} {
+		for range run.n {
+			tb.Add(a, 60, run.proto, run.rule)
+		}
+	}
+	top := tb.Top(1)
+	require.Len(t, top, 1)
+	require.Equal(t, uint8(17), top[0].Protocol, "UDP, the most common (46%%), not the last run's")
+	require.Equal(t, -1, top[0].Rule, "the policy decided 92 of 137")
 }
 
 // TestHeavyKeysAmongSpoofed: a million distinct keys do not grow the table
