@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
 // openFlags opens a FIFO put in place since the check without waiting for
@@ -57,21 +59,7 @@ func CheckPath(path string) error {
 		}
 	}
 	if !lfi.Mode().IsRegular() {
-		return fmt.Errorf("is not a regular file but a %s; choose a path for a file", typeName(lfi.Mode()))
+		return fmt.Errorf("is not a regular file but %s; choose a path for a file", trust.FileKind(lfi.Mode()))
 	}
 	return nil
-}
-
-func typeName(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return m.Type().String()
 }
