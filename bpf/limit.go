@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Limit is the budget of a limit rule: Rate frames per second with bursts
@@ -65,6 +66,11 @@ func (p Policy) hasLimits() bool {
 	return false
 }
 
+// coarsestTick is the longest a kernel tick lasts (HZ = 100): the coarse
+// clock the limiter reads moves once a tick, so a budget whose burst lasts
+// less than that reads the precise clock.
+const coarsestTick = 10 * time.Millisecond
+
 // limitParams are the program's limit_params: each limit rule's interval
 // and tolerance in ns, by rule index.
 func (p Policy) limitParams() [MaxRules]xdpDropLimitParam {
@@ -82,7 +88,10 @@ func (p Policy) limitParams() [MaxRules]xdpDropLimitParam {
 			Prefix6:  l.PrefixV6,
 		}
 		if l.PerRule {
-			out[i].Flags = uint8(xdpDropLimitLimitsLIMIT_PER_RULE)
+			out[i].Flags |= uint8(xdpDropLimitLimitsLIMIT_PER_RULE)
+		}
+		if out[i].Tau+out[i].Interval < uint64(coarsestTick) {
+			out[i].Flags |= uint8(xdpDropLimitLimitsLIMIT_FINE_CLOCK)
 		}
 	}
 	return out

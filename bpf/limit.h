@@ -42,13 +42,19 @@ enum limit_limits {
 	LIMIT_TICK_CELL = LIMIT_SEED_CELL + 3,
 	LIMIT_CELLS = LIMIT_SEED_CELL + 8,
 	LIMIT_PER_RULE = 1, /* in limit_param.flags */
+	/*
+	 * In limit_param.flags: burst frames last less than a tick, so the
+	 * tick's time would admit burst frames a tick at most, whatever the
+	 * rate; the rule reads the precise clock instead.
+	 */
+	LIMIT_FINE_CLOCK = 2,
 };
 
 /* The budget of a limit rule, by rule index. */
 struct limit_param {
 	__u64 interval; /* ns per frame: 1e9 / rate */
 	__u64 tau;      /* (burst - 1) * interval */
-	__u8 flags;     /* LIMIT_PER_RULE */
+	__u8 flags;     /* LIMIT_PER_RULE, LIMIT_FINE_CLOCK */
 	__u8 prefix4;   /* source grouping for per = "source" */
 	__u8 prefix6;
 	__u8 pad[5];
@@ -153,7 +159,7 @@ static __always_inline __u64 limit_now(void)
 static __always_inline int limit_over(struct hdr_cursor *nh, __u32 class, __u32 r)
 {
 	__u64 interval = limit_params[r].interval, tau = limit_params[r].tau;
-	__u64 now = limit_now();
+	__u64 now = (limit_params[r].flags & LIMIT_FINE_CLOCK) && !limit_fake_clock ? bpf_ktime_get_ns() : limit_now();
 	__u64 *cells[LIMIT_ROWS];
 	__u64 tats[LIMIT_ROWS];
 	__u64 h, *seed;

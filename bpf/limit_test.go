@@ -232,3 +232,31 @@ func TestLimitSampled(t *testing.T) {
 		require.Equal(t, 0, s.Rule)
 	}
 }
+
+// TestLimitBurstShorterThanATick: a burst that lasts less than a kernel
+// tick (rate 50,000, burst 10: 0.2 ms), offered frames back to back on the
+// kernel's own clock, admits rate x t + burst within 10 %, not burst frames
+// a tick, which the tick's coarse time alone would allow.
+func TestLimitBurstShorterThanATick(t *testing.T) {
+	testns.RequirePrivileged(t)
+	lim := bpf.Limit{Rate: 50_000, Burst: 10, PrefixV4: 32, PrefixV6: 64}
+	p, err := bpf.Load(bpf.Policy{Rules: []bpf.Rule{limitRule(lim)}})
+	require.NoError(t, err)
+	defer p.Close()
+	frame := dnsFrom("198.51.100.1")
+	var passed, sent int
+	start := time.Now()
+	for time.Since(start) < 300*time.Millisecond {
+		v, err := p.XDP().Run(&ebpf.RunOptions{Data: frame})
+		require.NoError(t, err)
+		sent++
+		if v == xdpPass {
+			passed++
+		}
+	}
+	took := time.Since(start)
+	want := float64(lim.Rate)*took.Seconds() + float64(lim.Burst)
+	t.Logf("%d of %d frames passed in %v: want %.0f (%+.2f %%)", passed, sent, took.Round(time.Millisecond), want, 100*(float64(passed)/want-1))
+	require.GreaterOrEqual(t, float64(sent), 3*want, "too few frames offered to test the limit")
+	require.InDelta(t, want, float64(passed), 0.1*want, "rate x t + burst within 10 %%")
+}

@@ -60,6 +60,7 @@ const (
 	xdpDropLimitLimitsLIMIT_TICK_CELL  xdpDropLimitLimits = 524803
 	xdpDropLimitLimitsLIMIT_CELLS      xdpDropLimitLimits = 524808
 	xdpDropLimitLimitsLIMIT_PER_RULE   xdpDropLimitLimits = 1
+	xdpDropLimitLimitsLIMIT_FINE_CLOCK xdpDropLimitLimits = 2
 )
 
 type xdpDropLimitParam struct {
