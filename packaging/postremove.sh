@@ -36,8 +36,16 @@ if [ -n "$purge" ]; then
 	# filesystem's root, pins or not: root reaches them all the same.
 	if [ -e "$NOTE" ]; then
 		if [ "$(stat -f -c %T "$BPFFS" 2>/dev/null)" = bpf_fs ]; then
-			chmod o-x "$BPFFS"
-			echo "telegraf-xdp-drop: took back the search permission for others on $BPFFS that the package added (chmod o-x): it is $(stat -c %a "$BPFFS") again"
+			was=$(cat "$NOTE")
+			now=$(stat -c %a "$BPFFS")
+			# Only where the mode is still what the package made of it: a mode
+			# changed since is someone else's choice, kept.
+			if [ "$((0$now))" = "$((0$was | 1))" ]; then
+				chmod o-x "$BPFFS"
+				echo "telegraf-xdp-drop: took back the search permission for others on $BPFFS that the package added (chmod o-x): it is $(stat -c %a "$BPFFS") again"
+			else
+				echo "telegraf-xdp-drop: $BPFFS is $now, changed since the package made it $(printf %o $((0$was | 1))) from $was: left as it is; chmod $was $BPFFS restores the mode it had before the package"
+			fi
 		fi
 		rm -f "$NOTE"
 	fi

@@ -191,3 +191,27 @@ func TestInstalledBPFFSOpen(t *testing.T) {
 	_, err = os.Stat("/var/lib/telegraf-xdp-drop")
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// TestInstalledBPFFSChangedSince: a mode someone changed after the install
+// added o+x is theirs: purge leaves it and says how to restore the old one.
+func TestInstalledBPFFSChangedSince(t *testing.T) {
+	testns.RequirePrivileged(t)
+	deb := built(t, "deb")
+	m := newMountNS(t, "700")
+	installOnce(t, m)
+	groupExisted := exec.Command("getent", "group", group()).Run() == nil
+	out := dpkg(t, m, nil, "-i", deb)
+	t.Logf("dpkg -i %s:\n%s", deb, out)
+	if !groupExisted {
+		t.Cleanup(func() { exec.Command("groupdel", group()).Run() })
+	}
+	require.Equal(t, os.FileMode(0o1701), modeOf(t, m.path(bpffs)))
+	require.NoError(t, syscall.Chmod(m.path(bpffs), 0o1711), "another tool's choice")
+
+	out = dpkg(t, m, nil, "--purge", pkgName)
+	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
+	require.Contains(t, out, "/sys/fs/bpf is 1711, changed since the package made it 1701 from 1700: left as it is; chmod 1700 /sys/fs/bpf restores the mode it had before the package")
+	require.Equal(t, os.FileMode(0o1711), modeOf(t, m.path(bpffs)), "purge takes nothing away that it did not add")
+	_, err := os.Stat(bpffsNote)
+	require.ErrorIs(t, err, os.ErrNotExist, "the note goes with the package")
+}
