@@ -90,6 +90,7 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	}
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
+		p.samples.Close()
 		return nil, err
 	}
 	return p, nil

@@ -110,7 +110,7 @@ func compileRules(rules []Rule) (*ruleTables, error) {
 
 // compileRulesUnder is compileRules with the exact prefixes laid out under
 // key: the same rules under the same key give the same tables, as those of
-// rule maps handed over (adoptRules).
+// rule maps handed over (Instance.AdoptRules).
 func compileRulesUnder(rules []Rule, key hashKey) (*ruleTables, error) {
 	if len(rules) > MaxRules {
 		return nil, fmt.Errorf("%d rules: at most %d are possible", len(rules), MaxRules)

@@ -13,10 +13,17 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
+// SampleRateMax is the largest sampling rate (1 in N frames).
+const SampleRateMax = 1 << 30
+
 // setSampling sets the sampling constants of spec and sizes its ring.
 func setSampling(spec *ebpf.CollectionSpec, s Sampling) error {
 	if !s.On() {
 		return nil
+	}
+	if s.Rate > SampleRateMax {
+		// The countdown re-arms within [1, 2 × rate), in 32 bits.
+		return fmt.Errorf("sample rate %d: at most %d", s.Rate, SampleRateMax)
 	}
 	if s.MaxPerSecond == 0 || s.Snaplen == 0 || s.Snaplen > SnaplenMax {
 		return fmt.Errorf("sampling needs a cap above 0 and a snap length of 1..%d, not %d and %d", SnaplenMax, s.MaxPerSecond, s.Snaplen)
