@@ -12,6 +12,7 @@ import (
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -118,4 +119,31 @@ func limitPackets(t *testing.T, acc *testutil.Accumulator, rule string) (pass, d
 		}
 	}
 	return pass, drop
+}
+
+// TestLimitRuleFileFields: both points of a limit rule with prefix files,
+// pass and drop, carry the file fields, the error too while a file fails.
+func TestLimitRuleFileFields(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limited.txt")
+	writeList(t, path, "192.0.2.0/24", "2001:db8:a::/48")
+	p := fileRulePlugin(Rule{Name: "limited", Action: "limit", SrcPrefixFile: []string{path}, Rate: int64(10)})
+	require.NoError(t, p.Init())
+	var rules, limited [bpf.MaxRules]bpf.Counter
+	rules[0], limited[0] = bpf.Counter{Packets: 9, Bytes: 900}, bpf.Counter{Packets: 4, Bytes: 400}
+	loaded := p.files.rules[0].loaded.Unix()
+	series := func(errText string) []RuleSeries {
+		return []RuleSeries{
+			{Interface: "eth1", Rule: "limited", Action: "pass", Packets: 5, Bytes: 500, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
+			{Interface: "eth1", Rule: "limited", Action: "drop", Packets: 4, Bytes: 400, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
+		}
+	}
+	require.Equal(t, series(""), p.appendRules(nil, "eth1", &rules, &limited))
+
+	writeList(t, path, "192.0.2.0/24", "198.51.100.1/24")
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Len(t, acc.Errors, 1)
+	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
+	require.Equal(t, series(bad), p.appendRules(nil, "eth1", &rules, &limited))
 }
