@@ -389,7 +389,10 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 				err = fmt.Errorf("%s: %w", pf.key, err)
 			}
 			if err != nil {
-				if fi != nil {
+				var untrusted *trust.UntrustedError
+				// A refusal may be lifted on a directory above, which the
+				// file's stamp does not see: it is read again every gather.
+				if fi != nil && !errors.As(err, &untrusted) {
 					pf.stamp = stampOf(fi)
 				} else {
 					pf.stamp = fileStamp{}
