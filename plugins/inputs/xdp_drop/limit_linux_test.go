@@ -4,6 +4,7 @@ package xdp_drop
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
@@ -62,4 +64,86 @@ func TestLimitRuleLive(t *testing.T) {
 			require.Equal(t, uint64(1), p.policy.Rules[0].Limit.Rate)
 		})
 	}
+}
+
+// TestLimitRulePrefixFileSwapKeepsBudget spends the budget of a per-rule
+// limit (1 frame/s, burst 5) whose sources come from a prefix file, then
+// changes the file: the swap puts the new prefixes in force on the budget
+// spent, so the frames after it pass only as the rate refilled it.
+func TestLimitRulePrefixFileSwapKeepsBudget(t *testing.T) {
+	ns := testns.New(t)
+	list := filepath.Join(t.TempDir(), "limited.txt")
+	writeList(t, list, "192.0.2.0/24")
+	p := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "limited", Action: "limit",
+		SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(5), Per: "rule"}}, Log: testutil.Logger{}}
+	acc := startPlugin(t, ns, p)
+	require.Empty(t, acc.Errors)
+
+	a := ipFrame("192.0.2.7", "10.0.0.1", frames.ProtoUDP, 40000, 53)
+	spent := time.Now()
+	send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 12}})
+	acc = gatherUntil(t, ns, p, 12)
+	require.Empty(t, acc.Errors)
+	pass, drop := limitPackets(t, acc, "limited")
+	require.Equal(t, [2]uint64{5, 7}, [2]uint64{pass, drop}, "pass, drop before the swap")
+
+	writeList(t, list, "192.0.2.0/24", "198.51.100.0/24")
+	acc = &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Empty(t, acc.Errors)
+	require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "the changed file is in force")
+
+	send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 12}})
+	acc = gatherUntil(t, ns, p, 24)
+	elapsed := time.Since(spent)
+	require.Empty(t, acc.Errors)
+	pass2, drop2 := limitPackets(t, acc, "limited")
+	require.Equal(t, uint64(24), pass2+drop2)
+	refilled := uint64(elapsed/time.Second) + 1
+	require.LessOrEqual(t, pass2-5, refilled, "passed after the swap in %v: the budget spent before it stays spent", elapsed)
+}
+
+// limitPackets is the packets of a limit rule's pass and drop points.
+func limitPackets(t *testing.T, acc *testutil.Accumulator, rule string) (pass, drop uint64) {
+	t.Helper()
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() != MeasurementRule || m.Tags()["rule"] != rule {
+			continue
+		}
+		v, _ := m.GetField("packets")
+		switch m.Tags()["action"] {
+		case "pass":
+			pass = v.(uint64)
+		case "drop":
+			drop = v.(uint64)
+		}
+	}
+	return pass, drop
+}
+
+// TestLimitRuleFileFields: both points of a limit rule with prefix files,
+// pass and drop, carry the file fields, the error too while a file fails.
+func TestLimitRuleFileFields(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "limited.txt")
+	writeList(t, path, "192.0.2.0/24", "2001:db8:a::/48")
+	p := fileRulePlugin(Rule{Name: "limited", Action: "limit", SrcPrefixFile: []string{path}, Rate: int64(10)})
+	require.NoError(t, p.Init())
+	var rules, limited [bpf.MaxRules]bpf.Counter
+	rules[0], limited[0] = bpf.Counter{Packets: 9, Bytes: 900}, bpf.Counter{Packets: 4, Bytes: 400}
+	loaded := p.files.rules[0].loaded.Unix()
+	series := func(errText string) []RuleSeries {
+		return []RuleSeries{
+			{Interface: "eth1", Rule: "limited", Action: "pass", Packets: 5, Bytes: 500, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
+			{Interface: "eth1", Rule: "limited", Action: "drop", Packets: 4, Bytes: 400, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
+		}
+	}
+	require.Equal(t, series(""), p.appendRules(nil, "eth1", &rules, &limited))
+
+	writeList(t, path, "192.0.2.0/24", "198.51.100.1/24")
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Len(t, acc.Errors, 1)
+	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
+	require.Equal(t, series(bad), p.appendRules(nil, "eth1", &rules, &limited))
 }

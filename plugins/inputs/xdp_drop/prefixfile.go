@@ -31,6 +31,14 @@ const MaxPrefixFileSize = 64 << 20
 // list's, and reading stops there.
 const maxPrefixLine = 4096
 
+// Bounds on the number of prefix files: of one option of a rule, and of
+// all the rules of an instance. With the prefixes every file together may
+// list (listedPrefixes), they bound what reading the lists holds.
+const (
+	MaxPrefixFilesPerOption = 64
+	MaxPrefixFiles          = 256
+)
+
 // Keys of the prefix file options of a rule, as errors name them.
 const (
 	keySrcPrefixFile = "src_prefix_file"
@@ -91,6 +99,9 @@ func (x *XDPDrop) TrustPrefixFiles(uid int) {
 
 // checkPrefixFilePaths checks the paths of a prefix file option.
 func checkPrefixFilePaths(key string, paths []string) error {
+	if len(paths) > MaxPrefixFilesPerOption {
+		return fmt.Errorf("%s lists %d files; an option lists at most %d: merge the lists into fewer files", key, len(paths), MaxPrefixFilesPerOption)
+	}
 	seen := make(map[string]bool, len(paths))
 	for _, p := range paths {
 		switch {
@@ -117,6 +128,8 @@ func (x *XDPDrop) loadPrefixFiles() error {
 	x.files.gen = 1
 	hasFiles := false
 	now := time.Now()
+	var listed listedPrefixes
+	nfiles := 0
 	for i := range x.Rules {
 		r := &x.Rules[i]
 		if len(r.SrcPrefixFile)+len(r.DstPrefixFile) == 0 {
@@ -130,9 +143,17 @@ func (x *XDPDrop) loadPrefixFiles() error {
 			paths []string
 		}{{keySrcPrefixFile, r.SrcPrefixFile}, {keyDstPrefixFile, r.DstPrefixFile}} {
 			for _, path := range f.paths {
+				if nfiles++; nfiles > MaxPrefixFiles {
+					return fmt.Errorf("rule %q: %s: %s is prefix file %d of the rules; at most %d fit an instance: merge the lists into fewer files",
+						r.Name, f.key, Quote(path), nfiles, MaxPrefixFiles)
+				}
 				pf := &prefixFile{path: path, key: f.key}
 				got, err := x.readPrefixFile(pf)
 				if err != nil {
+					return fmt.Errorf("rule %q: %w", r.Name, err)
+				}
+				listed.add(got.prefixes, 1)
+				if err := listed.check(pf); err != nil {
 					return fmt.Errorf("rule %q: %w", r.Name, err)
 				}
 				pf.stamp, pf.sum, pf.prefixes = got.stamp, got.sum, got.prefixes
@@ -153,6 +174,36 @@ func (x *XDPDrop) loadPrefixFiles() error {
 	}
 	if err := checkPrefixTotals(x.policy.Rules); err != nil {
 		return fmt.Errorf("rule: %w", err)
+	}
+	return nil
+}
+
+// listedPrefixes counts the prefixes every prefix file together lists, by
+// family, repeats counted: what reading them holds in memory.
+type listedPrefixes struct{ v4, v6 int }
+
+// add adds (sign 1) or takes away (sign -1) the prefixes of ps.
+func (l *listedPrefixes) add(ps []netip.Prefix, sign int) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			l.v4 += sign
+		} else {
+			l.v6 += sign
+		}
+	}
+}
+
+// check refuses more than bpf.MaxPrefixes listed of a family, once pf's
+// contents are counted in: reading stops there.
+func (l *listedPrefixes) check(pf *prefixFile) error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"IPv4", l.v4}, {"IPv6", l.v6}} {
+		if f.n > bpf.MaxPrefixes {
+			return fmt.Errorf("%s: with %s the prefix files list %d %s prefixes (repeats counted); at most %d per family fit: shorten or merge the lists",
+				pf.key, pf.path, f.n, f.name, bpf.MaxPrefixes)
+		}
 	}
 	return nil
 }
@@ -371,6 +422,15 @@ func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
 func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*fileRead, []*fileRule) {
 	pending := map[*prefixFile]*fileRead{}
 	var changed []*fileRule
+	var listed listedPrefixes
+	for _, fr := range x.files.rules {
+		if fr == nil {
+			continue
+		}
+		for _, pf := range fr.files {
+			listed.add(pf.prefixes, 1)
+		}
+	}
 	for _, fr := range x.files.rules {
 		if fr == nil {
 			continue
@@ -389,7 +449,10 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 				err = fmt.Errorf("%s: %w", pf.key, err)
 			}
 			if err != nil {
-				if fi != nil {
+				var untrusted *trust.UntrustedError
+				// A refusal may be lifted on a directory above, which the
+				// file's stamp does not see: it is read again every gather.
+				if fi != nil && !errors.As(err, &untrusted) {
 					pf.stamp = stampOf(fi)
 				} else {
 					pf.stamp = fileStamp{}
@@ -400,6 +463,14 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 			pf.stamp = got.stamp
 			if got.sum == pf.sum {
 				x.readsAgain(fr, pf)
+				continue
+			}
+			listed.add(pf.prefixes, -1)
+			listed.add(got.prefixes, 1)
+			if err := listed.check(pf); err != nil {
+				listed.add(got.prefixes, -1)
+				listed.add(pf.prefixes, 1)
+				x.prefixFileFailed(acc, fr, pf, err)
 				continue
 			}
 			pending[pf] = got

@@ -46,13 +46,19 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	// The instance of this generation: the programs swapped and those
 	// attached after share its rule maps.
 	rules := x.kernel.in
-	if rules == nil || x.kernel.gen != x.files.gen {
+	fresh := rules == nil || x.kernel.gen != x.files.gen
+	if fresh {
 		var err error
 		if rules, err = bpf.CompileRules(x.policy); err != nil {
 			acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
 			return
 		}
-		x.setInstance(rules)
+		if x.singleBufferOnly {
+			rules.DisableMultiBuffer()
+		}
+		// Installed only after the swaps: closing the instance before would
+		// leave them no limiter to go on with (budgets and seed).
+		defer x.setInstance(rules)
 	}
 	olds := make([]ebpf.ProgramID, len(stale))
 	errs := make([]error, len(stale))

@@ -207,6 +207,40 @@ func TestPrefixFileTrust(t *testing.T) {
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")
 }
 
+// TestPrefixFileTrustDirectory: a list refused for its directory, which
+// others may write, is read again every gather, so that fixing the
+// directory puts the list in force and clears the error.
+func TestPrefixFileTrustDirectory(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	list := filepath.Join(dir, "drop.txt")
+	writeList(t, list, "203.0.113.0/24")
+	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{list}})
+	p.TrustPrefixFiles(os.Getuid())
+	require.NoError(t, p.Init())
+	refresh := func() *testutil.Accumulator {
+		acc := &testutil.Accumulator{}
+		p.refreshPrefixFiles(acc)
+		p.releaseMemory()
+		return acc
+	}
+
+	writeList(t, list, "198.51.100.0/24")
+	require.NoError(t, os.Chmod(dir, 0o775))
+	acc := refresh()
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], dir+" is writable by its group")
+	_, _, _, errText := p.ruleFileFields(0)
+	require.Contains(t, errText, dir+" is writable by its group")
+	require.Empty(t, refresh().Errors, "reported once")
+
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.Empty(t, refresh().Errors)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, p.policy.Rules[0].SrcPrefixes, "the list is in force")
+	_, _, _, errText = p.ruleFileFields(0)
+	require.Empty(t, errText)
+}
+
 // TestPrefixFileHandover: a successor that takes over a handed-over
 // program with its counters (the same rules and files) puts in force what
 // the files hold at its start, not what they held when the program was

@@ -2,6 +2,7 @@ package xdp_drop
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -294,7 +295,7 @@ func TestPrefixFileTotals(t *testing.T) {
 		Rule{Name: "a", Action: "drop", SrcPrefixFile: []string{a}},
 		Rule{Name: "b", Action: "drop", DstPrefixFile: []string{b}},
 	)
-	require.EqualError(t, p.Init(), "rule: the rules and their prefix files list 110000 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes")
+	require.EqualError(t, p.Init(), `rule "b": dst_prefix_file: with `+b+` the prefix files list 110000 IPv4 prefixes (repeats counted); at most 100000 per family fit: shorten or merge the lists`)
 
 	hostList(t, b, 11, 40_000)
 	require.NoError(t, p.Init())
@@ -304,12 +305,17 @@ func TestPrefixFileTotals(t *testing.T) {
 	p.refreshPrefixFiles(acc)
 	p.releaseMemory()
 	require.Len(t, acc.Errors, 1)
-	require.EqualError(t, acc.Errors[0], `rule "b": the rules and their prefix files list 100001 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes; the last good prefixes stay in force`)
+	require.EqualError(t, acc.Errors[0], `rule "b": dst_prefix_file: with `+b+` the prefix files list 100001 IPv4 prefixes (repeats counted); at most 100000 per family fit: shorten or merge the lists; the last good prefixes stay in force`)
 	require.Equal(t, gen, p.files.gen)
 	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
 	_, n, _, errText := p.ruleFileFields(1)
 	require.Equal(t, int64(40_000), n)
 	require.Contains(t, errText, "100001 IPv4 prefixes")
+
+	// Files within the bound, with the rules' own prefixes beyond it.
+	hostList(t, a, 10, bpf.MaxPrefixes)
+	p = fileRulePlugin(Rule{Name: "a", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}, SrcPrefixFile: []string{a}})
+	require.EqualError(t, p.Init(), "rule: the rules and their prefix files list 100001 IPv4 prefixes; at most 100000 per family fit: shorten the lists, or merge adjacent prefixes")
 }
 
 // TestRuleSeriesFileFields: the prefix file fields are integers and a
@@ -329,4 +335,66 @@ func TestRuleSeriesFileFields(t *testing.T) {
 		c.series.PutFields(got)
 		require.Equal(t, c.want, got)
 	}
+}
+
+// hostAddrs is n distinct IPv4 host addresses from 10.0.0.0/8 on, skipping
+// the first skip.
+func hostAddrs(skip, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		a := skip + i
+		out[i] = fmt.Sprintf("10.%d.%d.%d", a>>16&255, a>>8&255, a&255)
+	}
+	return out
+}
+
+// TestInitPrefixFileCount: Init refuses more than 64 files in an option
+// and more than 256 in all the rules, naming the rule and the option.
+func TestInitPrefixFileCount(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i := range MaxPrefixFilesPerOption + 1 {
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("%d.txt", i)))
+		writeList(t, paths[i], fmt.Sprintf("192.0.2.%d", i))
+	}
+	err := fileRulePlugin(Rule{Name: "many", Action: "drop", DstPrefixFile: paths}).Init()
+	require.EqualError(t, err, `rule "many": dst_prefix_file lists 65 files; an option lists at most 64: merge the lists into fewer files`)
+
+	var rules []Rule
+	for i := range MaxPrefixFiles / MaxPrefixFilesPerOption {
+		rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Action: "drop", SrcPrefixFile: paths[:MaxPrefixFilesPerOption]})
+	}
+	require.NoError(t, fileRulePlugin(rules...).Init(), "256 files fit")
+	rules = append(rules, Rule{Name: "one-more", Action: "drop", DstPrefixFile: paths[64:]})
+	err = fileRulePlugin(rules...).Init()
+	require.EqualError(t, err, `rule "one-more": dst_prefix_file: "`+paths[64]+`" is prefix file 257 of the rules; at most 256 fit an instance: merge the lists into fewer files`)
+}
+
+// TestPrefixFileListedTotal: the files together list at most MaxPrefixes
+// of a family, repeats counted; reading stops at the file that passes it
+// (the malformed file after it is never read), at Init and at a refresh,
+// where the set in force stays.
+func TestPrefixFileListedTotal(t *testing.T) {
+	dir := t.TempDir()
+	a, b, bad := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"), filepath.Join(dir, "bad.txt")
+	half := bpf.MaxPrefixes/2 + 1
+	writeList(t, a, hostAddrs(0, half)...)
+	writeList(t, b, hostAddrs(0, half)...) // the same prefixes: the union would fit
+	writeList(t, bad, "not a prefix")
+	err := fileRulePlugin(Rule{Name: "lists", Action: "drop", SrcPrefixFile: []string{a, b, bad}}).Init()
+	require.EqualError(t, err, fmt.Sprintf(`rule "lists": src_prefix_file: with %s the prefix files list %d IPv4 prefixes (repeats counted); at most %d per family fit: shorten or merge the lists`, b, 2*half, bpf.MaxPrefixes))
+
+	writeList(t, b, "2001:db8::/32")
+	p := fileRulePlugin(Rule{Name: "lists", Action: "drop", SrcPrefixFile: []string{a, b}})
+	require.NoError(t, p.Init())
+	writeList(t, b, hostAddrs(half, half)...)
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Len(t, acc.Errors, 1)
+	require.EqualError(t, acc.Errors[0], fmt.Sprintf(`rule "lists": src_prefix_file: with %s the prefix files list %d IPv4 prefixes (repeats counted); at most %d per family fit: shorten or merge the lists; the last good prefixes stay in force`, b, 2*half, bpf.MaxPrefixes))
+	require.Len(t, p.policy.Rules[0].SrcPrefixes, half+1, "the set in force stays")
+	_, n, _, errText := p.ruleFileFields(0)
+	require.Equal(t, int64(half+1), n)
+	require.Contains(t, errText, "repeats counted")
 }

@@ -622,6 +622,9 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *
 	for i, r := range x.policy.Rules {
 		if r.Limit != nil {
 			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
+			for j := len(series) - 2; j < len(series); j++ {
+				series[j].Files, series[j].Prefixes, series[j].Loaded, series[j].Error = x.ruleFileFields(i)
+			}
 			continue
 		}
 		action := bpf.ActionPass
