@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"time"
 )
@@ -32,6 +31,8 @@ const MinSize = 64 << 10
 // for concurrent use.
 type Writer struct {
 	path    string
+	dir     *os.File // the capture's directory, checked once; files are opened in it
+	name    string   // the file's name in dir
 	max     int64
 	snaplen uint32
 	f       *os.File
@@ -41,40 +42,29 @@ type Writer struct {
 }
 
 // Create starts a capture at path (mode 0600), rotating at maxSize bytes.
-// A capture already there, not empty, becomes <path>.1 first.
+// A capture already there, not empty, becomes <path>.1 first. Files are
+// created new (never opened through a symbolic link, never one put there
+// by someone else) in the directory as it was checked at Create.
 func Create(path string, maxSize int64, snaplen uint32) (*Writer, error) {
 	if maxSize < MinSize {
 		return nil, fmt.Errorf("capture size %d is below the least, %d", maxSize, MinSize)
 	}
-	w := &Writer{path: path, max: maxSize, snaplen: snaplen}
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
-		if err := w.rotate(); err != nil {
-			return nil, err
-		}
-		return w, nil
+	dir, name, err := openDir(path)
+	if err != nil {
+		return nil, err
 	}
-	if err := w.open(); err != nil {
+	w := &Writer{path: path, dir: dir, name: name, max: maxSize, snaplen: snaplen}
+	if err := w.start(); err != nil {
+		dir.Close()
 		return nil, err
 	}
 	return w, nil
 }
 
-// open creates the file afresh and writes its section header.
+// open creates the file, new, and writes its section header.
 func (w *Writer) open() error {
-	// Non-blocking, so that a FIFO put there since the check cannot hang us.
-	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|openFlags, 0o600)
+	f, err := w.createFile()
 	if err != nil {
-		return fmt.Errorf("create capture file: %w", err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (%s)", w.path, fi.Mode().Type())
-	}
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err != nil {
-		f.Close()
 		return fmt.Errorf("create capture file: %w", err)
 	}
 	w.f, w.size, w.ids = f, 0, map[string]uint32{}
@@ -83,11 +73,13 @@ func (w *Writer) open() error {
 
 // rotate moves the current file to <path>.1 and starts a new one.
 func (w *Writer) rotate() error {
-	if w.f != nil {
-		w.f.Close()
-		w.f = nil
+	if w.f == nil {
+		return errors.New("capture file is closed")
 	}
-	if err := os.Rename(w.path, w.path+".1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := w.moveCurrent()
+	w.f.Close()
+	w.f = nil
+	if err != nil {
 		return fmt.Errorf("rotate capture file: %w", err)
 	}
 	return w.open()
@@ -136,6 +128,10 @@ func (w *Writer) WritePacket(iface string, ts time.Time, data []byte, origLen in
 
 // Close closes the file.
 func (w *Writer) Close() error {
+	if w.dir != nil {
+		w.dir.Close()
+		w.dir = nil
+	}
 	if w.f == nil {
 		return nil
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/testns"
 )
 
 // record is a frame as a reader of the capture sees it.
@@ -150,7 +152,7 @@ func TestCheckPath(t *testing.T) {
 	}
 	for _, c := range []struct{ path, want string }{
 		{filepath.Join(dir, "ok.pcapng"), ""},
-		{mine, ""},
+		{mine, "is a symbolic link, which the capture is never written through"},
 		{"drops.pcapng", "not an absolute path"},
 		{filepath.Join(dir, "missing", "x.pcapng"), "which does not exist"},
 		{fifo, "not a regular file but a FIFO"},
@@ -164,8 +166,108 @@ func TestCheckPath(t *testing.T) {
 		require.ErrorContains(t, err, c.want, c.path)
 	}
 	if os.Geteuid() == 0 {
-		require.ErrorContains(t, CheckPath(theirs), "symbolic link owned by uid 65534")
+		require.ErrorContains(t, CheckPath(theirs), "is a symbolic link")
+		other := filepath.Join(dir, "other.pcapng")
+		require.NoError(t, os.WriteFile(other, nil, 0o600))
+		require.NoError(t, os.Chown(other, 65534, 65534))
+		require.ErrorContains(t, CheckPath(other), "is a file owned by uid 65534, not this user")
 	}
+}
+
+// TestCheckPathSharedDirectory: a directory group or other users may write
+// is refused, naming it and the fix, unless it is sticky.
+func TestCheckPathSharedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o700, ""},
+		{0o755, ""},
+		{0o775, "is in " + dir + ", which group or other users may write (mode 0775)"},
+		{0o777, "run chmod go-w " + dir},
+		{os.ModeSticky | 0o777, ""},
+	} {
+		require.NoError(t, os.Chmod(dir, c.mode))
+		path := filepath.Join(dir, "drops.pcapng")
+		err := CheckPath(path)
+		w, cerr := Create(path, MinSize, 64)
+		if c.want == "" {
+			require.NoError(t, err, "%o", c.mode)
+			require.NoError(t, cerr, "%o", c.mode)
+			require.NoError(t, w.Close())
+			continue
+		}
+		require.ErrorContains(t, err, c.want, "%o", c.mode)
+		require.ErrorContains(t, cerr, c.want, "%o", c.mode)
+	}
+}
+
+// victim is a file the capture must never touch, and a check that it was not.
+func victim(t *testing.T) (string, func()) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "shadow")
+	require.NoError(t, os.WriteFile(path, []byte("root:secret\n"), 0o640))
+	require.NoError(t, os.Chmod(path, 0o640))
+	return path, func() {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, "root:secret\n", string(b))
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+	}
+}
+
+// TestSymlinkSwappedAfterCheck: a link put at the capture path after the
+// check is refused at start, and the file it points to is left as it was.
+func TestSymlinkSwappedAfterCheck(t *testing.T) {
+	target, untouched := victim(t)
+	path := filepath.Join(t.TempDir(), "drops.pcapng")
+	require.NoError(t, CheckPath(path))
+	require.NoError(t, os.Symlink(target, path))
+	_, err := Create(path, MinSize, 64)
+	require.ErrorContains(t, err, "is a symbolic link")
+	untouched()
+}
+
+// TestSymlinkSwappedWhileWriting: a link swapped in for the file being
+// written is refused at the rotation (the writer reports it and stops), and
+// the file it points to is left as it was.
+func TestSymlinkSwappedWhileWriting(t *testing.T) {
+	target, untouched := victim(t)
+	path := filepath.Join(t.TempDir(), "drops.pcapng")
+	w, err := Create(path, MinSize, 1500)
+	require.NoError(t, err)
+	defer w.Close()
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.Symlink(target, path))
+	var werr error
+	for i := 0; i < 100 && werr == nil; i++ {
+		werr = w.WritePacket("eth1", time.Unix(int64(i), 0), frame(i, 1000), 1000)
+	}
+	require.ErrorContains(t, werr, "was replaced since it was created, by someone else; it is left alone")
+	require.ErrorContains(t, w.WritePacket("eth1", time.Now(), frame(0, 100), 100), "closed")
+	untouched()
+	fi, err := os.Lstat(path)
+	require.NoError(t, err)
+	require.NotZero(t, fi.Mode()&os.ModeSymlink, "the link stays where it was put")
+}
+
+// TestLinkAppearsAtRotation: a link put at the path between the rotation's
+// rename and the new file's creation is not followed: the creation fails.
+func TestLinkAppearsAtRotation(t *testing.T) {
+	target, untouched := victim(t)
+	path := filepath.Join(t.TempDir(), "drops.pcapng")
+	w, err := Create(path, MinSize, 1500)
+	require.NoError(t, err)
+	defer w.Close()
+	require.NoError(t, w.moveCurrent())
+	require.NoError(t, os.Symlink(target, path))
+	_, err = w.createFile()
+	require.ErrorContains(t, err, "appeared since it was moved away")
+	untouched()
 }
 
 // TestCheckPathNotWritable: a directory the user may not write is refused.
@@ -176,9 +278,7 @@ func TestCheckPathNotWritable(t *testing.T) {
 		fmt.Printf("RESULT %v\n", CheckPath(p))
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run the check as another user")
-	}
+	testns.RequirePrivileged(t) // root, to run the check as another user
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o755))
 	bin := filepath.Join(dir, "pcapng.test")

@@ -40,22 +40,26 @@ func (s *XDPDrop) setSamplingDefaults() {
 	s.TopSourcePrefixV6 = DefaultTopPrefixV6
 	s.CaptureSnaplen = DefaultCaptureSnaplen
 	s.CaptureMaxSize = DefaultCaptureMaxSize
+	s.samplingDefaulted = true
+}
+
+// samplingUnset says the plugin was built without New and given none of
+// the sampling options with a default: they take their defaults then.
+func (s *XDPDrop) samplingUnset() bool {
+	return !s.samplingDefaulted && s.SampleMaxPerSecond == 0 && s.TopSources == 0 &&
+		s.TopSourcePrefixV4 == 0 && s.TopSourcePrefixV6 == 0 && s.CaptureSnaplen == 0 && s.CaptureMaxSize == 0
 }
 
 // parseSampling checks the sampling options and returns what the program
 // is loaded with; dryRun says whether drops are would_drop.
 func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 	var out bpf.Sampling
+	if s.samplingUnset() {
+		s.setSamplingDefaults()
+	}
 	switch {
 	case s.SampleRate < 0 || s.SampleRate > MaxSampleRate:
 		return out, fmt.Errorf("sample_rate = %d is out of range; use 0 (off) or 1 in N frames with N up to %d, e.g. sample_rate = 1000", s.SampleRate, MaxSampleRate)
-	case s.SampleRate == 0 && s.CapturePath != "":
-		return out, fmt.Errorf("capture_path = %s needs sample_rate: the capture holds sampled frames; set sample_rate, e.g. sample_rate = 1000", Quote(s.CapturePath))
-	case s.SampleRate == 0 && s.SampleActions != nil:
-		return out, errors.New("sample_actions is set but sample_rate is 0 (off); set sample_rate, e.g. sample_rate = 1000")
-	case s.SampleRate == 0:
-		// Off: the other options are not used.
-		return out, nil
 	case s.SampleMaxPerSecond < 1 || s.SampleMaxPerSecond > MaxSampleMaxPerSecond:
 		return out, fmt.Errorf("sample_max_per_second = %d is out of range; use 1 to %d (default %d)", s.SampleMaxPerSecond, MaxSampleMaxPerSecond, DefaultSampleMaxPerSecond)
 	case s.TopSources < 0 || s.TopSources > MaxTopSources:
@@ -70,6 +74,10 @@ func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 		return out, fmt.Errorf(`capture_max_size = %d bytes is below the least, %d (64KiB); use a size such as "64MiB"`, s.CaptureMaxSize, pcapng.MinSize)
 	case s.TopSources > 0 && s.CaptureSnaplen < MinTopSnaplen:
 		return out, fmt.Errorf("capture_snaplen = %d is too short for top_sources, which reads source addresses up to byte %d (an IPv6 frame under two VLAN tags); use at least %d, or top_sources = 0", s.CaptureSnaplen, MinTopSnaplen, MinTopSnaplen)
+	}
+	if s.SampleRate == 0 {
+		// Off: an option of sampling set to anything but its default does nothing.
+		return out, s.unusedSampling()
 	}
 	if s.CapturePath != "" {
 		if len(s.CapturePath) > maxPath {
@@ -87,6 +95,31 @@ func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 		Rate: uint32(s.SampleRate), Actions: actions,
 		MaxPerSecond: uint32(s.SampleMaxPerSecond), Snaplen: uint32(s.CaptureSnaplen),
 	}, nil
+}
+
+// unusedSampling names a sampling option set, to anything but its default,
+// while sample_rate = 0 turns sampling off.
+func (s *XDPDrop) unusedSampling() error {
+	const fix = "set sample_rate, e.g. sample_rate = 1000, or remove the option"
+	switch {
+	case s.CapturePath != "":
+		return fmt.Errorf("capture_path = %s needs sample_rate: the capture holds sampled frames; set sample_rate, e.g. sample_rate = 1000", Quote(s.CapturePath))
+	case s.SampleActions != nil:
+		return errors.New("sample_actions is set but sample_rate is 0 (off); set sample_rate, e.g. sample_rate = 1000")
+	case s.SampleMaxPerSecond != DefaultSampleMaxPerSecond:
+		return fmt.Errorf("sample_max_per_second = %d has no effect with sample_rate = 0 (off); %s", s.SampleMaxPerSecond, fix)
+	case s.TopSources != DefaultTopSources:
+		return fmt.Errorf("top_sources = %d has no effect with sample_rate = 0 (off); %s", s.TopSources, fix)
+	case s.TopSourcePrefixV4 != DefaultTopPrefixV4:
+		return fmt.Errorf("top_source_prefix_ipv4 = %d has no effect with sample_rate = 0 (off); %s", s.TopSourcePrefixV4, fix)
+	case s.TopSourcePrefixV6 != DefaultTopPrefixV6:
+		return fmt.Errorf("top_source_prefix_ipv6 = %d has no effect with sample_rate = 0 (off); %s", s.TopSourcePrefixV6, fix)
+	case s.CaptureSnaplen != DefaultCaptureSnaplen:
+		return fmt.Errorf("capture_snaplen = %d has no effect with sample_rate = 0 (off); %s", s.CaptureSnaplen, fix)
+	case s.CaptureMaxSize != DefaultCaptureMaxSize:
+		return fmt.Errorf("capture_max_size = %d bytes has no effect with sample_rate = 0 (off); %s", s.CaptureMaxSize, fix)
+	}
+	return nil
 }
 
 // sampleActions turns sample_actions into the actions sampled: the frames

@@ -39,6 +39,23 @@ func TestSamplingDefaults(t *testing.T) {
 	off.Interfaces, off.Drop = []string{"eth1"}, []any{"udp"}
 	require.NoError(t, off.Init())
 	require.False(t, off.policy.Sample.On(), "sample_rate defaults to 0: no sampling code")
+
+	// Off, the defaults written out are accepted.
+	off = New()
+	_, err := toml.Decode(`
+interfaces = ["eth1"]
+drop = ["udp"]
+sample_rate = 0
+sample_max_per_second = 10000
+top_sources = 10
+top_source_prefix_ipv4 = 24
+top_source_prefix_ipv6 = 64
+capture_snaplen = 128
+capture_max_size = "64MiB"
+`, off)
+	require.NoError(t, err)
+	require.NoError(t, off.Init())
+	require.False(t, off.policy.Sample.On())
 }
 
 // TestSamplingTOML: the options decode from TOML as the binary reads them,
@@ -94,6 +111,20 @@ func TestSamplingErrors(t *testing.T) {
 		{"capture dir missing", func(p *XDPDrop) { p.CapturePath = filepath.Join(dir, "nope", "c.pcapng") }, []string{"capture_path", "does not exist", "create it"}},
 		{"capture is a FIFO", func(p *XDPDrop) { p.CapturePath = fifo }, []string{"capture_path", "FIFO"}},
 		{"capture path too long", func(p *XDPDrop) { p.CapturePath = long }, []string{"capture_path", "…(5001 bytes)", "at most 4095"}},
+		// Off, the bounds hold all the same, and a value set does nothing.
+		{"off, top negative", func(p *XDPDrop) { p.SampleRate, p.TopSources = 0, -5 }, []string{"top_sources = -5", "out of range"}},
+		{"off, snaplen 0", func(p *XDPDrop) { p.SampleRate, p.CaptureSnaplen = 0, 0 }, []string{"capture_snaplen = 0", "1 to 4096"}},
+		{"off, cap too high", func(p *XDPDrop) { p.SampleRate, p.SampleMaxPerSecond = 0, 1e9 }, []string{"sample_max_per_second = 1000000000", "out of range"}},
+		{"off, ipv4 prefix 99", func(p *XDPDrop) { p.SampleRate, p.TopSourcePrefixV4 = 0, 99 }, []string{"top_source_prefix_ipv4 = 99", "1 to 32"}},
+		{"off, ipv6 prefix 0", func(p *XDPDrop) { p.SampleRate, p.TopSourcePrefixV6 = 0, 0 }, []string{"top_source_prefix_ipv6 = 0", "1 to 128"}},
+		{"off, capture size too small", func(p *XDPDrop) { p.SampleRate, p.CaptureMaxSize = 0, config.Size(1000) }, []string{"capture_max_size = 1000"}},
+		{"off, cap set", func(p *XDPDrop) { p.SampleRate, p.SampleMaxPerSecond = 0, 500 }, []string{"sample_max_per_second = 500", "no effect with sample_rate = 0", "set sample_rate"}},
+		{"off, top set", func(p *XDPDrop) { p.SampleRate, p.TopSources = 0, 3 }, []string{"top_sources = 3", "no effect with sample_rate = 0", "set sample_rate"}},
+		{"off, top none", func(p *XDPDrop) { p.SampleRate, p.TopSources = 0, 0 }, []string{"top_sources = 0", "no effect with sample_rate = 0"}},
+		{"off, ipv4 prefix set", func(p *XDPDrop) { p.SampleRate, p.TopSourcePrefixV4 = 0, 16 }, []string{"top_source_prefix_ipv4 = 16", "no effect with sample_rate = 0"}},
+		{"off, ipv6 prefix set", func(p *XDPDrop) { p.SampleRate, p.TopSourcePrefixV6 = 0, 48 }, []string{"top_source_prefix_ipv6 = 48", "no effect with sample_rate = 0"}},
+		{"off, snaplen set", func(p *XDPDrop) { p.SampleRate, p.CaptureSnaplen = 0, 256 }, []string{"capture_snaplen = 256", "no effect with sample_rate = 0"}},
+		{"off, capture size set", func(p *XDPDrop) { p.SampleRate, p.CaptureMaxSize = 0, config.Size(1<<20) }, []string{"capture_max_size = 1048576 bytes", "no effect with sample_rate = 0"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

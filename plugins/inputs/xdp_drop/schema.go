@@ -45,8 +45,9 @@ const (
 	FieldProtocol = "protocol"
 	FieldRule     = "rule"
 
-	// xdp_drop_link, with sampling: sampled frames received, lost (the
-	// ring was full) and capped (over sample_max_per_second), cumulative.
+	// xdp_drop_link, with sampling: sampled frames this process read, lost
+	// (the ring was full) and capped (over sample_max_per_second), counted
+	// since this process loaded the program, not since attach.
 	FieldSampled      = "sampled"
 	FieldSampleLost   = "sample_lost"
 	FieldSampleCapped = "sample_capped"

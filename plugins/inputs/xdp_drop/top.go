@@ -40,9 +40,11 @@ type interval struct {
 }
 
 // startSampler starts reading the samples of the interface's program, once
-// per program.
+// per program, and again when its reader has stopped: the new one keeps
+// what the old one read, and why it stopped, for the next gather.
 func (x *XDPDrop) startSampler(ifc *iface) error {
-	if ifc.sampler != nil && ifc.sampler.prog == ifc.prog {
+	old := ifc.sampler
+	if old != nil && old.prog == ifc.prog && !old.exited() {
 		return nil
 	}
 	x.stopSampler(ifc)
@@ -51,13 +53,27 @@ func (x *XDPDrop) startSampler(ifc *iface) error {
 		return err
 	}
 	s := &sampler{prog: ifc.prog, reader: r, done: make(chan struct{})}
-	for a := range s.tables {
-		s.tables[a] = topk.New(TopTableSize)
+	if old != nil && old.prog == ifc.prog {
+		s.tables, s.samples, s.received, s.err = old.tables, old.samples, old.received, old.err
+	} else {
+		for a := range s.tables {
+			s.tables[a] = topk.New(TopTableSize)
+		}
+		ifc.spare = interval{}
 	}
 	ifc.sampler = s
-	ifc.spare = interval{}
 	go s.run(ifc.name, x.capture, int(x.TopSourcePrefixV4), int(x.TopSourcePrefixV6), x.TopSources > 0)
 	return nil
+}
+
+// exited says the sampler's reader has stopped.
+func (s *sampler) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // startSamplers starts reading the samples of every attached interface at
@@ -106,7 +122,7 @@ func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
 		if err != nil {
 			if !errors.Is(err, bpf.ErrSamplerClosed) {
 				s.mu.Lock()
-				s.err = err
+				s.err = fmt.Errorf("reading samples stopped, started again: %w", err)
 				s.mu.Unlock()
 			}
 			return
@@ -129,7 +145,8 @@ func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
 }
 
 // take returns what was sampled since the last take, handing the tables of
-// spare (emptied) to the reader in exchange, and the frames received so far.
+// spare (emptied) to the reader in exchange, the frames received so far,
+// and, once, why a reader stopped.
 func (s *sampler) take(spare *interval) (received uint64, err error) {
 	for a, t := range spare.tables {
 		if t == nil {
@@ -142,7 +159,8 @@ func (s *sampler) take(spare *interval) (received uint64, err error) {
 	defer s.mu.Unlock()
 	s.tables, spare.tables = spare.tables, s.tables
 	s.samples, spare.samples = [bpf.ActionCount]uint64{}, s.samples
-	return s.received, s.err
+	err, s.err = s.err, nil
+	return s.received, err
 }
 
 // sourceAddr is the source address of an IP frame, under up to two VLAN

@@ -3,6 +3,7 @@
 package xdp_drop
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -212,6 +213,45 @@ func TestSampleCapAndCounters(t *testing.T) {
 	t.Logf("sent %d in %v: sampled %d, capped %d, lost %d", n, elapsed, sampled, capped, lost)
 	require.LessOrEqual(t, sampled, most, "at most the burst and the rate over %v", elapsed)
 	require.Positive(t, capped)
+}
+
+// TestSamplerRestarts: a sampler whose reader stopped (here closed, with
+// a read error put in its place) is started again at the next gather: the
+// error is reported once, and the interface samples again, counting on.
+func TestSamplerRestarts(t *testing.T) {
+	ns := testns.New(t)
+	p := newSampling(1)
+	startPlugin(t, ns, p)
+	gatherOnce(t, ns, p)
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("192.0.2.1"), 18), 10)
+	waitSamplesRead(t, p, 10)
+
+	p.mu.Lock()
+	s := p.ifaces[0].sampler
+	require.NoError(t, s.reader.Close())
+	<-s.done
+	s.mu.Lock()
+	s.err = errors.New("injected read failure")
+	s.mu.Unlock()
+	p.mu.Unlock()
+
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], `interface "xdpt0": injected read failure`)
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1, "what the stopped reader read is reported")
+	require.Equal(t, uint64(10), top[0].Fields()[FieldPackets])
+
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 20)
+	waitSamplesRead(t, p, 30)
+	acc = gatherOnce(t, ns, p) // no error: reported once
+	top = metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1)
+	require.Equal(t, "198.51.100.0/24", top[0].Fields()[FieldSource])
+	require.Equal(t, uint64(20), top[0].Fields()[FieldPackets])
+	link := metricsNamed(acc, MeasurementLink)
+	require.Equal(t, uint64(30), link[0].Fields()[FieldSampled], "the count goes on")
 }
 
 func sendFrames(t *testing.T, ns *testns.NS, frame []byte, n int) {
