@@ -308,6 +308,6 @@ func (r *report) printSamplingNotes(w io.Writer) {
 	}
 	if r.flood != nil {
 		fmt.Fprintf(w, "Sampling flood: the plugin (sample_rate = 1, sample_max_per_second = %d) on the veth, live-frames XDP_TX from its peer for %s; "+
-			"samples/s = sampled (xdp_drop_link) over that time; RSS of the whole bench process; Gather median of 20 idle, then one after the flood.\n", r.flood.cap, round(r.flood.took))
+			"samples/s = sampled (xdp_drop_link) over that time; RSS of the whole bench process, freed heap returned to the system before the plugin starts; Gather median of 20 idle, then one after the flood.\n", r.flood.cap, round(r.flood.took))
 	}
 }
