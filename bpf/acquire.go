@@ -96,6 +96,15 @@ func (in *Instance) Acquire(w Want) (Got, error) {
 				return got, err
 			}
 		}
+		// A predecessor still stopping may hand the interface over, and its
+		// rule maps with it, in a moment: wait for it before loading any, so
+		// that those it hands over do not meet a set of this instance's own.
+		if handed == nil && w.AwaitHanded != nil && in.rulesUnloaded() && predecessorInTheWay(w.Ifindex) {
+			if offered, h := w.AwaitHanded(); offered && h != nil {
+				handed = h
+				continue
+			}
+		}
 		p, pinned, route, err := in.acquireFresh(w, &got)
 		var existing *ExistingProgramError
 		// An xdp_drop program, or one this process may not tell (under file
@@ -224,3 +233,18 @@ func (g *Got) fellBack(mode Mode) {
 }
 
 func closeFD(fd int) { unix.Close(fd) }
+
+// rulesUnloaded reports whether the instance has rules whose maps it has
+// not loaded yet.
+func (in *Instance) rulesUnloaded() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.policy.Rules) > 0 && in.ruleMaps == nil
+}
+
+// predecessorInTheWay reports whether ifindex runs an xdp_drop program, or
+// one this process may not tell: maybe this instance's predecessor's.
+func predecessorInTheWay(ifindex int) bool {
+	e := existingProgram(ifindex)
+	return e != nil && (e.Name == ProgramName || e.Uninspectable)
+}
