@@ -28,12 +28,22 @@ func offerForeign(t *testing.T, ns *testns.NS, fds []int) string {
 	t.Helper()
 	var netns uint64
 	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
-	dir := filepath.Join(t.TempDir(), "handover")
-	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+	return hold(t, []handover.Offer{{
 		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev, Mode: "native"},
 		FDs:    fds,
-	}}, testutil.Logger{})
-	require.NoError(t, errs[0])
+	}})
+}
+
+// hold starts a holder in this process that offers offers, as a stopped
+// instance's holder process would, and returns its directory. The holder
+// is stopped when the test ends.
+func hold(t *testing.T, offers []handover.Offer) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "handover")
+	h, errs := handover.NewHolder(dir, time.Minute, offers, testutil.Logger{})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	stop := make(chan os.Signal, 1)
 	done := make(chan struct{})
 	go func() { h.Wait(stop); close(done) }()
@@ -161,17 +171,11 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	require.NoError(t, err)
 	var netns uint64
 	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
-	dir := filepath.Join(t.TempDir(), "handover")
-	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+	dir := hold(t, []handover.Offer{{
 		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
 			Mode: string(bpf.ModeGeneric), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
 		FDs: dupAll(t, l, p, m),
-	}}, testutil.Logger{})
-	require.NoError(t, errs[0])
-	stop := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	go func() { h.Wait(stop); close(done) }()
-	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	}})
 	require.NoError(t, prog.Close(), "only the holder has the link now")
 
 	log := &testutil.CaptureLogger{}

@@ -4,13 +4,10 @@ package xdp_drop
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/testns"
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/txgen"
@@ -59,15 +55,7 @@ func handOverInProcess(t *testing.T, ns *testns.NS, a *XDPDrop) string {
 	for i := range offers {
 		offers[i].FDs = dupAll(t, offers[i].FDs...)
 	}
-	dir := filepath.Join(t.TempDir(), "handover")
-	h, errs := handover.NewHolder(dir, time.Minute, offers, testutil.Logger{})
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	stop := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	go func() { h.Wait(stop); close(done) }()
-	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	dir := hold(t, offers)
 	a.HandoverTimeout = 0
 	inNS(t, ns, a, func() error { a.Stop(); return nil })
 	return dir

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -262,17 +261,11 @@ func TestPrefixFileHandover(t *testing.T) {
 	require.Len(t, fds, 4, "with rule counters")
 	var netns uint64
 	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
-	dir := filepath.Join(t.TempDir(), "handover")
-	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+	dir := hold(t, []handover.Offer{{
 		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
 			Mode: string(prog.Mode()), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
 		FDs: dupAll(t, fds...),
-	}}, testutil.Logger{})
-	require.NoError(t, errs[0])
-	stop := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	go func() { h.Wait(stop); close(done) }()
-	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	}})
 	handedID := prog.ID()
 	a.HandoverTimeout = 0
 	inNS(t, ns, a, func() error { a.Stop(); return nil })

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -356,17 +355,11 @@ func TestHandoverSampling(t *testing.T) {
 	require.NoError(t, err)
 	var netns uint64
 	require.NoError(t, ns.Do(func() (err error) { netns, err = handover.CurrentNetNS(); return err }))
-	dir := filepath.Join(t.TempDir(), "handover")
-	h, errs := handover.NewHolder(dir, time.Minute, []handover.Offer{{
+	dir := hold(t, []handover.Offer{{
 		Header: handover.Header{Key: handover.Key{NetNS: netns, Ifindex: ns.DevIdx}, Interface: testns.Dev,
 			Mode: string(bpf.ModeNative), Fingerprint: prog.Fingerprint(), ProgramID: uint32(prog.ID())},
 		FDs: dupAll(t, l, p, m),
-	}}, testutil.Logger{})
-	require.NoError(t, errs[0])
-	stop := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	go func() { h.Wait(stop); close(done) }()
-	t.Cleanup(func() { stop <- syscall.SIGTERM; <-done })
+	}})
 	require.NoError(t, prog.Close(), "only the holder has the link now")
 
 	x := newSampling(1)
