@@ -160,19 +160,10 @@ func TestInstalledPackage(t *testing.T) {
 // TestInstalledBPFFSOpen: a BPF filesystem others may already use (1777)
 // keeps its mode through install and purge.
 func TestInstalledBPFFSOpen(t *testing.T) {
-	testns.RequirePrivileged(t)
-	deb := built(t, "deb")
-	m := newMountNS(t, "777")
-	installOnce(t, m)
-	groupExisted := exec.Command("getent", "group", group()).Run() == nil
-	out := dpkg(t, m, nil, "-i", deb)
-	t.Logf("dpkg -i %s:\n%s", deb, out)
-	if !groupExisted {
-		t.Cleanup(func() { exec.Command("groupdel", group()).Run() })
-	}
+	m, deb := installInto(t, "777")
 	require.Equal(t, os.FileMode(0o1777), modeOf(t, m.path(bpffs)), "the install takes nothing away from %s", bpffs)
 	// Without systemd an upgrade says who must reload Telegraf.
-	out = dpkg(t, m, nil, "-i", deb)
+	out := dpkg(t, m, nil, "-i", deb)
 	t.Logf("dpkg -i %s again:\n%s", deb, out)
 	require.Contains(t, out, "telegraf-xdp-drop: not under systemd: a running Telegraf keeps the previous /usr/bin/telegraf-xdp-drop until it reloads (SIGHUP, or its service manager's reload)")
 	require.NotContains(t, out, "added search permission")
@@ -195,9 +186,26 @@ func TestInstalledBPFFSOpen(t *testing.T) {
 // TestInstalledBPFFSChangedSince: a mode someone changed after the install
 // added o+x is theirs: purge leaves it and says how to restore the old one.
 func TestInstalledBPFFSChangedSince(t *testing.T) {
+	m, _ := installInto(t, "700")
+	require.Equal(t, os.FileMode(0o1701), modeOf(t, m.path(bpffs)))
+	require.NoError(t, syscall.Chmod(m.path(bpffs), 0o1711), "another tool's choice")
+
+	out := dpkg(t, m, nil, "--purge", pkgName)
+	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
+	require.Contains(t, out, "/sys/fs/bpf is 1711, changed since the package made it 1701 from 1700: left as it is; chmod 1700 /sys/fs/bpf restores the mode it had before the package")
+	require.Equal(t, os.FileMode(0o1711), modeOf(t, m.path(bpffs)), "purge takes nothing away that it did not add")
+	_, err := os.Stat(bpffsNote)
+	require.ErrorIs(t, err, os.ErrNotExist, "the note goes with the package")
+}
+
+// installInto installs the .deb in a mount namespace of the test's own on a
+// BPF filesystem of mode, and returns it with the package's path; the
+// group the install creates goes when the test ends.
+func installInto(t *testing.T, mode string) (*mountNS, string) {
+	t.Helper()
 	testns.RequirePrivileged(t)
 	deb := built(t, "deb")
-	m := newMountNS(t, "700")
+	m := newMountNS(t, mode)
 	installOnce(t, m)
 	groupExisted := exec.Command("getent", "group", group()).Run() == nil
 	out := dpkg(t, m, nil, "-i", deb)
@@ -205,13 +213,5 @@ func TestInstalledBPFFSChangedSince(t *testing.T) {
 	if !groupExisted {
 		t.Cleanup(func() { exec.Command("groupdel", group()).Run() })
 	}
-	require.Equal(t, os.FileMode(0o1701), modeOf(t, m.path(bpffs)))
-	require.NoError(t, syscall.Chmod(m.path(bpffs), 0o1711), "another tool's choice")
-
-	out = dpkg(t, m, nil, "--purge", pkgName)
-	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
-	require.Contains(t, out, "/sys/fs/bpf is 1711, changed since the package made it 1701 from 1700: left as it is; chmod 1700 /sys/fs/bpf restores the mode it had before the package")
-	require.Equal(t, os.FileMode(0o1711), modeOf(t, m.path(bpffs)), "purge takes nothing away that it did not add")
-	_, err := os.Stat(bpffsNote)
-	require.ErrorIs(t, err, os.ErrNotExist, "the note goes with the package")
+	return m, deb
 }
