@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
 // raisedCapabilities names the capabilities that let the binary attach XDP
@@ -16,17 +18,12 @@ func raisedCapabilities() string {
 	if os.Getuid() == 0 {
 		return ""
 	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return ""
-	}
 	var held []string
 	for _, c := range []struct {
 		name string
 		bit  uint
 	}{{"CAP_BPF", unix.CAP_BPF}, {"CAP_NET_ADMIN", unix.CAP_NET_ADMIN}, {"CAP_SYS_ADMIN", unix.CAP_SYS_ADMIN}} {
-		if data[c.bit/32].Effective&(1<<(c.bit%32)) != 0 {
+		if trust.HasCapability(c.bit) {
 			held = append(held, c.name)
 		}
 	}

@@ -278,3 +278,13 @@ func join(dir, name string) string {
 	}
 	return dir + "/" + name
 }
+
+// HasCapability reports whether the process holds capability c, effective.
+func HasCapability(c uint) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(c%32)) != 0
+}

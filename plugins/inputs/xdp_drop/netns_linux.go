@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
 // inNamespace runs f on an OS thread inside the configured network
@@ -54,23 +55,13 @@ func (x *XDPDrop) namespacePath() string {
 // and a netlink request naming another namespace (IFLA_TARGET_NETNSID)
 // moves the caller's interface there instead of addressing one of its own.
 func (x *XDPDrop) checkNamespaceEntry() error {
-	if x.Namespace == "" || hasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(x.namespacePath()) {
+	if x.Namespace == "" || trust.HasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(x.namespacePath()) {
 		return nil
 	}
 	return fmt.Errorf("namespace = %q: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks "+
 		"(the package grants the binary only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON), and XDP attaches only to the interfaces of the process's own namespace; "+
 		"remove namespace and run a Telegraf instance inside that namespace instead: in its systemd unit (or a drop-in), NetworkNamespacePath=%s",
 		x.Namespace, x.namespacePath())
-}
-
-// hasCapability reports whether the process holds capability c, effective.
-func hasCapability(c uint) bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return false
-	}
-	return data[c/32].Effective&(1<<(c%32)) != 0
 }
 
 // ownNamespace reports whether path is the network namespace the process
