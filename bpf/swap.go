@@ -9,16 +9,14 @@ import (
 	"slices"
 )
 
-// Rules is an Instance whose policy is compiled ahead, to be swapped into
-// the programs of several interfaces (SwapRules) without compiling it for
-// each: the first swap loads and fills the instance's rule maps, and the
-// programs swapped after it share them, as the instance's programs do.
-type Rules = Instance
-
-// CompileRules compiles policy's rules for SwapRules (and Acquire). The
-// caller must Close it once no program is to be loaded on it any more: the
-// programs hold their own references to the maps.
-func CompileRules(policy Policy) (*Rules, error) {
+// CompileRules returns the instance of policy with its rules compiled
+// ahead, to be swapped into the programs of several interfaces (SwapRules)
+// without compiling them for each: the first swap loads and fills the
+// instance's rule maps, and the programs swapped after it share them, as
+// the instance's programs do. It serves Acquire too. The caller must Close
+// it once no program is to be loaded on it any more: the programs hold
+// their own references to the maps.
+func CompileRules(policy Policy) (*Instance, error) {
 	in := NewInstance(policy)
 	if _, err := in.compiled(); err != nil {
 		return nil, err
@@ -36,7 +34,7 @@ func CompileRules(policy Policy) (*Rules, error) {
 // same order with the same actions, so that every counter keeps its
 // meaning. Several programs may swap into r at once. On error p is as it
 // was, its rules in force.
-func (p *Program) SwapRules(r *Rules) error {
+func (p *Program) SwapRules(r *Instance) error {
 	if p.link == nil {
 		return errors.New("swap rules: not attached")
 	}

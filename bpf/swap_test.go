@@ -92,7 +92,7 @@ func TestSwapRulesRefusesOtherCounting(t *testing.T) {
 	require.Equal(t, uint32(xdpDrop), verdict, "the old set is in force")
 }
 
-func compile(t *testing.T, policy bpf.Policy) *bpf.Rules {
+func compile(t *testing.T, policy bpf.Policy) *bpf.Instance {
 	t.Helper()
 	r, err := bpf.CompileRules(policy)
 	require.NoError(t, err)
