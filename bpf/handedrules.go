@@ -36,11 +36,11 @@ func (h *HandedRules) close() {
 	h.fds = nil
 }
 
-// HandedRules returns the descriptors of the instance's rule maps, to hand
+// RuleMapsToHand returns the descriptors of the instance's rule maps, to hand
 // over once next to its interfaces' (Program.Handed), in the order
 // AdoptRules reads them, and their description; nothing when the instance
 // has no rule maps loaded. The descriptors stay owned by the instance.
-func (in *Instance) HandedRules() (fds []int, describe string) {
+func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.ruleMaps == nil || in.rules == nil {

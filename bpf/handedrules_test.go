@@ -32,7 +32,7 @@ func handedPolicy(extra string) Policy {
 // handOff returns copies of in's handed rule maps, as a successor gets them.
 func handOff(t *testing.T, in *Instance) *HandedRules {
 	t.Helper()
-	fds, describe := in.HandedRules()
+	fds, describe := in.RuleMapsToHand()
 	require.Len(t, fds, ruleMapCount)
 	dups := make([]int, len(fds))
 	for i, fd := range fds {
@@ -51,7 +51,7 @@ func TestAdoptRules(t *testing.T) {
 	testns.RequirePrivileged(t)
 	old := NewInstance(handedPolicy(""))
 	defer old.Close()
-	fds, _ := old.HandedRules()
+	fds, _ := old.RuleMapsToHand()
 	require.Empty(t, fds, "nothing to hand before the maps are loaded")
 	p, err := old.loadFresh()
 	require.NoError(t, err)

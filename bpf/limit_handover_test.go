@@ -164,7 +164,7 @@ func TestLimitHandedRules(t *testing.T) {
 	passed, _ := (&limitClock{t: t, p: got.Program}).send(frame, 2)
 	require.Equal(t, 2, passed)
 
-	fds, describe := first.HandedRules()
+	fds, describe := first.RuleMapsToHand()
 	require.Len(t, fds, 6, "five rule maps and the limiter's cells")
 	dups := make([]int, len(fds))
 	for i, fd := range fds {

@@ -106,7 +106,7 @@ func (x *XDPDrop) handoverOffers() ([]handover.Offer, []*iface) {
 		return offers, names
 	}
 	// Offered first, so that it is there whenever an interface is.
-	if fds, describe := x.kernel.in.HandedRules(); len(fds) > 0 {
+	if fds, describe := x.kernel.in.RuleMapsToHand(); len(fds) > 0 {
 		shared := handover.Offer{Header: handover.Header{Key: handover.SharedKey, Fingerprint: describe}, FDs: fds}
 		offers = append([]handover.Offer{shared}, offers...)
 		names = append([]*iface{nil}, names...)
