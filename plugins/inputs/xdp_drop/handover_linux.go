@@ -184,6 +184,13 @@ func (x *XDPDrop) takeRules() {
 	x.rulesTaken = true // a holder that did not answer is not asked again
 	wait := max(time.Until(x.holderDeadline), minTakeWait)
 	o, err := handover.TakeShared(x.handoverDir, wait)
+	// A holder binds its socket a moment before it listens: refused then,
+	// the offer is asked for again within the wait, while its socket is there.
+	for until := time.Now().Add(wait); o == nil && err == nil && time.Now().Before(until) &&
+		handover.Offered(x.handoverDir, handover.SharedKey); {
+		time.Sleep(5 * time.Millisecond)
+		o, err = handover.TakeShared(x.handoverDir, time.Until(until))
+	}
 	if err != nil {
 		x.Log.Warnf("handover: could not take the stopped instance's rule maps: %v; this instance loads its own", err)
 		return
