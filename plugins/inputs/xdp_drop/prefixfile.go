@@ -547,7 +547,9 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 			if got, has := pending[pf]; has {
 				pf.sum, pf.prefixes = got.sum, got.prefixes
 				x.readsAgain(fr, pf)
-				paths = append(paths, pf.path)
+				if !slices.Contains(paths, pf.path) { // one file may feed both directions
+					paths = append(paths, pf.path)
+				}
 			}
 		}
 		cur, r := &x.policy.Rules[fr.index], &next.Rules[fr.index]
@@ -561,7 +563,7 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 		fr.sets = append(fr.sets, ruleSet{
 			gen: gen, prefixes: len(r.SrcPrefixes) + len(r.DstPrefixes),
 			added: addSrc + addDst, removed: remSrc + remDst,
-			loaded: fr.cur().loaded, files: slices.Compact(paths),
+			loaded: fr.cur().loaded, files: paths,
 		})
 		swap = true
 	}
