@@ -37,6 +37,7 @@ type iface struct {
 	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
 	spare    interval // the sampler's tables of the last interval
 	rulesGen uint64   // the rule prefixes its program holds (prefixFiles.gen)
+	swapErr  error    // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -392,7 +393,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
-	ifc.rulesGen = x.files.gen
+	ifc.rulesGen, ifc.swapErr = x.files.gen, nil
 	if got.KeptRuleMaps && x.files.rules != nil {
 		// The program kept holds the prefixes its files held then.
 		ifc.rulesGen = staleRules
@@ -612,18 +613,25 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
 	}
-	snap.Rules = x.appendRules(snap.Rules, name, &rules, &limited)
+	gen := ifc.rulesGen
+	if ifc.observer != "" {
+		gen = x.files.gen // another instance's: never swapped here
+	}
+	snap.Rules = x.appendRules(snap.Rules, name, gen, ifc.swapErr, &rules, &limited)
 }
 
 // appendRules appends one series per rule, also for rules that never
 // matched: the frames each rule decided. A limit rule has two, the frames
-// it passed within budget and those it dropped over it (limited).
-func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
+// it passed within budget and those it dropped over it (limited). A rule
+// with prefix files reports the set the interface's program holds, of
+// generation gen (swapErr: why it is not the policy's).
+func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swapErr error, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
 	for i, r := range x.policy.Rules {
 		if r.Limit != nil {
 			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
+			files := x.ruleFileFields(i, gen, swapErr)
 			for j := len(series) - 2; j < len(series); j++ {
-				series[j].Files, series[j].Prefixes, series[j].Loaded, series[j].Error = x.ruleFileFields(i)
+				files.put(&series[j])
 			}
 			continue
 		}
@@ -635,7 +643,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
 		}
-		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		x.ruleFileFields(i, gen, swapErr).put(&s)
 		series = append(series, s)
 	}
 	return series
