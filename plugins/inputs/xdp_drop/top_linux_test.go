@@ -340,7 +340,7 @@ func hexFrames(out string) [][]byte {
 
 // TestHandoverSampling: a successor takes over a sampling program handed
 // over in place: the counters continue, on a fresh program whose ring it
-// reads, so sampling goes on.
+// reads, so sampling goes on; its first estimates are of its own frames.
 func TestHandoverSampling(t *testing.T) {
 	ns := testns.New(t)
 	old := newSampling(1)
@@ -370,7 +370,7 @@ func TestHandoverSampling(t *testing.T) {
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
 	require.NotEqual(t, oldID, x.ifaces[0].prog.ID(), "a fresh program, with a ring of its own")
-	gatherOnce(t, ns, x)
+	// No gather before the frames: the estimates scale to what was counted since Start.
 	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 50)
 	waitSamplesRead(t, x, 150)
 	acc = gatherOnce(t, ns, x)
@@ -387,7 +387,8 @@ func TestHandoverSampling(t *testing.T) {
 
 // TestSamplingPinnedAndKept: with pin_path and keep_attached a restarted
 // plugin continues the pinned counters and takes the kept link over, and
-// its own program samples: the top sources are this run's frames only.
+// its own program samples: the top sources and their estimates are this
+// run's frames only.
 func TestSamplingPinnedAndKept(t *testing.T) {
 	ns := testns.New(t)
 	dir := pinDir(t)
@@ -395,7 +396,7 @@ func TestSamplingPinnedAndKept(t *testing.T) {
 		p := newSampling(1)
 		p.PinPath, p.KeepAttached = dir, true
 		require.Empty(t, startPlugin(t, ns, p).Errors)
-		gatherOnce(t, ns, p)
+		// No gather before the frames: the estimates scale to what was counted since Start.
 		sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr(src), 18), n)
 		waitSamplesRead(t, p, total)
 		acc := gatherOnce(t, ns, p)
