@@ -245,8 +245,8 @@ type TopSource struct {
 	Action    string
 	Rank      int
 	Source    string  // a prefix, top_source_prefix_ipv4/ipv6 long
-	Packets   uint64  // estimated: sampled frames × sample_rate
-	Bytes     uint64  // likewise
+	Packets   uint64  // estimated: Share × the action's frames counted in the interval
+	Bytes     uint64  // its share of the sampled bytes × the action's bytes counted
 	Share     float64 // of the action's sampled frames
 	Protocol  string  // the protocol tag of most of its frames
 	Rule      string  // the rule that decided most of them; "" for none

@@ -36,8 +36,11 @@ type iface struct {
 	counters bpf.Block
 	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
 	spare    interval // the sampler's tables of the last interval
-	rulesGen uint64   // the rule prefixes its program holds (prefixFiles.gen)
-	swapErr  error    // why the last swap to the policy's prefixes failed; nil once one succeeds
+	// topBase is every frame by action when the last interval the top
+	// sources cover ended: what their estimates scale to is counted since.
+	topBase  [bpf.ActionCount]bpf.Counter
+	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	swapErr  error  // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -86,11 +89,12 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	for i := range snap.Rules {
 		e.add(MeasurementRule, &snap.Rules[i])
 	}
-	for i := range snap.Links {
-		e.add(MeasurementLink, &snap.Links[i])
-	}
 	for i := range snap.Top {
 		e.add(MeasurementTop, &snap.Top[i])
+	}
+	// Last: a reader of the output can take them to end the gather.
+	for i := range snap.Links {
+		e.add(MeasurementLink, &snap.Links[i])
 	}
 	return nil
 }
@@ -160,9 +164,13 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
 	for _, ifc := range x.ifaces {
-		x.readSeries(acc, ifc, &snap)
+		first := len(snap.Series)
+		var counted []Series
+		if x.readSeries(acc, ifc, &snap) {
+			counted = snap.Series[first:len(snap.Series):len(snap.Series)]
+		}
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l)
+		x.readTop(acc, ifc, &snap, &l, counted)
 		snap.Links = append(snap.Links, l)
 	}
 	x.captureError(acc)
@@ -592,10 +600,11 @@ func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
 	acc.AddError(err)
 }
 
-// readSeries adds the series of an attached interface to snap.
-func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) {
+// readSeries adds the series of an attached interface to snap; false when
+// it is not attached or its counters could not be read.
+func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) bool {
 	if ifc.prog == nil {
-		return
+		return false
 	}
 	name := tagName(ifc.name)
 	// Every block with traffic is passed once: their rule counters add up.
@@ -611,13 +620,14 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-		return
+		return false
 	}
 	gen := ifc.rulesGen
 	if ifc.observer != "" {
 		gen = x.files.gen // another instance's: never swapped here
 	}
 	snap.Rules = x.appendRules(snap.Rules, name, gen, ifc.swapErr, &rules, &limited)
+	return true
 }
 
 // appendRules appends one series per rule, also for rules that never
