@@ -53,12 +53,7 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 			acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
 			return
 		}
-		if x.singleBufferOnly {
-			rules.DisableMultiBuffer()
-		}
-		// Installed only after the swaps: closing the instance before would
-		// leave them no limiter to go on with (budgets and seed).
-		defer x.setInstance(rules)
+		x.setInstance(rules)
 	}
 	olds := make([]ebpf.ProgramID, len(stale))
 	errs := make([]error, len(stale))
