@@ -138,3 +138,32 @@ func TestHandoverOnlyToSameInstance(t *testing.T) {
 	require.False(t, attached)
 	require.NotContains(t, q.stderr.String(), "taken over")
 }
+
+// TestHandoverHolderKilled: a handover process killed by SIGKILL leaves its
+// sockets; the successor tells them from those of a process about to
+// listen (no process holds their lock), says the process is gone, loads
+// its own rule maps and attaches afresh, rather than asking again until its
+// wait runs out while the interface goes unfiltered.
+func TestHandoverHolderKilled(t *testing.T) {
+	ns := testns.New(t)
+	conf := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"icmp\"]\n"+
+		"  [[inputs.xdp_drop.rule]]\n    name = \"block\"\n    action = \"drop\"\n    src_prefix = [\"192.0.2.0/24\"]\n", testns.Dev))
+
+	a := startConfigFile(t, ns, conf)
+	attached, id, _ := linkPoint(t, a.gather(t, testns.Dev))
+	require.True(t, attached, "stderr: %s", a.stderr)
+	require.NoError(t, a.stdin.Close())
+	require.NoError(t, a.wait(t), "stderr: %s", a.stderr)
+	pid := holderOf(t, a)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	waitGone(t, pid, testns.Hang)
+	_, err := ns.WaitNoXDP(testns.Dev, testns.Hang)
+	require.NoError(t, err, "the kernel detaches what the killed process held")
+
+	b := startConfigFile(t, ns, conf)
+	attached, got, msg := linkPoint(t, b.gather(t, testns.Dev))
+	require.True(t, attached, "error %q; stderr: %s", msg, b.stderr)
+	require.NotEqual(t, id, got, "attached afresh")
+	waitLog(t, b, "I! handover: the stopped instance's rule maps: the handover process that offered it is gone (it died, leaving its socket): nothing to take over; this instance loads its own")
+	require.NotContains(t, b.stderr.String(), "E! ")
+}
