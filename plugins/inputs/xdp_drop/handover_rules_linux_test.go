@@ -242,7 +242,7 @@ func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
 			spent := time.Now()
 			send(t, ns, []traffic.Flow{{Name: "dns", Frame: frame, Count: 200}})
 			pass, drop := limitPackets(t, gatherUntil(t, ns, a, 200), "ceiling")
-			require.Equal(t, [2]uint64{100, 100}, [2]uint64{pass, drop}, "pass, drop: the ceiling spent")
+			requireSpent(t, pass, drop, 100, 200, time.Since(spent))
 			dir := handOverInProcess(t, ns, a)
 
 			log := &testutil.CaptureLogger{}
