@@ -68,7 +68,8 @@ func TestHandoverHolderStopped(t *testing.T) {
 	startB := time.Since(began)
 	require.False(t, attached, "the stopped process still holds the interface")
 	require.Contains(t, msg, fmt.Sprintf("already has XDP program id %d (xdp_drop); handover process %d, which holds it for a stopped instance, is stopped (SIGSTOP): kill -CONT %d lets this instance take the interface over in place at the next gather, kill -KILL %d releases it at once", id, pid, pid, pid))
-	require.Contains(t, b.stderr.String(), fmt.Sprintf("E! Error in plugin: interface %q: interface already has XDP program id %d (xdp_drop); handover process %d, ", testns.Dev, id, pid))
+	// stderr is read apart from stdout: waited for, not read at once.
+	waitLog(t, b, fmt.Sprintf("E! Error in plugin: interface %q: interface already has XDP program id %d (xdp_drop); handover process %d, ", testns.Dev, id, pid))
 	var gathers []time.Duration
 	for range 3 {
 		began = time.Now()
