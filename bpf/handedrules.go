@@ -96,6 +96,11 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 		return false, err.Error() + own
 	}
 	in.rules, in.ruleMaps = rules, m
+	if in.limits != nil {
+		// The handed maps bring the limiter's cells of their own.
+		in.limits.Close()
+		in.limits = nil
+	}
 	return true, ""
 }
 

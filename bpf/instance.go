@@ -21,7 +21,7 @@ type Instance struct {
 	mu          sync.Mutex  // programs may be loaded on the instance at once (SwapRules)
 	rules       *ruleTables // compiled on first use
 	ruleMaps    *ruleMaps   // loaded on first use; nil without rules
-	limits      *ebpf.Map   // limiter cells the rule maps are to take over (inheritLimits)
+	limits      *ebpf.Map   // limiter cells the rule maps are to take over (ContinueLimits)
 }
 
 // NewInstance returns the instance of policy. It touches no kernel state:
@@ -38,6 +38,10 @@ func (in *Instance) DisableMultiBuffer() { in.noMulti = true }
 func (in *Instance) Close() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.limits != nil {
+		in.limits.Close()
+		in.limits = nil
+	}
 	if in.ruleMaps == nil {
 		return nil
 	}

@@ -59,14 +59,23 @@ func setLimitSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	return nil
 }
 
-// inheritLimits makes the rule maps the instance loads go on with the
-// limiter cells of from (a prefix swap from it), when they are not loaded
-// yet: the budgets spent, and the seed that finds them, stay.
-func (in *Instance) inheritLimits(from *Instance) {
+// ContinueLimits makes the rule maps the instance loads go on with the
+// limiter cells of from, the instance it follows (a generation of prefix
+// files before it, or the one a program swaps from), when they are not
+// loaded yet: the budgets spent, and the seed that finds them, stay. It
+// takes the cells from's rule maps hold, or those from was to take over
+// itself, and holds its own reference: from may be closed after.
+func (in *Instance) ContinueLimits(from *Instance) {
+	if from == nil || from == in {
+		return
+	}
 	from.mu.Lock()
 	var state *ebpf.Map
-	if from.ruleMaps != nil && from.ruleMaps.LimitState != nil {
+	switch {
+	case from.ruleMaps != nil && from.ruleMaps.LimitState != nil:
 		state, _ = from.ruleMaps.LimitState.Clone()
+	case from.ruleMaps == nil && from.limits != nil:
+		state, _ = from.limits.Clone()
 	}
 	from.mu.Unlock()
 	if state == nil {

@@ -46,7 +46,7 @@ func (p *Program) SwapRules(r *Instance) error {
 		return err
 	}
 	// The budgets go on, as the counters do: r's rule maps get p's limiter.
-	r.inheritLimits(p.in)
+	r.ContinueLimits(p.in)
 	shared, err := r.shared()
 	if err != nil {
 		return err

@@ -38,6 +38,7 @@ type Holder struct {
 type held struct {
 	offer Offer
 	ln    *net.UnixListener
+	lock  *os.File // the socket's lock, held while it is offered on
 	// taking: a successor has the descriptors and has not answered yet.
 	taking bool
 }
@@ -55,17 +56,24 @@ func NewHolder(dir string, timeout time.Duration, offers []Offer, log Logger) (*
 			closeAll(o.FDs)
 			continue
 		}
-		ln, err := listen(socketPath(dir, o.Key))
+		path := socketPath(dir, o.Key)
+		lock, err := lockSocket(path)
+		var ln *net.UnixListener
+		if err == nil {
+			if ln, err = listen(path); err != nil {
+				unlockSocket(path, lock)
+			}
+		}
 		if err != nil {
 			errs[i] = err
 			closeAll(o.FDs)
 			continue
 		}
 		if o.Key == SharedKey && h.shared == nil {
-			h.shared = &held{offer: o, ln: ln}
+			h.shared = &held{offer: o, ln: ln, lock: lock}
 			continue
 		}
-		h.held[o.Key] = &held{offer: o, ln: ln}
+		h.held[o.Key] = &held{offer: o, ln: ln, lock: lock}
 	}
 	if len(h.held) == 0 {
 		// The shared offer serves the interfaces' successor only.
@@ -150,6 +158,7 @@ func (h *Holder) releaseShared() {
 		return
 	}
 	h.shared.ln.Close()
+	unlockSocket(socketPath(h.Dir, SharedKey), h.shared.lock)
 	closeAll(h.shared.offer.FDs)
 	h.shared = nil
 }
@@ -191,6 +200,7 @@ func (h *Holder) handleShared(hd *held, c *net.UnixConn) {
 // them too, the attachment with it. The caller holds h.mu.
 func (h *Holder) drop(k Key, hd *held) {
 	hd.ln.Close()
+	unlockSocket(socketPath(h.Dir, k), hd.lock)
 	closeAll(hd.offer.FDs)
 	delete(h.held, k)
 }

@@ -84,11 +84,22 @@ func request(dir string, k Key, manages []Key, wait time.Duration) (*Offer, *net
 	}
 	// Connecting never waits for the holder: the kernel queues the
 	// connection whether or not it runs.
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
-		return nil, nil, nil // left by a holder that has gone
+	addr := &net.UnixAddr{Name: path, Net: "unixpacket"}
+	c, err := net.DialUnix("unixpacket", nil, addr)
+	// A holder binds its socket a moment before it listens: refused then,
+	// it is asked again within the wait, while it lives (holds the lock).
+	for until := time.Now().Add(wait); errors.Is(err, unix.ECONNREFUSED) && time.Now().Before(until) && holderLives(path); {
+		time.Sleep(5 * time.Millisecond)
+		c, err = net.DialUnix("unixpacket", nil, addr)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, nil, nil // released meanwhile
+	case errors.Is(err, unix.ECONNREFUSED) && !holderLives(path):
+		return nil, nil, ErrHolderGone
+	case errors.Is(err, unix.ECONNREFUSED):
+		return nil, nil, nil // a live holder that did not listen within the wait
+	case err != nil:
 		return nil, nil, fmt.Errorf("connect to the handover process: %w", err)
 	}
 	pid, err := peerAllowed(c)

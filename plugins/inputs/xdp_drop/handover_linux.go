@@ -155,6 +155,10 @@ func (x *XDPDrop) take(ifc *iface, key handover.Key) *bpf.Handed {
 		ifc.stuck = stuck
 		return nil
 	}
+	if errors.Is(err, handover.ErrHolderGone) {
+		x.Log.Infof("interface %q: %v; attaching afresh", ifc.name, err)
+		return nil
+	}
 	if err != nil {
 		x.Log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
 		return nil
@@ -183,13 +187,12 @@ func (x *XDPDrop) takeRules() {
 	}
 	x.rulesTaken = true // a holder that did not answer is not asked again
 	wait := max(time.Until(x.holderDeadline), minTakeWait)
+	// A holder about to listen is asked again within the wait; a dead one
+	// is not waited for.
 	o, err := handover.TakeShared(x.handoverDir, wait)
-	// A holder binds its socket a moment before it listens: refused then,
-	// the offer is asked for again within the wait, while its socket is there.
-	for until := time.Now().Add(wait); o == nil && err == nil && time.Now().Before(until) &&
-		handover.Offered(x.handoverDir, handover.SharedKey); {
-		time.Sleep(5 * time.Millisecond)
-		o, err = handover.TakeShared(x.handoverDir, time.Until(until))
+	if errors.Is(err, handover.ErrHolderGone) {
+		x.Log.Infof("handover: the stopped instance's rule maps: %v; this instance loads its own", err)
+		return
 	}
 	if err != nil {
 		x.Log.Warnf("handover: could not take the stopped instance's rule maps: %v; this instance loads its own", err)

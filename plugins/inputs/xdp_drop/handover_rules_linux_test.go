@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
@@ -222,4 +223,67 @@ func TestHandoverPrefixFileSameList(t *testing.T) {
 	verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: bothV4})
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), verdict, "the list's source dropped")
+}
+
+// TestHandoverChangedPolicyKeepsBudgets: a reload that changes only drop or
+// dry_run hands the limiter over with the rule maps (their fingerprint
+// leaves both out), so a ceiling spent before the reload stays spent after
+// it: a reload never gives a sender a fresh burst. Of 200 frames after it,
+// only what the rate (1 frame/s) refilled passes, not another 100.
+func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
+	for _, change := range []string{"drop", "dry_run"} {
+		t.Run(change, func(t *testing.T) {
+			ns := testns.New(t)
+			rules := []Rule{{Name: "ceiling", Action: "limit", Protocol: []any{"udp"}, DstPort: []any{int64(53)},
+				Rate: int64(1), Burst: int64(100), Per: "rule"}}
+			a := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: testutil.Logger{}}
+			require.Empty(t, startPlugin(t, ns, a).Errors)
+			frame := ipFrame("203.0.113.5", "198.51.100.53", frames.ProtoUDP, 40000, 53)
+			spent := time.Now()
+			send(t, ns, []traffic.Flow{{Name: "dns", Frame: frame, Count: 200}})
+			pass, drop := limitPackets(t, gatherUntil(t, ns, a, 200), "ceiling")
+			requireSpent(t, pass, drop, 100, 200, time.Since(spent))
+			dir := handOverInProcess(t, ns, a)
+
+			log := &testutil.CaptureLogger{}
+			b := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: log}
+			over := "drop"
+			switch change {
+			case "drop":
+				b.Drop = []any{"icmp", "tcp"}
+			case "dry_run":
+				b.DryRun, over = true, "would_drop"
+			}
+			require.NoError(t, b.Init())
+			b.handoverDir = dir
+			acc := &testutil.Accumulator{}
+			inNS(t, ns, b, func() error { return b.Start(acc) })
+			t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
+			require.Empty(t, acc.Errors)
+
+			// What b counts from: the counters go on, or start at zero.
+			acc = &testutil.Accumulator{}
+			inNS(t, ns, b, func() error { return b.Gather(acc) })
+			before := ifacePackets(acc, testns.Dev)
+			var total uint64
+			for k, v := range before {
+				if !strings.HasPrefix(k, "rule/") {
+					total += v
+				}
+			}
+			send(t, ns, []traffic.Flow{{Name: "dns", Frame: frame, Count: 200}})
+			after := ifacePackets(gatherUntil(t, ns, b, total+200), testns.Dev)
+			elapsed := time.Since(spent)
+			passed := after["rule/ceiling/pass"] - before["rule/ceiling/pass"]
+			require.Equal(t, uint64(200), passed+after["rule/ceiling/"+over]-before["rule/ceiling/"+over], "every frame decided by the rule")
+			refilled := uint64(elapsed/time.Second) + 1
+			require.LessOrEqual(t, passed, refilled, "of 200 frames after the reload (%v after the ceiling was spent): the budget spent stays spent", elapsed)
+			t.Logf("%d of 200 passed after a reload that changed %s", passed, change)
+			var infos []string
+			for _, e := range log.Messages() {
+				infos = append(infos, e.Text)
+			}
+			require.Contains(t, strings.Join(infos, "\n"), "handover: taken over the stopped instance's rule maps", "the limiter goes on with the rule maps")
+		})
+	}
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
@@ -103,7 +106,8 @@ func TestLimitRulePrefixFileSwapKeepsBudget(t *testing.T) {
 	require.LessOrEqual(t, pass2-5, refilled, "passed after the swap in %v: the budget spent before it stays spent", elapsed)
 }
 
-// limitPackets is the packets of a limit rule's pass and drop points.
+// limitPackets is the packets of a limit rule's pass and drop points, over
+// all interfaces.
 func limitPackets(t *testing.T, acc *testutil.Accumulator, rule string) (pass, drop uint64) {
 	t.Helper()
 	for _, m := range acc.GetTelegrafMetrics() {
@@ -113,9 +117,9 @@ func limitPackets(t *testing.T, acc *testutil.Accumulator, rule string) (pass, d
 		v, _ := m.GetField("packets")
 		switch m.Tags()["action"] {
 		case "pass":
-			pass = v.(uint64)
+			pass += v.(uint64)
 		case "drop":
-			drop = v.(uint64)
+			drop += v.(uint64)
 		}
 	}
 	return pass, drop
@@ -146,4 +150,95 @@ func TestLimitRuleFileFields(t *testing.T) {
 	require.Len(t, acc.Errors, 1)
 	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
 	require.Equal(t, series(bad), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
+}
+
+// TestLimitBudgetSurvivesAttachInSwapGather spends a per-rule ceiling (1
+// frame/s, burst 100) whose sources come from a prefix file, then, in the
+// one gather that puts a changed file in force, an interface is attached
+// too: one that appears under a glob, or one listed that is refused (a
+// foreign program holds it) at every gather. The generation made for the
+// attach goes on with the budget spent: of 200 frames more, only what the
+// rate refilled passes, not another burst of 100.
+func TestLimitBudgetSurvivesAttachInSwapGather(t *testing.T) {
+	for _, trigger := range []string{"glob", "refused"} {
+		t.Run(trigger, func(t *testing.T) {
+			ns := testns.New(t)
+			list := filepath.Join(t.TempDir(), "limited.txt")
+			writeList(t, list, "192.0.2.0/24")
+			interfaces := []string{testns.Dev, "xdpn*"}
+			if trigger == "refused" {
+				interfaces = []string{testns.Dev, "xdpr0"}
+				_, _, err := ns.AddVeth("xdpr0", "xdpr1")
+				require.NoError(t, err)
+				attachForeign(t, ns, "xdpr0")
+			}
+			p := &XDPDrop{Interfaces: interfaces, Rules: []Rule{{Name: "ceiling", Action: "limit",
+				SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(100), Per: "rule"}}, Log: testutil.Logger{}}
+			require.NoError(t, p.Init())
+			acc := &testutil.Accumulator{}
+			inNS(t, ns, p, func() error { return p.Start(acc) })
+			t.Cleanup(func() { inNS(t, ns, p, func() error { p.Stop(); return nil }) })
+
+			a := ipFrame("192.0.2.7", "10.0.0.1", frames.ProtoUDP, 40000, 53)
+			spent := time.Now()
+			send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 200}})
+			acc = gatherUntil(t, ns, p, 200)
+			pass, drop := limitPackets(t, acc, "ceiling")
+			requireSpent(t, pass, drop, 100, 200, time.Since(spent))
+
+			// One gather: the changed file and the interface to attach.
+			writeList(t, list, "192.0.2.0/24", "198.51.100.0/24")
+			if trigger == "glob" {
+				_, _, err := ns.AddVeth("xdpn0", "xdpm0")
+				require.NoError(t, err)
+			}
+			acc = &testutil.Accumulator{}
+			inNS(t, ns, p, func() error { return p.Gather(acc) })
+			require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "the changed file is in force")
+			if trigger == "glob" {
+				require.Empty(t, acc.Errors)
+				require.True(t, attachedIn(acc, "xdpn0"), "the interface the glob found is attached")
+			} else {
+				require.False(t, attachedIn(acc, "xdpr0"), "the foreign program keeps its interface")
+			}
+
+			send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 200}})
+			acc = gatherUntil(t, ns, p, 400)
+			elapsed := time.Since(spent)
+			pass2, drop2 := limitPackets(t, acc, "ceiling")
+			require.Equal(t, uint64(400), pass2+drop2)
+			refilled := uint64(elapsed/time.Second) + 1
+			require.LessOrEqual(t, pass2-pass, refilled, "of 200 frames after the gather (%v after the ceiling was spent): the budget spent stays spent", elapsed)
+		})
+	}
+}
+
+// attachForeign attaches an XDP program that is not the plugin's to a
+// veth of the test namespace, until the test ends.
+func attachForeign(t *testing.T, ns *testns.NS, dev string) {
+	t.Helper()
+	other, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "foreign", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 2, asm.DWord), asm.Return()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	dl, err := ns.Netlink().LinkByName(dev)
+	require.NoError(t, err)
+	var l link.Link
+	require.NoError(t, ns.Attach(dev, func() (err error) {
+		l, err = link.AttachXDP(link.XDPOptions{Program: other, Interface: dl.Attrs().Index})
+		return err
+	}))
+	t.Cleanup(func() { l.Close() })
+}
+
+// requireSpent checks that of sent frames to a 1 frame/s budget with burst
+// burst, the burst passed and, but for what the rate refilled while they
+// were sent, no more: the budget is spent.
+func requireSpent(t *testing.T, pass, drop, burst, sent uint64, took time.Duration) {
+	t.Helper()
+	require.Equal(t, sent, pass+drop, "every frame decided by the rule")
+	require.GreaterOrEqual(t, pass, burst, "the burst passed")
+	require.LessOrEqual(t, pass-burst, uint64(took/time.Second), "passed beyond the burst in %v", took)
 }

@@ -58,12 +58,7 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 			}
 			return
 		}
-		if x.singleBufferOnly {
-			rules.DisableMultiBuffer()
-		}
-		// Installed only after the swaps: closing the instance before would
-		// leave them no limiter to go on with (budgets and seed).
-		defer x.setInstance(rules)
+		x.setInstance(rules)
 	}
 	olds := make([]ebpf.ProgramID, len(stale))
 	errs := make([]error, len(stale))

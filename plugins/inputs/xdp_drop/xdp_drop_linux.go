@@ -428,9 +428,12 @@ func (x *XDPDrop) instance() *bpf.Instance {
 	return x.kernel.in
 }
 
-// setInstance makes in the instance of the current generation. The one
-// before is closed: its programs still attached hold their rule maps.
+// setInstance makes in the instance of the current generation. It goes on
+// with the limiter of the one before, whichever route loads its rule maps
+// first (an attach or a swap), so that budgets survive every generation;
+// the one before is closed: its programs still attached hold their rule maps.
 func (x *XDPDrop) setInstance(in *bpf.Instance) {
+	in.ContinueLimits(x.kernel.in)
 	x.closeInstance()
 	if x.singleBufferOnly {
 		in.DisableMultiBuffer()
