@@ -41,10 +41,10 @@ func maxRuleMemory(cpus int, perQueue bool) uint64 {
 	return uint64(prefixBuckets + exact + tries + ports + ruleCounters + limiter)
 }
 
-// TestMaxRuleMemoryInReadme: the README states the worst case maxRuleMemory
+// TestMaxRuleMemoryInDocs: docs/rules.md states the worst case maxRuleMemory
 // computes, the rule counters apart, and what they add per CPU.
-func TestMaxRuleMemoryInReadme(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestMaxRuleMemoryInDocs(t *testing.T) {
+	readme, err := os.ReadFile("../docs/rules.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestMaxRuleMemoryInReadme(t *testing.T) {
 		fmt.Sprintf("(%s slots of %d bytes", thousands(maxExactSlots(2*MaxPrefixes)), unsafe.Sizeof(xdpDropPrefixSlot{})),
 	} {
 		if !strings.Contains(text, want) {
-			t.Errorf("README.md does not state %q", want)
+			t.Errorf("docs/rules.md does not state %q", want)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // This file holds a reference classifier written from the design (the
-// README's metric schema and "What is counted where": truncated frames,
+// metric schema and "What is counted where" of docs/metrics.md: truncated frames,
 // families, VLANs, IPv6 extension headers, fragments), not from xdp_drop.c:
 // FuzzClassify holds the BPF program to it.
 
