@@ -52,9 +52,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
-	if err := x.openCapture(); err != nil {
-		return err
-	}
+	x.openCapture(acc)
 	x.prepareHandover()
 	x.holderDeadline = time.Now().Add(startWait)
 	x.starting = true
@@ -158,13 +156,13 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	}
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
+	captureErr := Printable(x.checkCapture(acc))
 	for _, ifc := range x.ifaces {
 		x.readSeries(acc, ifc, &snap)
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l)
+		x.readTop(acc, ifc, &snap, &l, captureErr)
 		snap.Links = append(snap.Links, l)
 	}
-	x.captureError(acc)
 	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
@@ -306,6 +304,9 @@ func (x *XDPDrop) forgetVanished() {
 	kept := x.ifaces[:0]
 	for _, ifc := range x.ifaces {
 		if ifc.matched && ifc.missing && ifc.prog == nil {
+			if x.capture != nil {
+				x.capture.forget(ifc.name)
+			}
 			continue // its going was logged when it was found missing
 		}
 		kept = append(kept, ifc)
