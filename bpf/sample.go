@@ -112,7 +112,8 @@ func (r *SampleReader) Read() (*Sample, error) {
 	for {
 		r.r.SetDeadline(time.Now().Add(samplePoll))
 		if err := r.r.ReadInto(&r.rec); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Either way what the ring held has been read: wait again.
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 				continue
 			}
 			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
@@ -146,6 +147,10 @@ func decodeSample(raw []byte, s *Sample) bool {
 	}
 	return true
 }
+
+// Flush has a Read waiting look at the ring now, rather than at its next
+// poll or wakeup, and return what it holds; safe beside a Read.
+func (r *SampleReader) Flush() error { return r.r.Flush() }
 
 // Close stops the reader; a Read waiting returns ErrSamplerClosed.
 func (r *SampleReader) Close() error { return r.r.Close() }

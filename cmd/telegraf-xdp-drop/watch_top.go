@@ -20,7 +20,7 @@ const (
 
 // renderTop adds the top sources of the sampled frames since the last
 // screen, per interface and action, heaviest first; rates are the
-// estimates (sampled × sample_rate) over the time since the last screen.
+// estimates (scaled to the frames counted) over the time since the last screen.
 func renderTop(t *table, top []xdp_drop.TopSource, seconds float64) {
 	if len(top) == 0 {
 		return

@@ -180,9 +180,10 @@ func (t *Table) down(i int) {
 }
 
 // Aggregate is the prefix of addr that a source is reported as: its first
-// bits4 bits for IPv4 (an IPv4-mapped IPv6 address is IPv4), bits6 for IPv6.
+// bits4 bits for IPv4, bits6 for IPv6. An IPv4-mapped IPv6 address stays
+// IPv6: anyone can send IPv6 frames from ::ffff:a.b.c.d, and blaming the
+// IPv4 network a.b.c.0 for them would have a rule drop the wrong senders.
 func Aggregate(addr netip.Addr, bits4, bits6 int) netip.Prefix {
-	addr = addr.Unmap()
 	bits := bits6
 	if addr.Is4() {
 		bits = bits4

@@ -130,14 +130,14 @@ func TestLimitRuleFileFields(t *testing.T) {
 	require.NoError(t, p.Init())
 	var rules, limited [bpf.MaxRules]bpf.Counter
 	rules[0], limited[0] = bpf.Counter{Packets: 9, Bytes: 900}, bpf.Counter{Packets: 4, Bytes: 400}
-	loaded := p.files.rules[0].loaded.Unix()
+	loaded := p.files.rules[0].cur().loaded.Unix()
 	series := func(errText string) []RuleSeries {
 		return []RuleSeries{
 			{Interface: "eth1", Rule: "limited", Action: "pass", Packets: 5, Bytes: 500, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
 			{Interface: "eth1", Rule: "limited", Action: "drop", Packets: 4, Bytes: 400, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
 		}
 	}
-	require.Equal(t, series(""), p.appendRules(nil, "eth1", &rules, &limited))
+	require.Equal(t, series(""), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
 
 	writeList(t, path, "192.0.2.0/24", "198.51.100.1/24")
 	acc := &testutil.Accumulator{}
@@ -145,5 +145,5 @@ func TestLimitRuleFileFields(t *testing.T) {
 	p.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
-	require.Equal(t, series(bad), p.appendRules(nil, "eth1", &rules, &limited))
+	require.Equal(t, series(bad), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
 }

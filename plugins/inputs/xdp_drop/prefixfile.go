@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -67,8 +68,38 @@ type fileRule struct {
 	name     string
 	src, dst []netip.Prefix // src_prefix and dst_prefix
 	files    []*prefixFile
-	prefixes int       // distinct prefixes in force
-	loaded   time.Time // when every file last loaded good (read or found unchanged)
+	// sets are the versions of the rule's prefixes that programs may hold,
+	// oldest first; the last is the policy's. A program whose swap failed
+	// holds an older one, and its points report that one.
+	sets []ruleSet
+}
+
+// ruleSet is one version of a rule's prefixes, counted: what a program
+// holding it enforces.
+type ruleSet struct {
+	gen            uint64 // the generation (prefixFiles.gen) it came in with
+	prefixes       int    // distinct prefixes
+	added, removed int    // by the change that made it; 0 for the first
+	// loaded is when every file last loaded good while this was the
+	// policy's set: a later set freezes it.
+	loaded time.Time
+	files  []string // the files whose change made it
+	logged bool     // its change was logged as in force everywhere
+}
+
+// cur is the rule's set in the policy.
+func (fr *fileRule) cur() *ruleSet { return &fr.sets[len(fr.sets)-1] }
+
+// heldAt is the index in sets of the rule's set in a program of generation
+// gen; -1 when the program holds a set from before this process (a
+// handed-over program not swapped yet).
+func (fr *fileRule) heldAt(gen uint64) int {
+	for i := len(fr.sets) - 1; i >= 0; i-- {
+		if fr.sets[i].gen <= gen {
+			return i
+		}
+	}
+	return -1
 }
 
 // prefixFile is one file of a rule and its last good contents.
@@ -165,7 +196,7 @@ func (x *XDPDrop) loadPrefixFiles() error {
 			return fmt.Errorf("rule %q: %w", r.Name, err)
 		}
 		br.SrcPrefixes, br.DstPrefixes = src, dst
-		fr.prefixes, fr.loaded = len(src)+len(dst), now
+		fr.sets = []ruleSet{{gen: x.files.gen, prefixes: len(src) + len(dst), loaded: now, logged: true}}
 		x.files.rules[i] = fr
 	}
 	if !hasFiles {
@@ -489,7 +520,6 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefixFile]*fileRead, changed []*fileRule) {
 	next := x.policy
 	next.Rules = slices.Clone(x.policy.Rules)
-	counts := map[*fileRule]int{}
 	var applied []*fileRule
 	for _, fr := range changed {
 		src, dst, err := fr.union(pending)
@@ -498,7 +528,6 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 			continue
 		}
 		next.Rules[fr.index].SrcPrefixes, next.Rules[fr.index].DstPrefixes = src, dst
-		counts[fr] = len(src) + len(dst)
 		applied = append(applied, fr)
 	}
 	if err := checkPrefixTotals(next.Rules); err != nil {
@@ -510,26 +539,112 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 	if len(applied) == 0 {
 		return
 	}
+	gen := x.files.gen + 1
 	swap := false
 	for _, fr := range applied {
+		var paths []string
 		for _, pf := range fr.files {
 			if got, has := pending[pf]; has {
 				pf.sum, pf.prefixes = got.sum, got.prefixes
 				x.readsAgain(fr, pf)
+				if !slices.Contains(paths, pf.path) { // one file may feed both directions
+					paths = append(paths, pf.path)
+				}
 			}
 		}
 		cur, r := &x.policy.Rules[fr.index], &next.Rules[fr.index]
 		if slices.Equal(cur.SrcPrefixes, r.SrcPrefixes) && slices.Equal(cur.DstPrefixes, r.DstPrefixes) {
 			continue // rewritten, or reordered: the same set
 		}
-		fr.prefixes = counts[fr]
+		addSrc, remSrc := diffPrefixes(cur.SrcPrefixes, r.SrcPrefixes)
+		addDst, remDst := diffPrefixes(cur.DstPrefixes, r.DstPrefixes)
+		// The set in force goes on loading good until this one replaces it:
+		// its loaded is frozen as of the last gather.
+		fr.sets = append(fr.sets, ruleSet{
+			gen: gen, prefixes: len(r.SrcPrefixes) + len(r.DstPrefixes),
+			added: addSrc + addDst, removed: remSrc + remDst,
+			loaded: fr.cur().loaded, files: paths,
+		})
 		swap = true
-		x.Log.Infof("rule %q: prefix files changed: %d prefixes in force from now", fr.name, fr.prefixes)
 	}
 	if swap {
 		x.policy = next
-		x.files.gen++
+		x.files.gen = gen
 	}
+}
+
+// diffPrefixes counts the prefixes of next not in cur and of cur not in
+// next; both are sorted and without repeats (uniquePrefixes).
+func diffPrefixes(cur, next []netip.Prefix) (added, removed int) {
+	i, j := 0, 0
+	for i < len(cur) && j < len(next) {
+		switch c := comparePrefixes(cur[i], next[j]); {
+		case c < 0:
+			removed++
+			i++
+		case c > 0:
+			added++
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return added + len(next) - j, removed + len(cur) - i
+}
+
+// comparePrefixes orders prefixes by address, then length.
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// noteInForce logs each rule's changes that every program now holds: held
+// is the oldest generation an attached interface's program holds (0 for a
+// set from before this process). Sets no program holds any more are
+// forgotten.
+func (x *XDPDrop) noteInForce(held uint64) {
+	for _, fr := range x.files.rules {
+		if fr == nil {
+			continue
+		}
+		for i := range fr.sets {
+			set := &fr.sets[i]
+			if set.logged || set.gen > held {
+				continue
+			}
+			set.logged = true
+			if i == len(fr.sets)-1 {
+				x.Log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, thousands(set.prefixes))
+			}
+		}
+		if i := fr.heldAt(held); i > 0 {
+			fr.sets = slices.Delete(fr.sets, 0, i)
+		}
+	}
+}
+
+// filesNamed names the files of a change: file "a", or files "a", "b".
+func filesNamed(paths []string) string {
+	quoted := make([]string, len(paths))
+	for i, p := range paths {
+		quoted[i] = Quote(p)
+	}
+	if len(quoted) == 1 {
+		return "file " + quoted[0]
+	}
+	return "files " + strings.Join(quoted, ", ")
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // markLoaded notes that every file of a rule without a failing one loads
@@ -537,7 +652,7 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 func (x *XDPDrop) markLoaded(now time.Time) {
 	for _, fr := range x.files.rules {
 		if fr != nil && !slices.ContainsFunc(fr.files, func(pf *prefixFile) bool { return pf.err != nil }) {
-			fr.loaded = now
+			fr.cur().loaded = now
 		}
 	}
 }
@@ -573,12 +688,27 @@ func (x *XDPDrop) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, pf *p
 	}
 }
 
-// ruleFileFields are the prefix file fields of rule i's points: whether it
-// has files, the prefixes in force, when they were loaded, and the errors
-// of files that fail ("" when none does).
-func (x *XDPDrop) ruleFileFields(i int) (files bool, prefixes, loaded int64, errText string) {
+// ruleFiles are the prefix file fields of a rule's points on one
+// interface (see RuleSeries).
+type ruleFiles struct {
+	files                            bool
+	prefixes, loaded, added, removed int64
+	err                              string
+}
+
+// put sets the prefix file fields of s.
+func (f ruleFiles) put(s *RuleSeries) {
+	s.Files, s.Prefixes, s.Loaded, s.Added, s.Removed, s.Error = f.files, f.prefixes, f.loaded, f.added, f.removed, f.err
+}
+
+// ruleFileFields are the prefix file fields of rule i's points on an
+// interface whose program holds the sets of generation gen: the set it
+// holds (its prefixes, when its files last loaded good, its change), and
+// the errors of files that fail and, when the program holds an older set
+// than the policy's, swapErr, why it was not swapped in ("" when none).
+func (x *XDPDrop) ruleFileFields(i int, gen uint64, swapErr error) ruleFiles {
 	if i >= len(x.files.rules) || x.files.rules[i] == nil {
-		return false, 0, 0, ""
+		return ruleFiles{}
 	}
 	fr := x.files.rules[i]
 	var errs []string
@@ -587,11 +717,26 @@ func (x *XDPDrop) ruleFileFields(i int) (files bool, prefixes, loaded int64, err
 			errs = append(errs, strings.ReplaceAll(pf.err.Error(), "\n", " "))
 		}
 	}
+	out := ruleFiles{files: true}
+	held := fr.heldAt(gen)
+	if held != len(fr.sets)-1 {
+		if swapErr == nil {
+			swapErr = errors.New("not swapped in yet")
+		}
+		errs = append(errs, "the changed prefixes are not in force on this interface: "+strings.ReplaceAll(swapErr.Error(), "\n", " "))
+	}
+	if held >= 0 {
+		// A set from before this process is not known: zeros.
+		set := &fr.sets[held]
+		out.prefixes, out.loaded = int64(set.prefixes), set.loaded.Unix()
+		out.added, out.removed = int64(set.added), int64(set.removed)
+	}
 	msg := strings.Join(errs, "; ")
 	if len(msg) > maxErrorField {
 		msg = msg[:maxErrorField] + "…"
 	}
-	return true, int64(fr.prefixes), fr.loaded.Unix(), Printable(msg)
+	out.err = Printable(msg)
+	return out
 }
 
 // maxErrorField bounds the error field of a rule's points.

@@ -3,6 +3,7 @@
 package xdp_drop
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -29,10 +30,12 @@ func stampOf(fi os.FileInfo) fileStamp {
 // whose program holds another set, without a gap (bpf.Program.SwapRules).
 // The set is compiled once, into the instance of this generation; the
 // first interface fills its rule maps, the others load their programs on
-// them, as many at once as there are CPUs (each load is verified apart). An interface whose swap fails keeps its
-// set, and is tried again at the next gather.
+// them, as many at once as there are CPUs (each load is verified apart).
+// An interface whose swap fails keeps its set, which its rule points
+// report with the error, and is tried again at the next gather.
 func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	defer x.releaseMemory()
+	defer func() { x.noteInForce(x.oldestHeld()) }()
 	var stale []*iface
 	for _, ifc := range x.ifaces {
 		// An observed interface (the console view) is another instance's.
@@ -50,7 +53,9 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	if fresh {
 		var err error
 		if rules, err = bpf.CompileRules(x.policy); err != nil {
-			acc.AddError(fmt.Errorf("put the changed prefix files in force: %w; the previous prefixes stay in force", err))
+			for _, ifc := range stale {
+				x.swapFailed(acc, ifc, err)
+			}
 			return
 		}
 		if x.singleBufferOnly {
@@ -93,13 +98,35 @@ func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
 	wg.Wait()
 	for i, ifc := range stale {
 		if errs[i] != nil {
-			x.report(acc, ifc, fmt.Errorf("interface %q: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", ifc.name, errs[i]))
+			x.swapFailed(acc, ifc, errs[i])
 			continue
 		}
 		ifc.rulesGen = x.files.gen
+		if ifc.swapErr != nil {
+			ifc.swapErr, ifc.reported = nil, "" // a failure again is news
+		}
 		x.Log.Infof("interface %q: prefix files swapped in, program id %d (was %d)", ifc.name, ifc.prog.ID(), olds[i])
 		if note := ifc.prog.PrefixNote(); note != "" {
 			x.Log.Warnf("interface %q: %s", ifc.name, note)
 		}
 	}
+}
+
+// swapFailed records why the policy's prefixes are not in force on an
+// interface, for its rule points, and reports it once.
+func (x *XDPDrop) swapFailed(acc telegraf.Accumulator, ifc *iface, err error) {
+	ifc.swapErr = errors.New(firstLine(err))
+	x.report(acc, ifc, fmt.Errorf("interface %q: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", ifc.name, err))
+}
+
+// oldestHeld is the oldest generation of rule prefixes the program of an
+// attached interface holds: the policy's when every program holds it.
+func (x *XDPDrop) oldestHeld() uint64 {
+	held := x.files.gen
+	for _, ifc := range x.ifaces {
+		if ifc.prog != nil && ifc.observer == "" {
+			held = min(held, ifc.rulesGen)
+		}
+	}
+	return held
 }

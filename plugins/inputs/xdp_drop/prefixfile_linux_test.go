@@ -229,14 +229,14 @@ func TestPrefixFileTrustDirectory(t *testing.T) {
 	acc := refresh()
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], dir+" is writable by its group")
-	_, _, _, errText := p.ruleFileFields(0)
+	errText := p.ruleFileFields(0, p.files.gen, nil).err
 	require.Contains(t, errText, dir+" is writable by its group")
 	require.Empty(t, refresh().Errors, "reported once")
 
 	require.NoError(t, os.Chmod(dir, 0o755))
 	require.Empty(t, refresh().Errors)
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, p.policy.Rules[0].SrcPrefixes, "the list is in force")
-	_, _, _, errText = p.ruleFileFields(0)
+	errText = p.ruleFileFields(0, p.files.gen, nil).err
 	require.Empty(t, errText)
 }
 

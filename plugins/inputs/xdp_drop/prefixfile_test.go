@@ -2,11 +2,13 @@ package xdp_drop
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,13 +133,13 @@ func TestInitPrefixFiles(t *testing.T) {
 	require.Equal(t, mustPrefixes("192.0.2.128/25", "198.51.100.7/32", "203.0.113.0/24", "2001:db8:bad::/48"), r.SrcPrefixes)
 	require.Equal(t, mustPrefixes("198.51.100.7/32", "203.0.113.0/24"), r.DstPrefixes)
 	require.Equal(t, []string{"src_prefix_file " + drop, "src_prefix_file " + edrop, "dst_prefix_file " + edrop}, r.PrefixFiles)
-	files, n, loaded, errText := p.ruleFileFields(1)
-	require.True(t, files)
-	require.Equal(t, int64(6), n)
-	require.InDelta(t, time.Now().Unix(), loaded, 5)
-	require.Empty(t, errText)
-	files, _, _, _ = p.ruleFileFields(0)
-	require.False(t, files, "a rule without files has no file fields")
+	f := p.ruleFileFields(1, p.files.gen, nil)
+	require.True(t, f.files)
+	require.Equal(t, int64(6), f.prefixes)
+	require.InDelta(t, time.Now().Unix(), f.loaded, 5)
+	require.Zero(t, f.added+f.removed, "no change yet")
+	require.Empty(t, f.err)
+	require.False(t, p.ruleFileFields(0, p.files.gen, nil).files, "a rule without files has no file fields")
 
 	// The same prefixes written in the TOML give the same rule: the same
 	// compiled maps, the same per-packet cost.
@@ -197,8 +199,8 @@ func TestRefreshPrefixFiles(t *testing.T) {
 		return acc
 	}
 	fields := func() (int64, string) {
-		_, n, _, errText := p.ruleFileFields(0)
-		return n, errText
+		f := p.ruleFileFields(0, p.files.gen, nil)
+		return f.prefixes, f.err
 	}
 
 	require.Empty(t, refresh().Errors, "unchanged")
@@ -212,7 +214,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	require.Equal(t, int64(2), n)
 	require.Empty(t, errText)
 
-	loaded := p.files.rules[0].loaded
+	loaded := p.files.rules[0].cur().loaded
 	writeList(t, path, "203.0.113.0/24", "192.0.2.1/24")
 	acc := refresh()
 	require.Len(t, acc.Errors, 1)
@@ -233,13 +235,13 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
 	_, errText = fields()
 	require.Contains(t, errText, "no such file or directory")
-	require.Equal(t, loaded, p.files.rules[0].loaded, "loaded stands still while the file fails")
+	require.Equal(t, loaded, p.files.rules[0].cur().loaded, "loaded stands still while the file fails")
 
 	writeList(t, path, "198.51.100.0/24", "203.0.113.0/24")
 	require.Empty(t, refresh().Errors)
 	_, errText = fields()
 	require.Empty(t, errText, "fixed")
-	require.True(t, p.files.rules[0].loaded.After(loaded), "loaded again")
+	require.True(t, p.files.rules[0].cur().loaded.After(loaded), "loaded again")
 	require.Equal(t, gen+1, p.files.gen, "the same prefixes, reordered: no new set")
 
 	writeList(t, path, "# emptied")
@@ -308,7 +310,8 @@ func TestPrefixFileTotals(t *testing.T) {
 	require.EqualError(t, acc.Errors[0], `rule "b": dst_prefix_file: with `+b+` the prefix files list 100001 IPv4 prefixes (repeats counted); at most 100000 per family fit: shorten or merge the lists; the last good prefixes stay in force`)
 	require.Equal(t, gen, p.files.gen)
 	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
-	_, n, _, errText := p.ruleFileFields(1)
+	f := p.ruleFileFields(1, p.files.gen, nil)
+	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(40_000), n)
 	require.Contains(t, errText, "100001 IPv4 prefixes")
 
@@ -327,9 +330,9 @@ func TestRuleSeriesFileFields(t *testing.T) {
 	}{
 		{RuleSeries{Packets: 3, Bytes: 180}, map[string]any{"packets": uint64(3), "bytes": uint64(180)}},
 		{RuleSeries{Packets: 3, Bytes: 180, Files: true, Prefixes: 1437, Loaded: 1796137694},
-			map[string]any{"packets": uint64(3), "bytes": uint64(180), "prefixes": int64(1437), "loaded": int64(1796137694)}},
-		{RuleSeries{Files: true, Prefixes: 2, Loaded: 1796137694, Error: "src_prefix_file: /l.txt:4: bad"},
-			map[string]any{"packets": uint64(0), "bytes": uint64(0), "prefixes": int64(2), "loaded": int64(1796137694), "error": "src_prefix_file: /l.txt:4: bad"}},
+			map[string]any{"packets": uint64(3), "bytes": uint64(180), "prefixes": int64(1437), "loaded": int64(1796137694), "added": int64(0), "removed": int64(0)}},
+		{RuleSeries{Files: true, Prefixes: 2, Loaded: 1796137694, Added: 3, Removed: 1, Error: "src_prefix_file: /l.txt:4: bad"},
+			map[string]any{"packets": uint64(0), "bytes": uint64(0), "prefixes": int64(2), "loaded": int64(1796137694), "added": int64(3), "removed": int64(1), "error": "src_prefix_file: /l.txt:4: bad"}},
 	} {
 		got := map[string]any{}
 		c.series.PutFields(got)
@@ -394,7 +397,68 @@ func TestPrefixFileListedTotal(t *testing.T) {
 	require.Len(t, acc.Errors, 1)
 	require.EqualError(t, acc.Errors[0], fmt.Sprintf(`rule "lists": src_prefix_file: with %s the prefix files list %d IPv4 prefixes (repeats counted); at most %d per family fit: shorten or merge the lists; the last good prefixes stay in force`, b, 2*half, bpf.MaxPrefixes))
 	require.Len(t, p.policy.Rules[0].SrcPrefixes, half+1, "the set in force stays")
-	_, n, _, errText := p.ruleFileFields(0)
+	f := p.ruleFileFields(0, p.files.gen, nil)
+	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(half+1), n)
 	require.Contains(t, errText, "repeats counted")
+}
+
+// TestPrefixFileChangeCounts: a change of a rule's files is counted as
+// the prefixes the rule's set gained and lost, repeats across its files
+// and its own src_prefix counted once, and logged with the total once
+// every program holds it; the fields are zero before any change.
+func TestPrefixFileChangeCounts(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	writeList(t, a, hostAddrs(0, 998)...)
+	writeList(t, b, "2001:db8::/32")
+	log := &testutil.CaptureLogger{}
+	p := fileRulePlugin(Rule{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}, SrcPrefixFile: []string{a, b}})
+	p.Log = log
+	require.NoError(t, p.Init())
+	f := p.ruleFileFields(0, p.files.gen, nil)
+	require.Equal(t, [3]int64{1000, 0, 0}, [3]int64{f.prefixes, f.added, f.removed}, "no change yet")
+
+	// a: 10.0.0.0 gone, 10.0.3.230-232 new, and 192.0.2.0/24, which the
+	// rule has already from src_prefix.
+	writeList(t, a, slices.Concat(hostAddrs(1, 1000), []string{"192.0.2.0/24"})...)
+	acc := &testutil.Accumulator{}
+	p.refreshPrefixFiles(acc)
+	p.releaseMemory()
+	require.Empty(t, acc.Errors)
+	f = p.ruleFileFields(0, p.files.gen, nil)
+	require.Equal(t, [3]int64{1002, 3, 1}, [3]int64{f.prefixes, f.added, f.removed})
+	old := p.ruleFileFields(0, p.files.gen-1, errors.New("load XDP program: too many open files"))
+	require.Equal(t, [3]int64{1000, 0, 0}, [3]int64{old.prefixes, old.added, old.removed}, "a program of the generation before holds the set before")
+	require.Equal(t, "the changed prefixes are not in force on this interface: load XDP program: too many open files", old.err)
+
+	require.Empty(t, log.Messages(), "not logged while a program holds the set before")
+	p.noteInForce(p.files.gen - 1)
+	require.Empty(t, log.Messages())
+	p.noteInForce(p.files.gen)
+	var lines []string
+	for _, m := range log.Messages() {
+		lines = append(lines, m.Text)
+	}
+	require.Equal(t, []string{`rule "x": file "` + a + `": +3 −1, 1,002 in force`}, lines)
+	require.Len(t, p.files.rules[0].sets, 1, "the set no program holds is forgotten")
+	p.noteInForce(p.files.gen)
+	require.Len(t, log.Messages(), 1, "logged once")
+}
+
+// TestDiffPrefixes counts what a sorted set gained and lost.
+func TestDiffPrefixes(t *testing.T) {
+	for _, c := range []struct {
+		cur, next      []netip.Prefix
+		added, removed int
+	}{
+		{nil, nil, 0, 0},
+		{nil, mustPrefixes("192.0.2.0/24"), 1, 0},
+		{mustPrefixes("192.0.2.0/24"), nil, 0, 1},
+		{mustPrefixes("192.0.2.0/24", "198.51.100.0/24"), mustPrefixes("192.0.2.0/25", "198.51.100.0/24", "2001:db8::/32"), 2, 1},
+		{mustPrefixes("10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"), mustPrefixes("10.0.0.2/32"), 0, 2},
+	} {
+		added, removed := diffPrefixes(uniquePrefixes(c.cur), uniquePrefixes(c.next))
+		require.Equal(t, [2]int{c.added, c.removed}, [2]int{added, removed}, "%v -> %v", c.cur, c.next)
+	}
 }

@@ -152,7 +152,8 @@ func TestSamplingErrors(t *testing.T) {
 }
 
 // TestTopPoints: the heaviest sources of an interval become bounded
-// points: rank the tag, source a field, estimates scaled by the rate.
+// points: rank the tag, source a field, estimates their share of the
+// frames (bytes) the action counted in the interval.
 func TestTopPoints(t *testing.T) {
 	p := sampled(func(p *XDPDrop) {
 		p.TopSources = 2
@@ -169,24 +170,30 @@ func TestTopPoints(t *testing.T) {
 	add("203.0.113.0/24", 6, 0)
 	add("198.51.100.0/24", 3, -1)
 	add("192.0.2.0/24", 1, -1)
-	in.samples[bpf.ActionDrop] = 12 // two frames without a source (ARP, say)
-	top := p.appendTop(nil, "eth1", &in)
+	// Two frames without a source (ARP, say), of 60 bytes.
+	in.samples[bpf.ActionDrop], in.bytes[bpf.ActionDrop] = 12, 10*100+2*60
+	// Counted in the interval: whatever the rate, the cap left fewer samples.
+	var counted [bpf.ActionCount]bpf.Counter
+	counted[bpf.ActionDrop] = bpf.Counter{Packets: 24_000, Bytes: 2_240_000}
+	top := p.appendTop(nil, "eth1", &in, &counted)
 	require.Equal(t, []TopSource{
-		{Interface: "eth1", Action: "drop", Rank: 1, Source: "203.0.113.0/24", Packets: 6000, Bytes: 600_000, Share: 0.5, Protocol: "udp", Rule: "reflection"},
-		{Interface: "eth1", Action: "drop", Rank: 2, Source: "198.51.100.0/24", Packets: 3000, Bytes: 300_000, Share: 0.25, Protocol: "udp"},
+		{Interface: "eth1", Action: "drop", Rank: 1, Source: "203.0.113.0/24", Packets: 12_000, Bytes: 1_200_000, Share: 0.5, Protocol: "udp", Rule: "reflection"},
+		{Interface: "eth1", Action: "drop", Rank: 2, Source: "198.51.100.0/24", Packets: 6000, Bytes: 600_000, Share: 0.25, Protocol: "udp"},
 	}, top)
 	fields, tags := map[string]any{}, map[string]string{}
 	top[1].PutTags(tags)
 	top[1].PutFields(fields)
 	require.Equal(t, map[string]string{"interface": "eth1", "action": "drop", "rank": "2"}, tags)
-	require.Equal(t, map[string]any{"source": "198.51.100.0/24", "packets": uint64(3000), "bytes": uint64(300_000), "share": 0.25, "protocol": "udp"}, fields)
+	require.Equal(t, map[string]any{"source": "198.51.100.0/24", "packets": uint64(6000), "bytes": uint64(600_000), "share": 0.25, "protocol": "udp"}, fields)
 }
 
 func TestSourceAddr(t *testing.T) {
 	src4, src6 := netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("2001:db8::9")
 	dst4, dst6 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::1")
+	mapped := netip.MustParseAddr("::ffff:203.0.113.9")
 	v4 := frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(4)), src4, dst4)
 	v6 := frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(4)), src6, dst6)
+	v6mapped := frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(4)), mapped, dst6)
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -195,6 +202,8 @@ func TestSourceAddr(t *testing.T) {
 		{"ipv4", frames.Ether(frames.EtherIPv4, v4), src4},
 		{"ipv6", frames.Ether(frames.EtherIPv6, v6), src6},
 		{"ipv6 under two tags", frames.Ether(frames.EtherIPv6, v6, frames.Tag{TPID: frames.Ether8021AD, VID: 5}, frames.Tag{TPID: frames.Ether8021Q, VID: 6}), src6},
+		// An IPv6 frame's source is IPv6, IPv4-mapped or not.
+		{"ipv6 from an ipv4-mapped address", frames.Ether(frames.EtherIPv6, v6mapped), mapped},
 	} {
 		got, ok := sourceAddr(c.frame[:MinTopSnaplen])
 		require.True(t, ok, c.name)

@@ -35,7 +35,9 @@ const (
 	FieldFallback  = "fallback"
 	FieldError     = "error"
 	FieldPrefixes  = "prefixes" // xdp_drop_rule of a rule with prefix files
-	FieldLoaded    = "loaded"   // idem: unix time of the last good load
+	FieldLoaded    = "loaded"   // idem: unix time of the last good load in force
+	FieldAdded     = "added"    // idem: prefixes the last change added
+	FieldRemoved   = "removed"  // idem: and removed
 
 	// xdp_drop_top: the source (a prefix), its estimated share of the
 	// sampled frames of its action, and the protocol and rule most of its
@@ -90,12 +92,17 @@ type RuleSeries struct {
 	Action    string // the rule's action, as the action tag names it
 	Packets   uint64
 	Bytes     uint64
-	// Files says the rule has prefix files, which add Prefixes (in force
-	// now), Loaded (unix time of the last good load) and, while a file
-	// fails to load, Error (file:line and what is wrong).
+	// Files says the rule has prefix files, which add what the interface's
+	// program holds: Prefixes (in force), Loaded (unix time its files last
+	// loaded good while it was the rule's set), Added and Removed (by the
+	// change that made it; 0 before any) and, while a file fails to load or
+	// the rule's changed set is not in force on the interface, Error
+	// (file:line and what is wrong, or why the swap failed).
 	Files    bool
 	Prefixes int64
 	Loaded   int64
+	Added    int64
+	Removed  int64
 	Error    string
 }
 
@@ -115,6 +122,8 @@ func (r *RuleSeries) PutFields(fields map[string]any) {
 	}
 	fields[FieldPrefixes] = r.Prefixes
 	fields[FieldLoaded] = r.Loaded
+	fields[FieldAdded] = r.Added
+	fields[FieldRemoved] = r.Removed
 	if r.Error != "" {
 		fields[FieldError] = r.Error
 	}
@@ -252,8 +261,8 @@ type TopSource struct {
 	Action    string
 	Rank      int
 	Source    string  // a prefix, top_source_prefix_ipv4/ipv6 long
-	Packets   uint64  // estimated: sampled frames × sample_rate
-	Bytes     uint64  // likewise
+	Packets   uint64  // estimated: Share × the action's frames counted in the interval
+	Bytes     uint64  // its share of the sampled bytes × the action's bytes counted
 	Share     float64 // of the action's sampled frames
 	Protocol  string  // the protocol tag of most of its frames
 	Rule      string  // the rule that decided most of them; "" for none

@@ -340,7 +340,7 @@ func hexFrames(out string) [][]byte {
 
 // TestHandoverSampling: a successor takes over a sampling program handed
 // over in place: the counters continue, on a fresh program whose ring it
-// reads, so sampling goes on.
+// reads, so sampling goes on; its first estimates are of its own frames.
 func TestHandoverSampling(t *testing.T) {
 	ns := testns.New(t)
 	old := newSampling(1)
@@ -370,7 +370,7 @@ func TestHandoverSampling(t *testing.T) {
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
 	require.NotEqual(t, oldID, x.ifaces[0].prog.ID(), "a fresh program, with a ring of its own")
-	gatherOnce(t, ns, x)
+	// No gather before the frames: the estimates scale to what was counted since Start.
 	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 50)
 	waitSamplesRead(t, x, 150)
 	acc = gatherOnce(t, ns, x)
@@ -387,7 +387,8 @@ func TestHandoverSampling(t *testing.T) {
 
 // TestSamplingPinnedAndKept: with pin_path and keep_attached a restarted
 // plugin continues the pinned counters and takes the kept link over, and
-// its own program samples: the top sources are this run's frames only.
+// its own program samples: the top sources and their estimates are this
+// run's frames only.
 func TestSamplingPinnedAndKept(t *testing.T) {
 	ns := testns.New(t)
 	dir := pinDir(t)
@@ -395,7 +396,7 @@ func TestSamplingPinnedAndKept(t *testing.T) {
 		p := newSampling(1)
 		p.PinPath, p.KeepAttached = dir, true
 		require.Empty(t, startPlugin(t, ns, p).Errors)
-		gatherOnce(t, ns, p)
+		// No gather before the frames: the estimates scale to what was counted since Start.
 		sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr(src), 18), n)
 		waitSamplesRead(t, p, total)
 		acc := gatherOnce(t, ns, p)
@@ -522,4 +523,170 @@ func TestSamplingPerCPU(t *testing.T) {
 		require.Equal(t, w.source, m.Fields()[FieldSource], "%v", m)
 		require.Equal(t, w.packets, m.Fields()[FieldPackets], "%v", m)
 	}
+}
+
+// countedBy sums a gather's xdp_drop counters by action: cumulative frames
+// and bytes.
+func countedBy(acc *testutil.Accumulator) map[string]bpf.Counter {
+	out := map[string]bpf.Counter{}
+	for _, m := range metricsNamed(acc, MeasurementCounters) {
+		c := out[m.Tags()[TagAction]]
+		c.Packets += m.Fields()[FieldPackets].(uint64)
+		c.Bytes += m.Fields()[FieldBytes].(uint64)
+		out[m.Tags()[TagAction]] = c
+	}
+	return out
+}
+
+// topBy sums a gather's xdp_drop_top estimates by action, and lists the
+// sources.
+func topBy(acc *testutil.Accumulator) (map[string]bpf.Counter, map[string][]string) {
+	sums, sources := map[string]bpf.Counter{}, map[string][]string{}
+	for _, m := range metricsNamed(acc, MeasurementTop) {
+		a := m.Tags()[TagAction]
+		c := sums[a]
+		c.Packets += m.Fields()[FieldPackets].(uint64)
+		c.Bytes += m.Fields()[FieldBytes].(uint64)
+		sums[a] = c
+		sources[a] = append(sources[a], m.Fields()[FieldSource].(string))
+	}
+	return sums, sources
+}
+
+// TestTopEstimatesUnderCap: under a flood the cap lets through a few
+// hundred of 80,000 sampled frames, yet the estimates of an action's
+// sources (all shown: fewer than top_sources) add up, within 5 %, to the
+// frames and bytes sent of that action in the interval, the second
+// interval as the first: they scale to the exact counters, not the samples.
+func TestTopEstimatesUnderCap(t *testing.T) {
+	const perSecond = 1000
+	ns := testns.New(t)
+	p := newSampling(1)
+	p.SampleMaxPerSecond = perSecond
+	p.SampleActions = []string{"drop", "pass"}
+	startPlugin(t, ns, p)
+	prev := gatherOnce(t, ns, p) // the first interval starts here
+
+	tcp := frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoTCP, 0, frames.TCP(10)),
+		netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("198.51.100.1")))
+	flows := []struct {
+		action string
+		source string
+		frame  []byte
+		count  int
+	}{
+		{"drop", "192.0.2.0/24", udpFrameFrom(netip.MustParseAddr("192.0.2.1"), 18), 30_000},
+		{"drop", "198.51.100.0/24", udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 18_000},
+		{"drop", "2001:db8:1::/64", udpFrameFrom(netip.MustParseAddr("2001:db8:1::5"), 18), 12_000},
+		{"pass", "203.0.113.0/24", tcp, 20_000},
+	}
+	sent := map[string]bpf.Counter{}
+	var total uint64
+	for _, f := range flows {
+		c := sent[f.action]
+		c.Packets += uint64(f.count)
+		c.Bytes += uint64(f.count * len(f.frame))
+		sent[f.action] = c
+	}
+	var capped uint64
+	for round := 1; round <= 2; round++ {
+		for _, f := range flows {
+			sendFrames(t, ns, f.frame, f.count)
+			total += uint64(f.count)
+		}
+		waitSamplesRead(t, p, total)
+		acc := gatherOnce(t, ns, p)
+
+		link := metricsNamed(acc, MeasurementLink)[0].Fields()
+		require.Greater(t, link[FieldSampleCapped].(uint64), capped+60_000, "round %d: the cap refused most samples", round)
+		capped = link[FieldSampleCapped].(uint64)
+		now, before := countedBy(acc), countedBy(prev)
+		sums, sources := topBy(acc)
+		for _, action := range []string{"drop", "pass"} {
+			interval := bpf.Counter{Packets: now[action].Packets - before[action].Packets, Bytes: now[action].Bytes - before[action].Bytes}
+			require.Equal(t, sent[action], interval, "round %d %s: counted exactly what was sent", round, action)
+			var want []string
+			for _, f := range flows {
+				if f.action == action {
+					want = append(want, f.source)
+				}
+			}
+			require.ElementsMatch(t, want, sources[action], "round %d %s: every source", round, action)
+			got := sums[action]
+			t.Logf("round %d %s: sent %d frames (%d bytes), the estimates add up to %d (%d bytes); %d samples in all, %d capped",
+				round, action, sent[action].Packets, sent[action].Bytes, got.Packets, got.Bytes, link[FieldSampled], capped)
+			require.InDelta(t, float64(sent[action].Packets), float64(got.Packets), 0.05*float64(sent[action].Packets), "round %d %s: Σ packets", round, action)
+			require.InDelta(t, float64(sent[action].Bytes), float64(got.Bytes), 0.05*float64(sent[action].Bytes), "round %d %s: Σ bytes", round, action)
+		}
+		prev = acc
+	}
+}
+
+// TestTopSourcesIPv4Mapped: IPv6 frames from an IPv4-mapped address
+// (::ffff:198.51.100.7, which anyone can send) are an IPv6 source,
+// aggregated to top_source_prefix_ipv6, apart from the IPv4 network
+// 198.51.100.0/24, whose own frames are counted alone.
+func TestTopSourcesIPv4Mapped(t *testing.T) {
+	for _, c := range []struct {
+		bits6  int64
+		source string
+	}{{64, "::/64"}, {120, "::ffff:198.51.100.0/120"}} {
+		t.Run(strconv.Itoa(int(c.bits6)), func(t *testing.T) {
+			ns := testns.New(t)
+			p := newSampling(1)
+			p.TopSourcePrefixV6 = c.bits6
+			startPlugin(t, ns, p)
+			gatherOnce(t, ns, p)
+			sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("::ffff:198.51.100.7"), 18), 30)
+			sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 20)
+			waitSamplesRead(t, p, 50)
+			acc := gatherOnce(t, ns, p)
+			got := map[string]uint64{}
+			for _, m := range metricsNamed(acc, MeasurementTop) {
+				got[m.Fields()[FieldSource].(string)] = m.Fields()[FieldPackets].(uint64)
+			}
+			require.Equal(t, map[string]uint64{c.source: 30, "198.51.100.0/24": 20}, got)
+		})
+	}
+}
+
+// TestTopFirstGather: the first gather after frames were sampled reports
+// them, though the reader has not been woken to read them yet (a few
+// events wake it only at its next poll), with the gather's own time; and
+// a gather's points end with the xdp_drop_link points, so that a reader of
+// line protocol can take one to end the gather.
+func TestTopFirstGather(t *testing.T) {
+	const n = 44
+	ns := testns.New(t)
+	p := newSampling(1)
+	startPlugin(t, ns, p)
+	gatherOnce(t, ns, p)
+	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("192.0.2.1"), 18), n)
+	// In the ring, as far as the kernel is concerned: the reader is left alone.
+	deadline := time.Now().Add(testns.Hang)
+	for {
+		p.mu.Lock()
+		counts, err := p.ifaces[0].prog.SampleCounts()
+		p.mu.Unlock()
+		require.NoError(t, err)
+		if counts.Sent == n {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the program sampled %d of %d frames", counts.Sent, n)
+		time.Sleep(time.Millisecond)
+	}
+
+	before := time.Now()
+	acc := gatherOnce(t, ns, p)
+	after := time.Now()
+	top := metricsNamed(acc, MeasurementTop)
+	require.Len(t, top, 1, "the first gather after the samples has them")
+	require.Equal(t, "192.0.2.0/24", top[0].Fields()[FieldSource])
+	require.Equal(t, uint64(n), top[0].Fields()[FieldPackets])
+	all := acc.GetTelegrafMetrics()
+	for _, m := range all {
+		require.False(t, m.Time().Before(before) || m.Time().After(after), "%s at %v: not in the gather, %v to %v", m.Name(), m.Time(), before, after)
+	}
+	require.Equal(t, MeasurementLink, all[len(all)-1].Name(), "the gather ends with the link points")
+	require.Empty(t, metricsNamed(gatherOnce(t, ns, p), MeasurementTop), "reported once")
 }

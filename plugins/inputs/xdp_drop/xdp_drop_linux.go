@@ -36,7 +36,11 @@ type iface struct {
 	counters bpf.Block
 	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
 	spare    interval // the sampler's tables of the last interval
-	rulesGen uint64   // the rule prefixes its program holds (prefixFiles.gen)
+	// topBase is every frame by action when the last interval the top
+	// sources cover ended: what their estimates scale to is counted since.
+	topBase  [bpf.ActionCount]bpf.Counter
+	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	swapErr  error  // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -83,11 +87,12 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	for i := range snap.Rules {
 		e.add(MeasurementRule, &snap.Rules[i])
 	}
-	for i := range snap.Links {
-		e.add(MeasurementLink, &snap.Links[i])
-	}
 	for i := range snap.Top {
 		e.add(MeasurementTop, &snap.Top[i])
+	}
+	// Last: a reader of the output can take them to end the gather.
+	for i := range snap.Links {
+		e.add(MeasurementLink, &snap.Links[i])
 	}
 	return nil
 }
@@ -158,9 +163,13 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.swapPrefixes(acc)
 	captureErr := Printable(x.checkCapture(acc))
 	for _, ifc := range x.ifaces {
-		x.readSeries(acc, ifc, &snap)
+		first := len(snap.Series)
+		var counted []Series
+		if x.readSeries(acc, ifc, &snap) {
+			counted = snap.Series[first:len(snap.Series):len(snap.Series)]
+		}
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l, captureErr)
+		x.readTop(acc, ifc, &snap, &l, counted, captureErr)
 		snap.Links = append(snap.Links, l)
 	}
 	x.forgetVanished()
@@ -393,7 +402,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
-	ifc.rulesGen = x.files.gen
+	ifc.rulesGen, ifc.swapErr = x.files.gen, nil
 	if got.KeptRuleMaps && x.files.rules != nil {
 		// The program kept holds the prefixes its files held then.
 		ifc.rulesGen = staleRules
@@ -592,10 +601,11 @@ func (x *XDPDrop) report(acc telegraf.Accumulator, ifc *iface, err error) {
 	acc.AddError(err)
 }
 
-// readSeries adds the series of an attached interface to snap.
-func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) {
+// readSeries adds the series of an attached interface to snap; false when
+// it is not attached or its counters could not be read.
+func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) bool {
 	if ifc.prog == nil {
-		return
+		return false
 	}
 	name := tagName(ifc.name)
 	// Every block with traffic is passed once: their rule counters add up.
@@ -611,20 +621,28 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 	})
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-		return
+		return false
 	}
-	snap.Rules = x.appendRules(snap.Rules, name, &rules, &limited)
+	gen := ifc.rulesGen
+	if ifc.observer != "" {
+		gen = x.files.gen // another instance's: never swapped here
+	}
+	snap.Rules = x.appendRules(snap.Rules, name, gen, ifc.swapErr, &rules, &limited)
+	return true
 }
 
 // appendRules appends one series per rule, also for rules that never
 // matched: the frames each rule decided. A limit rule has two, the frames
-// it passed within budget and those it dropped over it (limited).
-func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
+// it passed within budget and those it dropped over it (limited). A rule
+// with prefix files reports the set the interface's program holds, of
+// generation gen (swapErr: why it is not the policy's).
+func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swapErr error, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
 	for i, r := range x.policy.Rules {
 		if r.Limit != nil {
 			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
+			files := x.ruleFileFields(i, gen, swapErr)
 			for j := len(series) - 2; j < len(series); j++ {
-				series[j].Files, series[j].Prefixes, series[j].Loaded, series[j].Error = x.ruleFileFields(i)
+				files.put(&series[j])
 			}
 			continue
 		}
@@ -636,7 +654,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, rules, limited *
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
 		}
-		s.Files, s.Prefixes, s.Loaded, s.Error = x.ruleFileFields(i)
+		x.ruleFileFields(i, gen, swapErr).put(&s)
 		series = append(series, s)
 	}
 	return series
