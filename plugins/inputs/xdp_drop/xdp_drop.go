@@ -50,6 +50,7 @@ type XDPDrop struct {
 	CapturePath        string      `toml:"capture_path"`
 	CaptureSnaplen     int64       `toml:"capture_snaplen"`
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+	CaptureFiles       int64       `toml:"capture_files"`
 	Rules              []Rule      `toml:"rule"`
 
 	// HandoverInstance names this instance for handover (the binary sets
