@@ -93,9 +93,9 @@ func inNamespace(plugin *xdp_drop.XDPDrop) string {
 func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_drop.Plan, cpus int) {
 	w := &planWriter{out: out}
 	w.line("config %s: valid; nothing attached (-check)", path)
-	ns := "this process's"
+	ns := "this process's network namespace"
 	if plugin.Namespace != "" {
-		ns = xdp_drop.Quote(plugin.Namespace)
+		ns = "namespace " + xdp_drop.Quote(plugin.Namespace)
 	}
 	mode := plugin.Mode
 	if mode == "" {
@@ -107,7 +107,7 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 			present++
 		}
 	}
-	w.line("interfaces (namespace %s): %d would be attached now, in %s mode", ns, present, mode)
+	w.line("interfaces in %s: %d would be attached now, in %s mode", ns, present, mode)
 	for _, ifc := range plan.Interfaces {
 		how := "named"
 		if ifc.Pattern != "" {
@@ -143,8 +143,8 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	if fp.Ring > 0 {
 		ring = fmt.Sprintf(" and a sample ring of %s", bytesText(fp.Ring))
 	}
-	w.line("kernel memory, at most: rule maps %s; each interface %s (counters, %s per CPU on %d CPUs%s); %s for the %d interfaces present now",
-		bytesText(fp.RuleMaps), bytesText(perIface), bytesText(fp.PerCPU), cpus, ring, bytesText(fp.RuleMaps+uint64(present)*perIface), present)
+	w.line("kernel memory, at most: rule maps %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
+		bytesText(fp.RuleMaps), bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+uint64(present)*perIface), plural(present, "interface"))
 }
 
 // ruleSizes says what a rule holds once compiled.
