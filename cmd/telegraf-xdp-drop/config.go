@@ -104,8 +104,9 @@ func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, er
 	errs, refused := checkKeyCase(md, plugin.Rules, sections[0])
 	for _, key := range md.Undecoded() {
 		if under(key, refused) {
-			continue
+			continue // the keys of an unknown table go with it
 		}
+		refused = append(refused, key)
 		errs = append(errs, unknownKey(md, plugin.Rules, sections[0], key))
 	}
 	return plugin, conf, errors.Join(errs...)
@@ -114,7 +115,8 @@ func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, er
 // unknownKey refuses a key that is no option, with the keys to use.
 func unknownKey(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive, key toml.Key) error {
 	if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
-		return &xdp_drop.OptionError{Key: key.String(), Err: fmt.Errorf("unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", xdp_drop.Quote(key.String()))}
+		// Outside the section, where no line of it tells where.
+		return fmt.Errorf("unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", xdp_drop.Quote(key.String()))
 	}
 	if len(key) == 4 && key[2] == "rule" {
 		n, label := ruleWithKey(rules, md, section, key[3])
@@ -196,7 +198,7 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 	}
 	for _, key := range md.Keys() {
 		if key[0] != "inputs" && strings.EqualFold(key[0], "inputs") {
-			refuse(key, &xdp_drop.OptionError{Key: key.String(), Err: fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why)})
+			refuse(key, fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why))
 			continue
 		}
 		if len(key) < 3 || key[0] != "inputs" || key[1] != "xdp_drop" {
