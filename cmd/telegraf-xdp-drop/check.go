@@ -143,8 +143,12 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	if fp.Ring > 0 {
 		ring = fmt.Sprintf(" and a sample ring of %s", bytesText(fp.Ring))
 	}
-	w.line("kernel memory, at most: rule maps %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
-		bytesText(fp.RuleMaps), bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+uint64(present)*perIface), plural(present, "interface"))
+	maps := "no rule maps"
+	if len(plan.Rules) > 0 {
+		maps = "rule maps " + bytesText(fp.RuleMaps)
+	}
+	w.line("kernel memory, at most: %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
+		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+uint64(present)*perIface), plural(present, "interface"))
 }
 
 // ruleSizes says what a rule holds once compiled.

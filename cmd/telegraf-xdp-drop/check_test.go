@@ -48,7 +48,7 @@ func TestCheckValidConfig(t *testing.T) {
 	require.NoError(t, os.Mkdir(runtime, 0o755))
 	config := writeConfig(t, fmt.Sprintf(`[[inputs.xdp_drop]]
   namespace = %q
-  interfaces = [%q, "nomatch*"]
+  interfaces = [%q, "xdpt[1-9]", "nomatch*"]
   drop = ["udp"]
   pin_path = %q
   [[inputs.xdp_drop.rule]]
@@ -66,12 +66,12 @@ func TestCheckValidConfig(t *testing.T) {
 	code, stdout, stderr := runCheck(t, config, runtime)
 	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", stdout, stderr)
 	require.Contains(t, stdout, "config "+config+": valid; nothing attached (-check)")
-	require.Regexp(t, `(?m)^interfaces in namespace "`+ns.Name+`": 1 would be attached now, in native mode$`, stdout)
-	require.Regexp(t, `(?m)^  xdpt0 +named$`, stdout)
+	require.Regexp(t, `(?m)^interfaces in namespace "`+ns.Name+`": 2 would be attached now, in native mode$`, stdout)
+	require.Regexp(t, `(?m)^  xdpt0 +named\n  xdpt1 +matched by "xdpt\[1-9\]"$`, stdout)
 	require.Regexp(t, `(?m)^  1 dns-per-source +limit 1 protocol, 2 dst_port entries, rate 1,000/s burst 1,000$`, stdout)
 	require.Regexp(t, `(?m)^  2 spamhaus-drop +drop  src prefixes 2 IPv4 \+ 1 IPv6, 1 prefix file$`, stdout)
 	require.Regexp(t, `(?m)^rule maps \(once, shared by every interface\): 3 prefixes \(2 IPv4, 1 IPv6\): .*, 131,072 port masks, [\d,]+ limiter cells$`, stdout)
-	require.Regexp(t, `(?m)^kernel memory, at most: rule maps [0-9.]+ MB; each interface [0-9.]+ KB \(counters, [0-9.]+ KB per CPU on \d+ CPUs?\); [0-9.]+ MB for the 1 interface present now$`, stdout)
+	require.Regexp(t, `(?m)^kernel memory, at most: rule maps [0-9.]+ MB; each interface [0-9.]+ KB \(counters, [0-9.]+ KB per CPU on \d+ CPUs?\); [0-9.]+ MB for the 2 interfaces present now$`, stdout)
 	require.Equal(t, `W! config `+config+`:3: interfaces: the pattern "nomatch*" matches no interface now in namespace "`+ns.Name+`"; interfaces it matches later are attached at the gather after they appear`,
 		strings.TrimSpace(stderr), "a warning, on stderr")
 
