@@ -8,15 +8,6 @@ import (
 	"unsafe"
 )
 
-// An LPM trie entry takes a node, two child pointers, the prefix length and
-// flags (and an rcu_head before Linux 6.13: 40 bytes), the key's address and
-// direction and the 8-byte value, allocated as 64 bytes for IPv4 and 96 for
-// IPv6; besides its own node an entry adds at most one intermediate node.
-const (
-	trieEntryV4 = 2 * 64
-	trieEntryV6 = 2 * 96
-)
-
 // maxExactSlots is the most slots the table of n exact prefixes has.
 func maxExactSlots(n int) int {
 	return 1<<(bitsFor(exactRoom*n)+maxExactGrowth) + prefixProbes - 1
@@ -32,13 +23,8 @@ func maxRuleMemory(cpus int, perQueue bool) uint64 {
 	if perQueue {
 		slots = QueueSlots
 	}
-	prefixBuckets := 2 * 2 * uintptr(buckets) * unsafe.Sizeof(xdpDropPrefixBucket{})
-	exact := uintptr(maxExactSlots(2*MaxPrefixes)) * unsafe.Sizeof(xdpDropPrefixSlot{})
-	tries := uintptr(MaxPrefixes * (trieEntryV4 + trieEntryV6))
-	ports := 2 * (1 << 16) * unsafe.Sizeof(uint64(0))
-	ruleCounters := uintptr(cpus*slots) * unsafe.Sizeof(xdpDropRuleBlock{})
-	limiter := uintptr(LimitMemory)
-	return uint64(prefixBuckets + exact + tries + ports + ruleCounters + limiter)
+	ruleCounters := uint64(cpus*slots) * uint64(unsafe.Sizeof(xdpDropRuleBlock{}))
+	return ruleMapMemory(2*2*buckets, maxExactSlots(2*MaxPrefixes), MaxPrefixes, MaxPrefixes, 2*(1<<16), int(xdpDropLimitLimitsLIMIT_CELLS)) + ruleCounters
 }
 
 // TestMaxRuleMemoryInDocs: docs/rules.md states the worst case maxRuleMemory

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -47,54 +48,81 @@ func tomlKeys(t reflect.Type) []string {
 // loader it refuses unknown keys, other plugins and repeated sections, so a
 // typo never silently falls back to a default. Unless trustUID is
 // noTrustCheck, the file must pass the trust check for that user; a refusal
-// is an *untrustedError.
+// is an *untrustedError. Unknown keys are all reported, one a line, each
+// with its line in the file.
 func loadConfig(path string, trustUID int) (*xdp_drop.XDPDrop, error) {
+	plugin, conf, err := readConfig(path, trustUID)
+	if plugin != nil && err != nil {
+		var lines []string
+		for _, e := range xdp_drop.Errors(err) {
+			lines = append(lines, conf.locate(e))
+		}
+		return nil, errors.New(strings.Join(lines, "\n"))
+	}
+	return plugin, err
+}
+
+// readConfig is loadConfig that tells where the keys stand (conf). Unknown
+// keys do not stop it: it returns the plugin as decoded and the error
+// joins them, each an *xdp_drop.OptionError for conf.locate. Any other
+// error is alone, names the file, and comes without a plugin.
+func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, error) {
+	conf := &loadedConfig{path: path}
 	raw, err := readConfigFile(path, trustUID)
 	if err != nil {
-		return nil, err
+		return nil, conf, err
 	}
 	doc, err := expandEnv(string(raw))
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, conf, fmt.Errorf("config %s: %w", path, err)
 	}
-	var conf struct {
+	var decoded struct {
 		Inputs map[string][]toml.Primitive `toml:"inputs"`
 	}
-	md, err := toml.Decode(doc, &conf)
+	md, err := toml.Decode(doc, &decoded)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, oneLine(err))
+		return nil, conf, fmt.Errorf("config %s: %w", path, oneLine(err))
 	}
-	for name := range conf.Inputs {
+	for name := range decoded.Inputs {
 		if name != "xdp_drop" {
-			return nil, fmt.Errorf("config %s: [[inputs.%s]] is not served by this binary; it runs only [[inputs.xdp_drop]]", path, name)
+			return nil, conf, fmt.Errorf("config %s: [[inputs.%s]] is not served by this binary; it runs only [[inputs.xdp_drop]]", path, name)
 		}
 	}
-	sections := conf.Inputs["xdp_drop"]
+	sections := decoded.Inputs["xdp_drop"]
 	switch len(sections) {
 	case 0:
-		return nil, fmt.Errorf("config %s: no [[inputs.xdp_drop]] section; see sample.conf", path)
+		return nil, conf, fmt.Errorf("config %s: no [[inputs.xdp_drop]] section; see sample.conf", path)
 	case 1:
 	default:
-		return nil, fmt.Errorf("config %s: %d [[inputs.xdp_drop]] sections; one per process: list all interfaces in one, or run one execd per config", path, len(sections))
+		return nil, conf, fmt.Errorf("config %s: %d [[inputs.xdp_drop]] sections; one per process: list all interfaces in one, or run one execd per config", path, len(sections))
 	}
+	conf.lines = parseConfigLines(doc)
 	plugin := xdp_drop.New()
 	if err := md.PrimitiveDecode(sections[0], plugin); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, decodeError(md, sections[0], err))
+		return nil, conf, fmt.Errorf("config %s: %w", path, decodeError(md, sections[0], err))
 	}
-	if err := checkKeyCase(md, plugin.Rules, sections[0]); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		key := undecoded[0]
-		if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
-			return nil, fmt.Errorf("config %s: unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", path, xdp_drop.Quote(key.String()))
+	errs, refused := checkKeyCase(md, plugin.Rules, sections[0])
+	for _, key := range md.Undecoded() {
+		if under(key, refused) {
+			continue // the keys of an unknown table go with it
 		}
-		if len(key) == 4 && key[2] == "rule" {
-			return nil, fmt.Errorf("config %s: %s: unknown key %s; a rule takes %s", path, ruleWithKey(plugin.Rules, md, sections[0], key[3]), xdp_drop.Quote(key[3]), ruleOptions)
-		}
-		return nil, fmt.Errorf("config %s: unknown option %s; [[inputs.xdp_drop]] takes %s", path, xdp_drop.Quote(key.String()), options)
+		refused = append(refused, key)
+		errs = append(errs, unknownKey(md, plugin.Rules, sections[0], key))
 	}
-	return plugin, nil
+	return plugin, conf, errors.Join(errs...)
+}
+
+// unknownKey refuses a key that is no option, with the keys to use.
+func unknownKey(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive, key toml.Key) error {
+	if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
+		// Outside the section, where no line of it tells where.
+		return fmt.Errorf("unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", xdp_drop.Quote(key.String()))
+	}
+	if len(key) == 4 && key[2] == "rule" {
+		n, label := ruleWithKey(rules, md, section, key[3])
+		return &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s; a rule takes %s", label, xdp_drop.Quote(key[3]), ruleOptions)}
+	}
+	return &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s; [[inputs.xdp_drop]] takes %s", xdp_drop.Quote(key.String()), options)}
 }
 
 // decodeError names the rule a type error is in, by position and name, as
@@ -155,28 +183,44 @@ func typeHint(key, cause string) string {
 	return ""
 }
 
-// checkKeyCase refuses a key that is an option only when case is ignored:
-// the decoder matches keys to fields case-insensitively, so "DROP" would
-// silently set drop, while Telegraf and the documentation spell it "drop".
-func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive) error {
+// checkKeyCase refuses each key that is an option only when case is
+// ignored: the decoder matches keys to fields case-insensitively, so "DROP"
+// would silently set drop, while Telegraf and the documentation spell it
+// "drop". refused holds the keys refused, those under them being refused
+// with them.
+func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive) (errs []error, refused []toml.Key) {
 	const why = "keys are case-sensitive"
+	refuse := func(key toml.Key, err error) {
+		if !under(key, refused) {
+			refused = append(refused, key)
+			errs = append(errs, err)
+		}
+	}
 	for _, key := range md.Keys() {
 		if key[0] != "inputs" && strings.EqualFold(key[0], "inputs") {
-			return fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why)
+			refuse(key, fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why))
+			continue
 		}
 		if len(key) < 3 || key[0] != "inputs" || key[1] != "xdp_drop" {
 			continue
 		}
 		if want, ok := foldMatch(optionKeys, key[2]); ok {
-			return fmt.Errorf("unknown option %q (%s); did you mean %q?", key[:3].String(), why, want)
+			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %q (%s); did you mean %q?", key[:3].String(), why, want)})
+			continue
 		}
 		if len(key) == 4 && key[2] == "rule" {
 			if want, ok := foldMatch(ruleKeys, key[3]); ok {
-				return fmt.Errorf("%s: unknown key %q (%s); did you mean %q?", ruleWithKey(rules, md, section, key[3]), key[3], why, want)
+				n, label := ruleWithKey(rules, md, section, key[3])
+				refuse(key, &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %q (%s); did you mean %q?", label, key[3], why, want)})
 			}
 		}
 	}
-	return nil
+	return errs, refused
+}
+
+// under reports whether key is one of keys or under one of them.
+func under(key toml.Key, keys []toml.Key) bool {
+	return slices.ContainsFunc(keys, func(k toml.Key) bool { return len(k) <= len(key) && slices.Equal(k, key[:len(k)]) })
 }
 
 // foldMatch finds the key that equals k except in case; ok is false when k
@@ -190,8 +234,9 @@ func foldMatch(keys []string, k string) (string, bool) {
 	return "", false
 }
 
-// ruleWithKey names the first rule that holds key, by name where it has one.
-func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive, key string) string {
+// ruleWithKey finds the first rule that holds key: its position from 1 and
+// its label, by name where it has one; 0 and "rule" when none does.
+func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive, key string) (int, string) {
 	var raw struct {
 		Rule []map[string]any `toml:"rule"`
 	}
@@ -201,12 +246,12 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 				continue
 			}
 			if i < len(rules) && rules[i].Name != "" {
-				return "rule " + xdp_drop.Quote(rules[i].Name)
+				return i + 1, "rule " + xdp_drop.Quote(rules[i].Name)
 			}
-			return fmt.Sprintf("rule %d", i+1)
+			return i + 1, fmt.Sprintf("rule %d", i+1)
 		}
 	}
-	return "rule"
+	return 0, "rule"
 }
 
 // maxConfigSize bounds what is read of the config file: the file is one

@@ -74,6 +74,7 @@ func run() int {
 	debug := flag.Bool("debug", false, "log debug messages")
 	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol; "+
 		"an interface a running instance holds is shown read-only, from its program (as root)")
+	checkOnly := flag.Bool("check", false, checkUsage)
 	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
 	if *showVersion {
@@ -96,19 +97,25 @@ func run() int {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
 	}
+	if *checkOnly {
+		return check(*configFile, os.Stdout, log)
+	}
 	trustUID := noTrustCheck
 	caps := raisedCapabilities()
 	if caps != "" {
 		trustUID = os.Getuid()
 	}
-	plugin, err := loadConfig(*configFile, trustUID)
+	plugin, conf, err := readConfig(*configFile, trustUID)
 	var untrusted *untrustedError
 	switch {
 	case errors.As(err, &untrusted):
 		log.Errorf("config %s: refusing to run with %s: %v", *configFile, caps, err)
 		return 1
-	case err != nil:
+	case plugin == nil && err != nil:
 		log.Errorf("%v", err)
+		return 1
+	case err != nil:
+		conf.report(log, err)
 		return 1
 	}
 	if trustUID != noTrustCheck {
@@ -124,7 +131,7 @@ func run() int {
 		// Beside a running instance it shows that instance's counters.
 		plugin.Observe = true
 		if err := plugin.Init(); err != nil {
-			log.Errorf("config %s: %v", *configFile, err)
+			conf.report(log, err)
 			return 1
 		}
 		if err := watch(plugin, os.Stdout, time.Second, log); err != nil {
@@ -134,5 +141,5 @@ func run() int {
 		return 0
 	}
 
-	return serve(plugin, *configFile, *pollInterval, log)
+	return serve(plugin, conf, *pollInterval, log)
 }

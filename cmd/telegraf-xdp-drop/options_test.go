@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,7 +31,7 @@ func TestUnknownOptionListsEveryOption(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte("[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  dropp = [\"all\"]\n"), 0o600))
 	_, err = loadConfig(conf, noTrustCheck)
-	require.EqualError(t, err, "config "+conf+`: unknown option "inputs.xdp_drop.dropp"; [[inputs.xdp_drop]] takes `+strings.Join(documented, ", "))
+	require.EqualError(t, err, "config "+conf+`:3: unknown option "inputs.xdp_drop.dropp"; [[inputs.xdp_drop]] takes `+strings.Join(documented, ", "))
 }
 
 // TestKeysAreCaseSensitive: the TOML decoder matches keys to fields
@@ -40,30 +41,37 @@ func TestUnknownOptionListsEveryOption(t *testing.T) {
 func TestKeysAreCaseSensitive(t *testing.T) {
 	const head = "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"udp\"]\n"
 	const rule = "  [[inputs.xdp_drop.rule]]\n    name = \"mgmt\"\n    action = \"pass\"\n    src_prefix = [\"192.0.2.0/24\"]\n"
-	cases := []struct{ name, config, want string }{
+	cases := []struct {
+		name, config, want string
+		line               int // of the key; 0: not known
+	}{
 		{"option upper case", "[[inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  DROP = [\"all\"]\n",
-			`unknown option "inputs.xdp_drop.DROP" (keys are case-sensitive); did you mean "drop"?`},
+			`unknown option "inputs.xdp_drop.DROP" (keys are case-sensitive); did you mean "drop"?`, 3},
 		{"option capitalised", "[[inputs.xdp_drop]]\n  Interfaces = [\"eth1\"]\n  drop = [\"all\"]\n",
-			`unknown option "inputs.xdp_drop.Interfaces" (keys are case-sensitive); did you mean "interfaces"?`},
+			`unknown option "inputs.xdp_drop.Interfaces" (keys are case-sensitive); did you mean "interfaces"?`, 2},
 		{"option mixed case", head + "  handover_Timeout = \"3s\"\n",
-			`unknown option "inputs.xdp_drop.handover_Timeout" (keys are case-sensitive); did you mean "handover_timeout"?`},
+			`unknown option "inputs.xdp_drop.handover_Timeout" (keys are case-sensitive); did you mean "handover_timeout"?`, 4},
 		{"rule key", head + rule + "  [[inputs.xdp_drop.rule]]\n    name = \"dns\"\n    Action = \"pass\"\n    protocol = [\"udp\"]\n",
-			`rule "dns": unknown key "Action" (keys are case-sensitive); did you mean "action"?`},
+			`rule "dns": unknown key "Action" (keys are case-sensitive); did you mean "action"?`, 10},
 		{"rule name key", head + rule + "  [[inputs.xdp_drop.rule]]\n    Name = \"dns\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n",
-			`rule "dns": unknown key "Name" (keys are case-sensitive); did you mean "name"?`},
+			`rule "dns": unknown key "Name" (keys are case-sensitive); did you mean "name"?`, 9},
 		{"inline rule key", head + "  rule = [{name = \"dns\", action = \"pass\", protocol = [\"udp\"], DST_PORT = [53]}]\n",
-			`rule "dns": unknown key "DST_PORT" (keys are case-sensitive); did you mean "dst_port"?`},
+			`rule "dns": unknown key "DST_PORT" (keys are case-sensitive); did you mean "dst_port"?`, 4},
 		{"rule table", head + "  [[inputs.xdp_drop.Rule]]\n    name = \"mgmt\"\n    action = \"pass\"\n    protocol = [\"udp\"]\n",
-			`unknown option "inputs.xdp_drop.Rule" (keys are case-sensitive); did you mean "rule"?`},
+			`unknown option "inputs.xdp_drop.Rule" (keys are case-sensitive); did you mean "rule"?`, 4},
 		{"inputs table", "[[Inputs.xdp_drop]]\n  interfaces = [\"eth1\"]\n  drop = [\"all\"]\n",
-			`unknown section or key "Inputs.xdp_drop" (keys are case-sensitive); did you mean [[inputs.xdp_drop]]?`},
+			`unknown section or key "Inputs.xdp_drop" (keys are case-sensitive); did you mean [[inputs.xdp_drop]]?`, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			conf := filepath.Join(t.TempDir(), "xdp_drop.conf")
 			require.NoError(t, os.WriteFile(conf, []byte(c.config), 0o600))
 			_, err := loadConfig(conf, noTrustCheck)
-			require.EqualError(t, err, "config "+conf+": "+c.want)
+			at := ""
+			if c.line > 0 {
+				at = fmt.Sprintf(":%d", c.line)
+			}
+			require.EqualError(t, err, "config "+conf+at+": "+c.want)
 		})
 	}
 

@@ -27,7 +27,7 @@ const maxPromptLine = 64 << 10
 // arrives, or stdout fails, and logs why it stopped. Stdin is read here, not
 // by the shim: the shim gets one empty line per line read, so that no input
 // can make its scanner end the process without a word.
-func serve(plugin *xdp_drop.XDPDrop, configFile string, pollInterval time.Duration, log *levelWriter) int {
+func serve(plugin *xdp_drop.XDPDrop, conf *loadedConfig, pollInterval time.Duration, log *levelWriter) int {
 	// A closed stdout is then a write error the shim reports, not a silent
 	// death by SIGPIPE.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
@@ -44,7 +44,7 @@ func serve(plugin *xdp_drop.XDPDrop, configFile string, pollInterval time.Durati
 	s := shim.New()
 	os.Stdin = stdin
 	if err := s.AddInput(plugin); err != nil {
-		log.Errorf("config %s: %v", configFile, unwrapInit(err))
+		conf.report(log, unwrapInit(err))
 		return 1
 	}
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,8 +18,9 @@ import (
 
 // CheckPath says what is wrong with path as a capture file for this
 // process, nil when nothing is: it must be absolute, in an existing
-// directory this process may write and no other user may (unless sticky),
-// and be absent or a regular file of this user's, not a symbolic link.
+// directory this process may write and no other user may, sticky or not
+// (one could create the capture's files there first and so stop it). What
+// is at the path itself is for Open to find: it may change at any time.
 func CheckPath(path string) error {
 	if !filepath.IsAbs(path) {
 		return errors.New("is not an absolute path")
@@ -33,24 +35,33 @@ func CheckPath(path string) error {
 	case !fi.IsDir():
 		return fmt.Errorf("is in %s, which is not a directory", dir)
 	}
-	if err := checkDirMode(dir, fi); err != nil {
+	if err := checkDirPrivate(dir, fi); err != nil {
 		return err
 	}
 	if err := unix.Access(dir, unix.W_OK); err != nil {
 		return fmt.Errorf("is in %s, where this user (uid %d) may not create files: %v; give the service user a directory of its own", dir, os.Geteuid(), err)
 	}
-	lfi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	return nil
+}
+
+// checkDirPrivate refuses a directory a user other than root and this
+// one may write: the owner, or anyone through group or other write.
+func checkDirPrivate(dir string, fi fs.FileInfo) error {
+	const fix = "choose a directory only the service user may write, such as /var/lib/telegraf/xdp_drop (owned by it, mode 0700)"
+	st := fi.Sys().(*syscall.Stat_t)
+	if mode := st.Mode & 0o7777; mode&0o022 != 0 {
+		return fmt.Errorf("is in %s, which other users may write (mode %04o): one could create the capture's files there first and stop it; %s", dir, mode, fix)
 	}
-	if err != nil {
-		return fmt.Errorf("cannot be read: %w", err)
+	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("is in %s, owned by %s, who may create the capture's files there first and stop it; %s", dir, trust.UserName(st.Uid), fix)
 	}
-	return checkExisting(lfi.Mode(), lfi.Sys().(*syscall.Stat_t).Uid)
+	return nil
 }
 
 // checkDirMode refuses a directory other users may write without the
-// sticky bit: they could swap the capture for a link to another file.
+// sticky bit: they could swap the capture for a link to another file. (The
+// writer is safe in a sticky one: it never follows a link nor opens a file
+// of another user's; CheckPath refuses it still, for a capture that works.)
 func checkDirMode(dir string, fi fs.FileInfo) error {
 	if fi.Mode().Perm()&0o022 == 0 || fi.Mode()&fs.ModeSticky != 0 {
 		return nil
@@ -94,7 +105,7 @@ func openDir(path string) (*os.File, string, error) {
 func (w *Writer) stat(name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(w.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return st, &fs.PathError{Op: "stat", Path: w.path, Err: err}
+		return st, &fs.PathError{Op: "stat", Path: w.full(name), Err: err}
 	}
 	return st, nil
 }
@@ -118,35 +129,122 @@ func fileMode(m uint32) fs.FileMode {
 	return fs.ModeSocket
 }
 
-// start moves a capture found at the path to <path>.1 (an empty one is
-// removed) and creates the file.
-func (w *Writer) start() error {
-	st, err := w.stat(w.name)
+// resume continues the capture at the path, cut back to its last whole
+// block, or creates it; a file there that is not a pcapng one is rotated.
+func (w *Writer) resume() error {
+	f, err := w.openExisting()
 	if errors.Is(err, fs.ErrNotExist) {
-		return w.open()
-	}
-	if err == nil {
-		err = checkExisting(fileMode(st.Mode), st.Uid)
-	}
-	if err == nil && st.Size > 0 {
-		err = unix.Renameat(int(w.dir.Fd()), w.name, int(w.dir.Fd()), w.name+".1")
-	} else if err == nil {
-		err = unix.Unlinkat(int(w.dir.Fd()), w.name, 0)
+		return w.create()
 	}
 	if err != nil {
-		return fmt.Errorf("capture file %s %w", w.path, err)
+		return err
 	}
-	return w.open()
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("capture file %s: %w", w.path, err)
+	}
+	sec, ok, err := readCapture(f, fi.Size(), w.opts.Snaplen)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("read capture file %s: %w", w.path, err)
+	}
+	w.continueAt(f, sec)
+	if !ok {
+		if err := w.rotate(); err != nil {
+			// Never written over: it is not a capture.
+			w.f.Close()
+			w.f = nil
+			return err
+		}
+		return nil
+	}
+	if sec.end < fi.Size() {
+		w.cut = true
+		return w.cutBack()
+	}
+	return nil
+}
+
+// openExisting opens and locks the file at the path, if it is a regular
+// file of this user's; fs.ErrNotExist when there is none.
+func (w *Writer) openExisting() (*os.File, error) {
+	if err := w.ours(w.name); err != nil {
+		return nil, err
+	}
+	const flags = unix.O_RDWR | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Openat(int(w.dir.Fd()), w.name, flags, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: w.path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), w.path)
+	if err := w.lock(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	// Locked: it must still be the file at the path, and one of ours.
+	var mine unix.Stat_t
+	err = unix.Fstat(fd, &mine)
+	if err == nil {
+		err = checkExisting(fileMode(uint32(mine.Mode)), mine.Uid)
+	}
+	if err == nil {
+		err = w.same(&mine)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("capture file %s %w", w.path, err)
+	}
+	return f, nil
+}
+
+// lock takes the file for this writer alone: another process writing the
+// same capture (one still stopping, or another instance) keeps it.
+func (w *Writer) lock(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("capture file %s is being written by another process; it is left to it", w.path)
+	}
+	if err != nil {
+		return fmt.Errorf("lock capture file %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// same says whether what is at the path is the file described by mine.
+func (w *Writer) same(mine *unix.Stat_t) error {
+	there, err := w.stat(w.name)
+	if err != nil {
+		return err
+	}
+	if there.Dev != mine.Dev || there.Ino != mine.Ino {
+		return errors.New("was replaced since it was opened, by someone else; it is left alone: remove it")
+	}
+	return nil
+}
+
+// create creates the capture file, new and locked, as the current file.
+func (w *Writer) create() error {
+	f, err := w.createFile()
+	if err != nil {
+		return fmt.Errorf("create capture file: %w", err)
+	}
+	if err := w.lock(f); err != nil {
+		f.Close()
+		return err
+	}
+	w.continueAt(f, section{})
+	return nil
 }
 
 // createFile creates the capture file: new, so never another's file nor
 // through a link put in its place, mode 0600 from the start. Non-blocking,
 // so that a FIFO put there cannot hang us.
 func (w *Writer) createFile() (*os.File, error) {
-	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	const flags = unix.O_RDWR | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
 	fd, err := unix.Openat(int(w.dir.Fd()), w.name, flags, 0o600)
 	if errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("%s appeared since it was moved away, put there by someone else; it is left alone", w.path)
+		return nil, fmt.Errorf("%s appeared since it was moved away, put there by someone else; it is left alone: remove it", w.path)
 	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "create", Path: w.path, Err: err}
@@ -154,22 +252,71 @@ func (w *Writer) createFile() (*os.File, error) {
 	return os.NewFile(uintptr(fd), w.path), nil
 }
 
-// moveCurrent renames the file being written to <path>.1, if what is at
-// the path is still that file.
-func (w *Writer) moveCurrent() error {
+// rotated is the name of the n-th rotated file.
+func (w *Writer) rotated(n int) string { return w.name + "." + strconv.Itoa(n) }
+
+// moveFiles makes room at <path>.1, moving the rotated files up by one as
+// far as the first one missing (so a rotation tried again after a failure
+// moves none twice), the last kept replacing the oldest; then moves the
+// current file there, if what is at the path is still that file.
+func (w *Writer) moveFiles() error {
+	last := w.opts.Files
+	for n := 1; n < w.opts.Files; n++ {
+		_, err := w.stat(w.rotated(n))
+		if errors.Is(err, fs.ErrNotExist) {
+			last = n
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for n := last - 1; n >= 1; n-- {
+		if err := w.move(w.rotated(n), w.rotated(n+1)); err != nil {
+			return err
+		}
+	}
 	var mine unix.Stat_t
 	if err := unix.Fstat(int(w.f.Fd()), &mine); err != nil {
 		return err
 	}
-	there, err := w.stat(w.name)
+	err := w.same(&mine)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil // removed: there is nothing to keep
 	}
+	if err != nil {
+		return fmt.Errorf("%s %w", w.path, err)
+	}
+	return w.move(w.name, w.rotated(1))
+}
+
+// move renames a file of this user's in the directory onto another name,
+// where there is nothing or another file of this user's.
+func (w *Writer) move(from, to string) error {
+	if err := w.ours(from); err != nil {
+		return err
+	}
+	if err := w.ours(to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := unix.Renameat(int(w.dir.Fd()), from, int(w.dir.Fd()), to); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", w.full(from), w.full(to), err)
+	}
+	return nil
+}
+
+// ours says what is wrong with the file at name in the directory as one
+// this writer may continue, move or replace; fs.ErrNotExist when absent.
+func (w *Writer) ours(name string) error {
+	st, err := w.stat(name)
 	if err != nil {
 		return err
 	}
-	if there.Dev != mine.Dev || there.Ino != mine.Ino {
-		return fmt.Errorf("%s was replaced since it was created, by someone else; it is left alone: remove it", w.path)
+	if err := checkExisting(fileMode(uint32(st.Mode)), st.Uid); err != nil {
+		return fmt.Errorf("%s %w", w.full(name), err)
 	}
-	return unix.Renameat(int(w.dir.Fd()), w.name, int(w.dir.Fd()), w.name+".1")
+	return nil
 }
+
+// full is the path of name in the capture's directory.
+func (w *Writer) full(name string) string { return filepath.Join(filepath.Dir(w.path), name) }

@@ -54,7 +54,8 @@ func writers(bits fs.FileMode) string {
 	}
 }
 
-func userName(uid uint32) string {
+// UserName names a user by uid, and by name when it has one.
+func UserName(uid uint32) string {
 	id := strconv.FormatUint(uint64(uid), 10)
 	if u, err := user.LookupId(id); err == nil {
 		return fmt.Sprintf("uid %s (%s)", id, u.Username)

@@ -153,7 +153,7 @@ func (w *walk) openFile(dirfd int, name, full string) (*os.File, error) {
 func (w *walk) check(name string, st *unix.Stat_t) error {
 	if st.Uid != 0 && int(st.Uid) != w.uid {
 		return w.refuse("%s is owned by %s, who could then choose which traffic is dropped; "+
-			"make it root's: chown root %s (or run as that user)", name, userName(st.Uid), name)
+			"make it root's: chown root %s (or run as that user)", name, UserName(st.Uid), name)
 	}
 	perm := fs.FileMode(st.Mode & 0o777)
 	writable := perm & 0o022
@@ -172,7 +172,7 @@ func (w *walk) check(name string, st *unix.Stat_t) error {
 func (w *walk) checkLink(name string, st *unix.Stat_t) error {
 	if st.Uid != 0 && int(st.Uid) != w.uid {
 		return w.refuse("%s is a symbolic link owned by %s, who could then choose which file is read as the %s; "+
-			"pass the file's own path, or make the link root's: chown -h root %s", name, userName(st.Uid), w.what, name)
+			"pass the file's own path, or make the link root's: chown -h root %s", name, UserName(st.Uid), w.what, name)
 	}
 	if err := w.countLink(name); err != nil {
 		return err

@@ -153,47 +153,80 @@ func checkPrefixFilePaths(key string, paths []string) error {
 }
 
 // loadPrefixFiles reads the prefix files of every rule into the policy, for
-// Init: a file that cannot be read or parsed is an error.
+// Init: a file that cannot be read or parsed is an error. Every file is
+// read, and the error joins the refusals of all (up to maxLineErrors bad
+// lines of each); the files of an option whose paths are refused (parseRules
+// said why) are not.
 func (x *XDPDrop) loadPrefixFiles() error {
 	x.files.rules = make([]*fileRule, len(x.Rules))
 	x.files.gen = 1
 	hasFiles := false
 	now := time.Now()
 	var listed listedPrefixes
+	var errs []error
 	nfiles := 0
+	over := false // the files listed more prefixes than fit: no more is read
 	for i := range x.Rules {
 		r := &x.Rules[i]
 		if len(r.SrcPrefixFile)+len(r.DstPrefixFile) == 0 {
 			continue
 		}
 		hasFiles = true
+		label := fmt.Sprintf("rule %q", r.Name)
+		if checkRuleName(r.Name, i+1) != nil {
+			label = fmt.Sprintf("rule %d", i+1)
+		}
+		fail := func(key string, err error) {
+			for _, e := range Errors(err) {
+				errs = append(errs, inRule(i+1, label, key, e))
+			}
+		}
 		br := &x.policy.Rules[i]
 		fr := &fileRule{index: i, name: r.Name, src: br.SrcPrefixes, dst: br.DstPrefixes}
+		bad := false
 		for _, f := range []struct {
 			key   string
 			paths []string
 		}{{keySrcPrefixFile, r.SrcPrefixFile}, {keyDstPrefixFile, r.DstPrefixFile}} {
+			if checkPrefixFilePaths(f.key, f.paths) != nil {
+				bad = true
+				continue
+			}
 			for _, path := range f.paths {
+				if over {
+					bad = true
+					break
+				}
 				if nfiles++; nfiles > MaxPrefixFiles {
-					return fmt.Errorf("rule %q: %s: %s is prefix file %d of the rules; at most %d fit an instance: merge the lists into fewer files",
-						r.Name, f.key, Quote(path), nfiles, MaxPrefixFiles)
+					fail(f.key, fmt.Errorf("%s: %s is prefix file %d of the rules; at most %d fit an instance: merge the lists into fewer files",
+						f.key, Quote(path), nfiles, MaxPrefixFiles))
+					bad = true
+					continue
 				}
 				pf := &prefixFile{path: path, key: f.key}
-				got, err := x.readPrefixFile(pf)
+				got, err := x.readPrefixFile(pf, maxLineErrors)
 				if err != nil {
-					return fmt.Errorf("rule %q: %w", r.Name, err)
+					fail(f.key, err)
+					bad = true
+					continue
 				}
 				listed.add(got.prefixes, 1)
 				if err := listed.check(pf); err != nil {
-					return fmt.Errorf("rule %q: %w", r.Name, err)
+					fail(f.key, err)
+					bad, over = true, true
+					continue
 				}
 				pf.stamp, pf.sum, pf.prefixes = got.stamp, got.sum, got.prefixes
 				fr.files = append(fr.files, pf)
 			}
 		}
+		if bad {
+			continue
+		}
 		src, dst, err := fr.union(nil)
 		if err != nil {
-			return fmt.Errorf("rule %q: %w", r.Name, err)
+			fail("", err)
+			continue
 		}
 		br.SrcPrefixes, br.DstPrefixes = src, dst
 		fr.sets = []ruleSet{{gen: x.files.gen, prefixes: len(src) + len(dst), loaded: now, logged: true}}
@@ -203,11 +236,18 @@ func (x *XDPDrop) loadPrefixFiles() error {
 		x.files.rules = nil
 		return nil
 	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 	if err := checkPrefixTotals(x.policy.Rules); err != nil {
-		return fmt.Errorf("rule: %w", err)
+		return optionError("rule", fmt.Errorf("rule: %w", err))
 	}
 	return nil
 }
+
+// maxLineErrors is how many bad lines of a prefix file a start (and -check)
+// reports; the rest are counted.
+const maxLineErrors = 20
 
 // listedPrefixes counts the prefixes every prefix file together lists, by
 // family, repeats counted: what reading them holds in memory.
@@ -319,8 +359,8 @@ type fileRead struct {
 
 // readPrefixFile reads and parses a prefix file through one descriptor,
 // under the trust check when the plugin has one. Errors name the option
-// and the file (and the line).
-func (x *XDPDrop) readPrefixFile(pf *prefixFile) (*fileRead, error) {
+// and the file (and the line): of up to maxErrs bad lines, joined.
+func (x *XDPDrop) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error) {
 	f, err := x.openPrefixFile(pf.path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.key, err)
@@ -337,9 +377,13 @@ func (x *XDPDrop) readPrefixFile(pf *prefixFile) (*fileRead, error) {
 		return nil, fmt.Errorf("%s: %s is %d bytes; a prefix file has at most %d (64 MiB): check that it is a list of prefixes", pf.key, pf.path, fi.Size(), MaxPrefixFileSize)
 	}
 	read := &fileRead{stamp: stampOf(fi)}
-	read.prefixes, read.sum, err = ParsePrefixFile(io.LimitReader(f, MaxPrefixFileSize+1), pf.path)
+	read.prefixes, read.sum, err = parsePrefixList(io.LimitReader(f, MaxPrefixFileSize+1), pf.path, maxErrs)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", pf.key, err)
+		var each []error
+		for _, e := range Errors(err) {
+			each = append(each, fmt.Errorf("%s: %w", pf.key, e))
+		}
+		return nil, errors.Join(each...)
 	}
 	return read, nil
 }
@@ -366,27 +410,41 @@ func (x *XDPDrop) openPrefixFile(path string) (*os.File, error) {
 // mid-write would be; so are more prefixes of a family than every rule
 // together may hold, a line longer than 4 KiB and more than 64 MiB.
 func ParsePrefixFile(r io.Reader, name string) ([]netip.Prefix, [sha256.Size]byte, error) {
+	return parsePrefixList(r, name, 1)
+}
+
+// parsePrefixList is ParsePrefixFile reporting up to maxErrs lines that are
+// no prefix, joined, and how many more there are; an error that stops
+// reading (a line too long, no last newline, too large, too many prefixes)
+// ends the list.
+func parsePrefixList(r io.Reader, name string, maxErrs int) ([]netip.Prefix, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
 	h := sha256.New()
 	br := bufio.NewReaderSize(io.TeeReader(r, h), maxPrefixLine)
 	var out []netip.Prefix
-	var v4, v6, size int
+	var bad []error
+	var v4, v6, size, more int
+	stop := func(err error) ([]netip.Prefix, [sha256.Size]byte, error) {
+		return nil, sum, errors.Join(append(bad, moreLines(name, more), err)...)
+	}
 	for line := 1; ; line++ {
 		raw, err := br.ReadSlice('\n')
 		size += len(raw)
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
-			return nil, sum, fmt.Errorf("%s:%d: longer than %d bytes; a prefix file holds one prefix per line", name, line, maxPrefixLine)
+			return stop(fmt.Errorf("%s:%d: longer than %d bytes; a prefix file holds one prefix per line", name, line, maxPrefixLine))
 		case err == io.EOF && len(raw) > 0:
-			return nil, sum, fmt.Errorf("%s:%d: the last line has no newline, as in a file caught mid-write; "+
-				"write the list to a temporary file and rename it into place (end the last line with a newline)", name, line)
+			return stop(fmt.Errorf("%s:%d: the last line has no newline, as in a file caught mid-write; "+
+				"write the list to a temporary file and rename it into place (end the last line with a newline)", name, line))
+		case err == io.EOF && len(bad) > 0:
+			return stop(nil)
 		case err == io.EOF:
 			copy(sum[:], h.Sum(nil))
 			return out, sum, nil
 		case err != nil:
-			return nil, sum, fmt.Errorf("%s: %w", name, err)
+			return stop(fmt.Errorf("%s: %w", name, err))
 		case size > MaxPrefixFileSize:
-			return nil, sum, fmt.Errorf("%s: larger than %d bytes (64 MiB); a prefix file has at most that", name, MaxPrefixFileSize)
+			return stop(fmt.Errorf("%s: larger than %d bytes (64 MiB); a prefix file has at most that", name, MaxPrefixFileSize))
 		}
 		text := raw
 		if i := bytes.IndexAny(text, "#;"); i >= 0 {
@@ -398,7 +456,15 @@ func ParsePrefixFile(r io.Reader, name string) ([]netip.Prefix, [sha256.Size]byt
 		}
 		p, err := parseListedPrefix(string(text))
 		if err != nil {
-			return nil, sum, fmt.Errorf("%s:%d: %w", name, line, err)
+			if len(bad) < maxErrs {
+				bad = append(bad, fmt.Errorf("%s:%d: %w", name, line, err))
+			} else {
+				more++
+			}
+			if maxErrs <= 1 {
+				return stop(nil)
+			}
+			continue
 		}
 		if p.Addr().Is4() {
 			v4++
@@ -406,10 +472,21 @@ func ParsePrefixFile(r io.Reader, name string) ([]netip.Prefix, [sha256.Size]byt
 			v6++
 		}
 		if v4 > bpf.MaxPrefixes || v6 > bpf.MaxPrefixes {
-			return nil, sum, fmt.Errorf("%s:%d: more than %d prefixes of a family; at most that many fit every rule together: shorten the list", name, line, bpf.MaxPrefixes)
+			return stop(fmt.Errorf("%s:%d: more than %d prefixes of a family; at most that many fit every rule together: shorten the list", name, line, bpf.MaxPrefixes))
 		}
 		out = append(out, p)
 	}
+}
+
+// moreLines counts the bad lines of a file past those reported; nil for none.
+func moreLines(name string, more int) error {
+	switch more {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: 1 more line is no prefix", name)
+	}
+	return fmt.Errorf("%s: %d more lines are no prefix", name, more)
 }
 
 // parseListedPrefix reads one prefix of a list; a bare address is a host
@@ -475,7 +552,7 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 			var got *fileRead
 			if err == nil {
 				x.boundMemory()
-				got, err = x.readPrefixFile(pf)
+				got, err = x.readPrefixFile(pf, 1)
 			} else {
 				err = fmt.Errorf("%s: %w", pf.key, err)
 			}

@@ -1,6 +1,7 @@
 package xdp_drop
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -40,23 +41,27 @@ const maxRuleName = 64
 // longer lists are ranges written out port by port.
 const maxPortEntries = 1024
 
-// parseRules turns the rules into the policy's, checking each.
+// parseRules turns the rules into the policy's, checking each. Unless
+// there are too many, it returns every rule, those refused too (their
+// fields as far as they read), and joins every refusal: of each rule, each
+// field.
 func parseRules(rules []Rule) ([]bpf.Rule, error) {
 	if len(rules) > bpf.MaxRules {
-		return nil, fmt.Errorf("rule: %d rules; at most %d fit one [[inputs.xdp_drop]] (the program matches them with 64-bit masks)", len(rules), bpf.MaxRules)
+		return nil, optionError("rule", fmt.Errorf("rule: %d rules; at most %d fit one [[inputs.xdp_drop]] (the program matches them with 64-bit masks)", len(rules), bpf.MaxRules))
 	}
 	out := make([]bpf.Rule, 0, len(rules))
 	names := make(map[string]int, len(rules))
+	var errs []error
 	var v4, v6 int
 	for i := range rules {
 		r, err := parseRule(&rules[i], i+1)
-		if err != nil {
-			return nil, err
+		errs = append(errs, Errors(err)...)
+		if first, ok := names[r.Name]; ok && r.Name != "" {
+			errs = append(errs, &OptionError{Rule: i + 1, Key: "name",
+				Err: fmt.Errorf("rule %q: name is used by rule %d already; names must be unique", r.Name, first)})
+		} else if !ok {
+			names[r.Name] = i + 1
 		}
-		if first, ok := names[r.Name]; ok {
-			return nil, fmt.Errorf("rule %q: name is used by rule %d already; names must be unique", r.Name, first)
-		}
-		names[r.Name] = i + 1
 		for _, p := range slices.Concat(r.SrcPrefixes, r.DstPrefixes) {
 			if p.Addr().Is4() {
 				v4++
@@ -71,67 +76,75 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 		n    int
 	}{{"IPv4", v4}, {"IPv6", v6}} {
 		if f.n > bpf.MaxPrefixes {
-			return nil, fmt.Errorf("rule: the rules list %d %s prefixes (src_prefix and dst_prefix together); at most %d per family fit", f.n, f.name, bpf.MaxPrefixes)
+			errs = append(errs, optionError("rule", fmt.Errorf("rule: the rules list %d %s prefixes (src_prefix and dst_prefix together); at most %d per family fit", f.n, f.name, bpf.MaxPrefixes)))
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // parseRule checks one rule; n is its position, for a rule without a name.
+// Fields are checked apart, and the error joins every field refused;
+// checks across fields are made when the fields they look at read.
 func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	var out bpf.Rule
+	label := fmt.Sprintf("rule %q", r.Name)
+	var errs []error
 	if err := checkRuleName(r.Name, n); err != nil {
-		return out, err
+		errs = append(errs, &OptionError{Rule: n, Key: "name", Err: err})
+		label = fmt.Sprintf("rule %d", n)
+	} else {
+		out.Name = r.Name
 	}
-	out.Name = r.Name
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("rule %q: "+format, append([]any{r.Name}, args...)...)
+	fail := func(key string, err error) bool {
+		if err != nil {
+			errs = append(errs, inRule(n, label, key, err))
+		}
+		return err != nil
 	}
 	switch r.Action {
 	case "drop":
 		out.Drop = true
 	case "pass", "limit":
 	case "":
-		return out, fail(`action is missing; use action = "drop", "pass" or "limit"`)
+		fail("action", errors.New(`action is missing; use action = "drop", "pass" or "limit"`))
 	default:
-		return out, fail(`action = %s is not an action; use "drop", "pass" or "limit"`, Quote(r.Action))
+		fail("action", fmt.Errorf(`action = %s is not an action; use "drop", "pass" or "limit"`, Quote(r.Action)))
 	}
-	if err := parseLimit(r, &out); err != nil {
-		return out, fail("%w", err)
-	}
+	fail("", parseLimit(r, &out))
 	if field := emptyCondition(r); field != "" {
-		return out, fail("%s = [] lists no value; leave %s out to match any value, or list the values to match", field, field)
+		fail(field, fmt.Errorf("%s = [] lists no value; leave %s out to match any value, or list the values to match", field, field))
 	}
 	var err error
-	if out.Protocols, err = parseRuleProtocols(r.Protocol); err != nil {
-		return out, fail("protocol: %w", err)
-	}
-	if out.SrcPrefixes, err = parsePrefixes(r.SrcPrefix); err != nil {
-		return out, fail("src_prefix: %w", err)
-	}
-	if out.DstPrefixes, err = parsePrefixes(r.DstPrefix); err != nil {
-		return out, fail("dst_prefix: %w", err)
-	}
-	if err := parseRuleFiles(r, &out); err != nil {
-		return out, fail("%w", err)
-	}
-	if out.SrcPorts, err = parsePorts(r.SrcPort); err != nil {
-		return out, fail("src_port: %w", err)
-	}
-	if out.DstPorts, err = parsePorts(r.DstPort); err != nil {
-		return out, fail("dst_port: %w", err)
-	}
+	out.Protocols, err = parseRuleProtocols(r.Protocol)
+	badProtocols := fail("protocol", wrap("protocol", err))
+	out.SrcPrefixes, err = parsePrefixes(r.SrcPrefix)
+	badPrefixes := fail("src_prefix", wrap("src_prefix", err))
+	out.DstPrefixes, err = parsePrefixes(r.DstPrefix)
+	badPrefixes = fail("dst_prefix", wrap("dst_prefix", err)) || badPrefixes
+	fail("", parseRuleFiles(r, &out))
+	out.SrcPorts, err = parsePorts(r.SrcPort)
+	badPorts := fail("src_port", wrap("src_port", err))
+	out.DstPorts, err = parsePorts(r.DstPort)
+	badPorts = fail("dst_port", wrap("dst_port", err)) || badPorts
 	if len(r.Protocol)+len(r.SrcPrefix)+len(r.DstPrefix)+len(r.SrcPrefixFile)+len(r.DstPrefixFile)+len(r.SrcPort)+len(r.DstPort) == 0 {
-		return out, fail(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port (for every frame use drop = ["all"])`)
+		fail("", errors.New(`has no condition; give at least one of protocol, src_prefix, dst_prefix, src_prefix_file, dst_prefix_file, src_port, dst_port (for every frame use drop = ["all"])`))
 	}
 	// The families of prefix files change with them: not checked.
-	if err := checkPrefixFamilies(&out); len(out.PrefixFiles) == 0 && err != nil {
-		return out, fail("%w", err)
+	if err := checkPrefixFamilies(&out); !badPrefixes && len(out.PrefixFiles) == 0 && err != nil {
+		fail("", err)
 	}
-	if err := checkPortProtocols(&out, r); err != nil {
-		return out, fail("%w", err)
+	if !badProtocols && !badPorts {
+		fail("", checkPortProtocols(&out, r))
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// wrap prefixes err with the key it refuses; nil stays nil.
+func wrap(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", key, err)
 }
 
 // emptyCondition names a condition given as an empty list, which would

@@ -19,6 +19,7 @@ const (
 	DefaultTopPrefixV6        = 64
 	DefaultCaptureSnaplen     = 128
 	DefaultCaptureMaxSize     = 64 << 20
+	DefaultCaptureFiles       = 2
 )
 
 // Bounds of the sampling options.
@@ -40,6 +41,7 @@ func (s *XDPDrop) setSamplingDefaults() {
 	s.TopSourcePrefixV6 = DefaultTopPrefixV6
 	s.CaptureSnaplen = DefaultCaptureSnaplen
 	s.CaptureMaxSize = DefaultCaptureMaxSize
+	s.CaptureFiles = DefaultCaptureFiles
 	s.samplingDefaulted = true
 }
 
@@ -47,7 +49,7 @@ func (s *XDPDrop) setSamplingDefaults() {
 // the sampling options with a default: they take their defaults then.
 func (s *XDPDrop) samplingUnset() bool {
 	return !s.samplingDefaulted && s.SampleMaxPerSecond == 0 && s.TopSources == 0 &&
-		s.TopSourcePrefixV4 == 0 && s.TopSourcePrefixV6 == 0 && s.CaptureSnaplen == 0 && s.CaptureMaxSize == 0
+		s.TopSourcePrefixV4 == 0 && s.TopSourcePrefixV6 == 0 && s.CaptureSnaplen == 0 && s.CaptureMaxSize == 0 && s.CaptureFiles == 0
 }
 
 // parseSampling checks the sampling options and returns what the program
@@ -72,6 +74,8 @@ func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 		return out, fmt.Errorf("capture_snaplen = %d is out of range; use 1 to %d bytes (default %d)", s.CaptureSnaplen, bpf.SnaplenMax, DefaultCaptureSnaplen)
 	case s.CaptureMaxSize < pcapng.MinSize:
 		return out, fmt.Errorf(`capture_max_size = %d bytes is below the least, %d (64KiB); use a size such as "64MiB"`, s.CaptureMaxSize, pcapng.MinSize)
+	case s.CaptureFiles < 1 || s.CaptureFiles > pcapng.MaxFiles:
+		return out, fmt.Errorf("capture_files = %d is out of range; use 1 to %d rotated files kept beside the capture (default %d)", s.CaptureFiles, pcapng.MaxFiles, DefaultCaptureFiles)
 	case s.TopSources > 0 && s.CaptureSnaplen < MinTopSnaplen:
 		return out, fmt.Errorf("capture_snaplen = %d is too short for top_sources, which reads source addresses up to byte %d (an IPv6 frame under two VLAN tags); use at least %d, or top_sources = 0", s.CaptureSnaplen, MinTopSnaplen, MinTopSnaplen)
 	}
@@ -118,6 +122,8 @@ func (s *XDPDrop) unusedSampling() error {
 		return fmt.Errorf("capture_snaplen = %d has no effect with sample_rate = 0 (off); %s", s.CaptureSnaplen, fix)
 	case s.CaptureMaxSize != DefaultCaptureMaxSize:
 		return fmt.Errorf("capture_max_size = %d bytes has no effect with sample_rate = 0 (off); %s", s.CaptureMaxSize, fix)
+	case s.CaptureFiles != DefaultCaptureFiles:
+		return fmt.Errorf("capture_files = %d has no effect with sample_rate = 0 (off); %s", s.CaptureFiles, fix)
 	}
 	return nil
 }
@@ -159,39 +165,140 @@ func sampleActions(names []string, dryRun bool) ([bpf.ActionCount]bool, error) {
 // read a source address: that of an IPv6 frame under two VLAN tags ends there.
 const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end of its source
 
+// captureRetry is how long after a failure the capture is not tried
+// again, but at a gather: a blocked rotation or a full disk costs a few
+// system calls a second, not some for every sampled frame.
+const captureRetry = time.Second
+
 // capture is the rolling pcapng file of the sampled frames, written by
-// the readers of every interface.
+// the readers of every interface. A failure never stops the filter nor the
+// capture for good: the frames not written are counted per interface, the
+// first error is kept (for the link points, and for the log once), and the
+// capture is tried again a second later and at every gather.
 type capture struct {
+	path string
+	opts pcapng.Options
+
 	mu       sync.Mutex
-	w        *pcapng.Writer
-	err      error  // the last write error
-	reported string // the last one reported
+	w        *pcapng.Writer    // nil while the file cannot be opened
+	err      error             // the first failure since the capture last wrote
+	reported bool              // err went to the log
+	retryAt  time.Time         // while err is set, no try before this
+	lost     map[string]uint64 // per interface: sampled frames not written
+	lostErr  uint64            // frames not written since err
+	resumed  uint64            // set when writing again: the frames lost before
 }
 
-// write adds a frame to the capture; an error is kept for the next gather.
+func newCapture(path string, opts pcapng.Options) *capture {
+	return &capture{path: path, opts: opts, lost: map[string]uint64{}}
+}
+
+// open opens the file if it is not open; the error is kept as a write's is.
+func (c *capture) open() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.openLocked(time.Now())
+}
+
+func (c *capture) openLocked(now time.Time) error {
+	if c.w != nil {
+		return nil
+	}
+	w, err := pcapng.Open(c.path, c.opts)
+	if err != nil {
+		c.fail(err, now)
+		return err
+	}
+	c.w = w
+	c.recover()
+	return nil
+}
+
+// fail keeps the first error since the capture last wrote.
+func (c *capture) fail(err error, now time.Time) {
+	if c.err == nil {
+		c.err, c.reported, c.lostErr = err, false, 0
+	}
+	c.retryAt = now.Add(captureRetry)
+}
+
+// write adds a frame to the capture, or counts it as lost.
 func (c *capture) write(iface string, ts time.Time, data []byte, origLen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := time.Now()
+	if c.err != nil && now.Before(c.retryAt) {
+		c.lose(iface)
+		return
+	}
+	if c.openLocked(now) != nil {
+		c.lose(iface)
+		return
+	}
 	if err := c.w.WritePacket(iface, ts, data, origLen); err != nil {
-		c.err = err
+		c.fail(err, now)
+		c.lose(iface)
+		return
+	}
+	c.recover()
+}
+
+// recover clears the error once the capture works again, and notes it.
+func (c *capture) recover() {
+	if c.err != nil {
+		c.resumed, c.err = max(c.lostErr, 1), nil
 	}
 }
 
-// takeError returns a write error not reported yet, or nil.
-func (c *capture) takeError() error {
+func (c *capture) lose(iface string) {
+	c.lost[iface]++
+	c.lostErr++
+}
+
+// gathered is the capture's part of a start or a gather: it opens the file
+// if it is not open and lets the next frame try at once. It returns the
+// error keeping the capture from writing ("" when none), that error if it
+// has not been reported yet, and, once, the frames lost before it wrote
+// again.
+func (c *capture) gathered() (failing string, report error, resumed uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err := c.err
-	c.err = nil
-	if err == nil || err.Error() == c.reported {
-		return nil
+	now := time.Now()
+	c.openLocked(now)
+	c.retryAt = time.Time{}
+	resumed, c.resumed = c.resumed, 0
+	if c.err == nil {
+		return "", nil, resumed
 	}
-	c.reported = err.Error()
-	return err
+	if !c.reported {
+		c.reported = true
+		report = c.err
+	}
+	return c.err.Error(), report, resumed
+}
+
+// lostOn is how many sampled frames of the interface were not written.
+func (c *capture) lostOn(iface string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost[iface]
+}
+
+// forget drops the count of an interface gone for good: interfaces that
+// come and go by a pattern must not grow the map without bound.
+func (c *capture) forget(iface string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.lost, iface)
 }
 
 func (c *capture) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.w.Close()
+	if c.w == nil {
+		return nil
+	}
+	err := c.w.Close()
+	c.w = nil
+	return err
 }

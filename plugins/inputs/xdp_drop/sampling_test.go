@@ -4,9 +4,11 @@ package xdp_drop
 
 import (
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/influxdata/telegraf/config"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 	"github.com/xdp-drop/xdp_drop/internal/topk"
 )
 
@@ -52,6 +55,7 @@ top_source_prefix_ipv4 = 24
 top_source_prefix_ipv6 = 64
 capture_snaplen = 128
 capture_max_size = "64MiB"
+capture_files = 2
 `, off)
 	require.NoError(t, err)
 	require.NoError(t, off.Init())
@@ -73,11 +77,13 @@ top_source_prefix_ipv4 = 16
 top_source_prefix_ipv6 = 48
 capture_snaplen = 256
 capture_max_size = "1MiB"
+capture_files = 5
 `, p)
 	require.NoError(t, err)
 	require.NoError(t, p.Init())
 	require.Equal(t, bpf.Sampling{Rate: 100, Actions: [bpf.ActionCount]bool{true, true}, MaxPerSecond: 500, Snaplen: 256}, p.policy.Sample)
 	require.Equal(t, config.Size(1<<20), p.CaptureMaxSize)
+	require.Equal(t, int64(5), p.CaptureFiles)
 	require.Equal(t, int64(16), p.TopSourcePrefixV4)
 }
 
@@ -86,6 +92,9 @@ func TestSamplingErrors(t *testing.T) {
 	fifo := filepath.Join(dir, "fifo")
 	require.NoError(t, unix.Mkfifo(fifo, 0o600))
 	long := "/" + strings.Repeat("c", 5000)
+	shared := filepath.Join(dir, "shared")
+	require.NoError(t, os.Mkdir(shared, 0o700))
+	require.NoError(t, os.Chmod(shared, os.ModeSticky|0o777)) // as /tmp
 	cases := []struct {
 		name string
 		set  func(p *XDPDrop)
@@ -109,7 +118,12 @@ func TestSamplingErrors(t *testing.T) {
 		{"capture size too small", func(p *XDPDrop) { p.CaptureMaxSize = config.Size(1000) }, []string{"capture_max_size = 1000", `"64MiB"`}},
 		{"relative capture", func(p *XDPDrop) { p.CapturePath = "drops.pcapng" }, []string{`capture_path = "drops.pcapng"`, "absolute"}},
 		{"capture dir missing", func(p *XDPDrop) { p.CapturePath = filepath.Join(dir, "nope", "c.pcapng") }, []string{"capture_path", "does not exist", "create it"}},
-		{"capture is a FIFO", func(p *XDPDrop) { p.CapturePath = fifo }, []string{"capture_path", "FIFO"}},
+		{"capture in a FIFO", func(p *XDPDrop) { p.CapturePath = filepath.Join(fifo, "c.pcapng") }, []string{"capture_path", "not a directory"}},
+		{"capture in a shared directory", func(p *XDPDrop) { p.CapturePath = filepath.Join(shared, "c.pcapng") },
+			[]string{`capture_path = "` + shared + `/c.pcapng" is in ` + shared + ", which other users may write (mode 1777): one could create the capture's files there first and stop it; choose a directory only the service user may write"}},
+		{"no capture files", func(p *XDPDrop) { p.CaptureFiles = 0 }, []string{"capture_files = 0 is out of range; use 1 to 100 rotated files kept beside the capture (default 2)"}},
+		{"too many capture files", func(p *XDPDrop) { p.CaptureFiles = 101 }, []string{"capture_files = 101 is out of range"}},
+		{"off, capture files set", func(p *XDPDrop) { p.SampleRate, p.CaptureFiles = 0, 5 }, []string{"capture_files = 5 has no effect with sample_rate = 0"}},
 		{"capture path too long", func(p *XDPDrop) { p.CapturePath = long }, []string{"capture_path", "…(5001 bytes)", "at most 4095"}},
 		// Off, the bounds hold all the same, and a value set does nothing.
 		{"off, top negative", func(p *XDPDrop) { p.SampleRate, p.TopSources = 0, -5 }, []string{"top_sources = -5", "out of range"}},
@@ -199,4 +213,40 @@ func TestSourceAddr(t *testing.T) {
 	}
 	_, ok := sourceAddr(frames.Ether(frames.EtherARP, frames.ARPRequest()))
 	require.False(t, ok)
+}
+
+// TestCaptureKeepsFirstErrorAndCounts: a capture that cannot be opened
+// counts each interface's frames, reports its first error once, and opens
+// at the gather after the obstruction went, saying how many were lost.
+func TestCaptureKeepsFirstErrorAndCounts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "drops.pcapng")
+	require.NoError(t, os.Mkdir(path, 0o700)) // in the way
+	c := newCapture(path, pcapng.Options{MaxSize: pcapng.MinSize, Snaplen: 64, Files: 2})
+	failing, report, _ := c.gathered()
+	require.ErrorContains(t, report, "is not a regular file but a directory")
+	require.Equal(t, report.Error(), failing)
+	frame := make([]byte, 60)
+	for i := 0; i < 5; i++ {
+		c.write([]string{"eth1", "eth2"}[i%2], time.Now(), frame, len(frame))
+	}
+	failing, report, _ = c.gathered()
+	require.NoError(t, report, "reported once")
+	require.Contains(t, failing, "is not a regular file but a directory")
+	require.Equal(t, uint64(3), c.lostOn("eth1"))
+	require.Equal(t, uint64(2), c.lostOn("eth2"))
+
+	require.NoError(t, os.Remove(path))
+	failing, report, resumed := c.gathered()
+	require.Empty(t, failing)
+	require.NoError(t, report)
+	require.Equal(t, uint64(5), resumed)
+	c.write("eth1", time.Now(), frame, len(frame))
+	require.NoError(t, c.err)
+	require.Equal(t, uint64(3), c.lostOn("eth1"))
+	c.forget("eth1")
+	require.Zero(t, c.lostOn("eth1"))
+	require.NoError(t, c.close())
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NotZero(t, fi.Size(), "the frame after is written")
 }

@@ -53,6 +53,11 @@ const (
 	FieldSampled      = "sampled"
 	FieldSampleLost   = "sample_lost"
 	FieldSampleCapped = "sample_capped"
+	// xdp_drop_link, with capture_path: the interface's sampled frames not
+	// written to the capture since this process started, and, while it
+	// fails, why (the first error since it last wrote).
+	FieldCaptureLost  = "capture_lost"
+	FieldCaptureError = "capture_error"
 )
 
 // Values of the action tag.
@@ -177,6 +182,11 @@ type Link struct {
 	// sampled frames (see FieldSampled).
 	Sampling                          bool
 	Sampled, SampleLost, SampleCapped uint64
+	// Capture: with capture_path as well, what became of the sampled
+	// frames in it (see FieldCaptureLost).
+	Capture      bool
+	CaptureLost  uint64
+	CaptureError string
 }
 
 // PutTags adds the link point's tags to tags.
@@ -196,6 +206,12 @@ func (l *Link) PutFields(fields map[string]any) {
 			fields[FieldSampled] = l.Sampled
 			fields[FieldSampleLost] = l.SampleLost
 			fields[FieldSampleCapped] = l.SampleCapped
+		}
+		if l.Sampling && l.Capture {
+			fields[FieldCaptureLost] = l.CaptureLost
+			if l.CaptureError != "" {
+				fields[FieldCaptureError] = l.CaptureError
+			}
 		}
 	case l.Error != "":
 		fields[FieldError] = l.Error

@@ -260,10 +260,10 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 }
 
 // readTop adds the heaviest sources of the interface's sampled frames since
-// the last gather to snap, and the sampling counters to its link point.
-// counted are the interface's series this gather read, nil when the read
-// failed.
-func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, l *Link, counted []Series) {
+// the last gather to snap, and the sampling counters to its link point,
+// with the capture's (captureErr: what keeps it from writing). counted are
+// the interface's series this gather read, nil when the read failed.
+func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, l *Link, counted []Series, captureErr string) {
 	// An observed program's ring is its owner's to read: reading it here
 	// would take the events away from it.
 	if ifc.prog == nil || !x.policy.Sample.On() || ifc.observer != "" {
@@ -281,6 +281,11 @@ func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, 
 	}
 	l.Sampling = true
 	l.SampleLost, l.SampleCapped = counts.Lost, counts.Capped
+	if x.capture != nil {
+		l.Capture = true
+		l.CaptureLost = x.capture.lostOn(ifc.name)
+		l.CaptureError = captureErr
+	}
 	if counted == nil {
 		// Without this interval's counters nothing scales its samples:
 		// they wait for the next interval, whose counters cover both.
@@ -374,18 +379,17 @@ func scale(part, whole, total uint64) uint64 {
 	return uint64(math.Round(float64(part) / float64(whole) * float64(total)))
 }
 
-// openCapture opens capture_path, if set.
-func (x *XDPDrop) openCapture() error {
-	// The console view beside a running instance must not rotate its capture.
+// openCapture opens capture_path, if set. A capture that cannot be opened
+// is reported and tried again at every gather; it never stops the filter.
+func (x *XDPDrop) openCapture(acc telegraf.Accumulator) {
+	// The console view beside a running instance must not write its capture.
 	if x.CapturePath == "" || x.capture != nil || x.Observe {
-		return nil
+		return
 	}
-	w, err := pcapng.Create(x.CapturePath, int64(x.CaptureMaxSize), uint32(x.CaptureSnaplen))
-	if err != nil {
-		return fmt.Errorf("capture_path = %s: %w", Quote(x.CapturePath), err)
-	}
-	x.capture = &capture{w: w}
-	return nil
+	x.capture = newCapture(x.CapturePath, pcapng.Options{
+		MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles),
+	})
+	x.checkCapture(acc)
 }
 
 // closeCapture closes capture_path once every reader has stopped.
@@ -399,12 +403,18 @@ func (x *XDPDrop) closeCapture() {
 	x.capture = nil
 }
 
-// captureError reports a write error of the capture, once.
-func (x *XDPDrop) captureError(acc telegraf.Accumulator) {
+// checkCapture opens the capture if it is not open, reports a failure
+// once, and returns the one keeping it from writing ("" when none).
+func (x *XDPDrop) checkCapture(acc telegraf.Accumulator) string {
 	if x.capture == nil {
-		return
+		return ""
 	}
-	if err := x.capture.takeError(); err != nil {
-		acc.AddError(fmt.Errorf("capture_path = %s: %w", Quote(x.CapturePath), err))
+	failing, report, resumed := x.capture.gathered()
+	if report != nil {
+		acc.AddError(fmt.Errorf("capture_path = %s: %w; the filter goes on, the sampled frames are counted in xdp_drop_link's capture_lost, and the capture is tried again every second", Quote(x.CapturePath), report))
 	}
+	if resumed > 0 {
+		x.Log.Infof("capture_path = %s: writing again, after %d sampled frames not written", Quote(x.CapturePath), resumed)
+	}
+	return failing
 }

@@ -50,6 +50,7 @@ type XDPDrop struct {
 	CapturePath        string      `toml:"capture_path"`
 	CaptureSnaplen     int64       `toml:"capture_snaplen"`
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
+	CaptureFiles       int64       `toml:"capture_files"`
 	Rules              []Rule      `toml:"rule"`
 
 	// HandoverInstance names this instance for handover (the binary sets
@@ -124,44 +125,46 @@ func New() *XDPDrop {
 
 func (*XDPDrop) SampleConfig() string { return sampleConfig }
 
-// Init validates the configuration. It touches no kernel state.
+// Init validates the configuration. It touches no kernel state. It
+// reports every option refused, not only the first: each as an
+// *OptionError, joined (see Errors).
 func (x *XDPDrop) Init() error {
-	if err := x.checkInterfaces(); err != nil {
-		return err
+	var errs []error
+	fail := func(key string, err error) {
+		if err != nil {
+			errs = append(errs, optionError(key, err))
+		}
 	}
+	fail("interfaces", x.checkInterfaces())
 	switch m := bpf.Mode(x.Mode); m {
 	case "":
 		x.mode = bpf.ModeNative
 	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
 		x.mode = m
 	default:
-		return fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode))
+		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode)))
 	}
 	policy, err := parsePolicy(x.Drop, x.Rules)
-	if err != nil {
-		return err
-	}
+	errs = append(errs, Errors(err)...)
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
-	if policy.Sample, err = x.parseSampling(x.DryRun); err != nil {
-		return err
-	}
+	policy.Sample, err = x.parseSampling(x.DryRun)
+	fail(leadingOption(err), err)
 	x.policy = policy
-	if err := x.loadPrefixFiles(); err != nil {
-		return err
+	if len(policy.Rules) == len(x.Rules) {
+		errs = append(errs, Errors(x.loadPrefixFiles())...)
 	}
 
-	if err := x.checkNamespace(); err != nil {
-		return err
-	}
-	if err := x.checkPinning(); err != nil {
-		return err
-	}
+	fail("namespace", x.checkNamespace())
+	fail("pin_path", x.checkPinning())
 	switch d := time.Duration(x.HandoverTimeout); {
 	case d < 0:
-		return fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, d)
+		fail("handover_timeout", fmt.Errorf(`handover_timeout = "%s" is negative; use a duration such as "10s", or "0s" to release the interfaces at once on stop`, d))
 	case d > MaxHandoverTimeout:
-		return fmt.Errorf(`handover_timeout = "%s" is longer than %s: a stopped instance would go on dropping for that long; use a duration such as "10s" (a reload takes seconds), or keep_attached = true with pin_path to keep the program attached while no agent runs`, d, MaxHandoverTimeout)
+		fail("handover_timeout", fmt.Errorf(`handover_timeout = "%s" is longer than %s: a stopped instance would go on dropping for that long; use a duration such as "10s" (a reload takes seconds), or keep_attached = true with pin_path to keep the program attached while no agent runs`, d, MaxHandoverTimeout))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	x.handoverDir, x.handoverNote = handoverDir(x.HandoverInstance)
 
@@ -365,23 +368,22 @@ func (x *XDPDrop) checkInterfaces() error {
 }
 
 // parsePolicy turns the drop option and the rules into a policy. With
-// rules, drop is optional: frames no rule matches then pass.
+// rules, drop is optional: frames no rule matches then pass. The policy
+// holds every rule, those refused too, unless there are too many; the
+// error joins every refusal.
 func parsePolicy(drop []any, rules []Rule) (bpf.Policy, error) {
 	var p bpf.Policy
+	var dropErr error
 	if len(drop) > 0 || len(rules) == 0 {
-		var err error
-		if p, err = ParseDrop(drop); err != nil {
-			return p, err
-		}
+		p, dropErr = ParseDrop(drop)
+		dropErr = optionError("drop", dropErr)
 	}
-	var err error
-	if p.Rules, err = parseRules(rules); err != nil {
-		return bpf.Policy{}, err
-	}
+	var rulesErr error
+	p.Rules, rulesErr = parseRules(rules)
 	if len(p.Rules) == 0 {
 		p.Rules = nil
 	}
-	return p, nil
+	return p, errors.Join(dropErr, rulesErr)
 }
 
 // ParseDrop turns the drop option into a policy: ["all"], or IP protocol

@@ -56,9 +56,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
-	if err := x.openCapture(); err != nil {
-		return err
-	}
+	x.openCapture(acc)
 	x.prepareHandover()
 	x.holderDeadline = time.Now().Add(startWait)
 	x.starting = true
@@ -163,6 +161,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	}
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
+	captureErr := Printable(x.checkCapture(acc))
 	for _, ifc := range x.ifaces {
 		first := len(snap.Series)
 		var counted []Series
@@ -170,10 +169,9 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 			counted = snap.Series[first:len(snap.Series):len(snap.Series)]
 		}
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l, counted)
+		x.readTop(acc, ifc, &snap, &l, counted, captureErr)
 		snap.Links = append(snap.Links, l)
 	}
-	x.captureError(acc)
 	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
@@ -315,6 +313,9 @@ func (x *XDPDrop) forgetVanished() {
 	kept := x.ifaces[:0]
 	for _, ifc := range x.ifaces {
 		if ifc.matched && ifc.missing && ifc.prog == nil {
+			if x.capture != nil {
+				x.capture.forget(ifc.name)
+			}
 			continue // its going was logged when it was found missing
 		}
 		kept = append(kept, ifc)

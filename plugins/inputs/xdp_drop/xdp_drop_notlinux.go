@@ -23,3 +23,5 @@ func handoverDir(string) (string, string) { return "", "" }
 func (*XDPDrop) checkNamespaceEntry() error { return nil }
 
 type kernelSide struct{}
+
+func (*XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) { return nil, nil, errNotLinux }

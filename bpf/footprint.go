@@ -1,0 +1,72 @@
+package bpf
+
+import "unsafe"
+
+// An LPM trie entry takes a node, two child pointers, the prefix length and
+// flags (and an rcu_head before Linux 6.13: 40 bytes), the key's address and
+// direction and the 8-byte value, allocated as 64 bytes for IPv4 and 96 for
+// IPv6; besides its own node an entry adds at most one intermediate node.
+const (
+	trieEntryV4 = 2 * 64
+	trieEntryV6 = 2 * 96
+)
+
+// Footprint is what a policy's rules compile to and the most kernel memory
+// its maps take, known before anything is loaded.
+type Footprint struct {
+	// Entries of the rule maps an instance loads once and its interfaces
+	// share: prefix buckets, exact-prefix slots, trie entries by family,
+	// port masks, limiter cells (0 without limit rules).
+	PrefixBuckets, ExactSlots, TrieV4, TrieV6, PortMasks, LimitCells int
+	// PrefixesV4 and PrefixesV6 are the rules' prefixes by family, both
+	// directions, as compiled.
+	PrefixesV4, PrefixesV6 int
+	// RuleMaps is the most kernel memory the rule maps take, once per
+	// instance; 0 without rules.
+	RuleMaps uint64
+	// PerCPU is the counters of one interface on one CPU: the class
+	// counters and, with rules, the rule counters, per queue slot.
+	PerCPU uint64
+	// Ring is the sample ring of one interface; 0 without sampling.
+	Ring uint64
+}
+
+// FootprintOf compiles the policy's rules as a load does and sizes its maps
+// from them: the figures are those of the maps a load would create, each
+// map at its most (see ruleMapMemory).
+func FootprintOf(policy Policy) (Footprint, error) {
+	rules, err := compileRules(policy.Rules)
+	if err != nil {
+		return Footprint{}, err
+	}
+	f := Footprint{PerCPU: uint64(policy.queueSlots()) * uint64(unsafe.Sizeof(xdpDropCounterBlock{}))}
+	if policy.Sample.On() {
+		f.Ring = uint64(policy.Sample.RingSize())
+	}
+	if rules.count == 0 {
+		return f, nil
+	}
+	f.PerCPU += uint64(policy.queueSlots()) * uint64(unsafe.Sizeof(xdpDropRuleBlock{}))
+	f.PrefixBuckets = rules.buckets()
+	f.ExactSlots = len(rules.exact.slots)
+	f.TrieV4 = len(rules.src.trie4) + len(rules.dst.trie4)
+	f.TrieV6 = len(rules.src.trie6) + len(rules.dst.trie6)
+	f.PortMasks = len(rules.srcPort) + len(rules.dstPort)
+	if policy.hasLimits() {
+		f.LimitCells = int(xdpDropLimitLimitsLIMIT_CELLS)
+	}
+	f.PrefixesV4, f.PrefixesV6 = rules.prefixesV4, rules.prefixesV6
+	f.RuleMaps = ruleMapMemory(f.PrefixBuckets, f.ExactSlots, f.TrieV4, f.TrieV6, f.PortMasks, f.LimitCells)
+	return f, nil
+}
+
+// ruleMapMemory is the most kernel memory rule maps of these entries take:
+// arrays of their entries, the tries at trieEntryV4 and trieEntryV6 bytes
+// an entry. The README's worst case is this at the limits.
+func ruleMapMemory(buckets, exactSlots, trieV4, trieV6, portMasks, limitCells int) uint64 {
+	return uint64(buckets)*uint64(unsafe.Sizeof(xdpDropPrefixBucket{})) +
+		uint64(exactSlots)*uint64(unsafe.Sizeof(xdpDropPrefixSlot{})) +
+		uint64(trieV4)*trieEntryV4 + uint64(trieV6)*trieEntryV6 +
+		uint64(portMasks)*uint64(unsafe.Sizeof(uint64(0))) +
+		uint64(limitCells)*8
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
+)
+
+// checkUsage is the -check flag's help.
+const checkUsage = "check the config and every file it names (trust included: for the user running -check), report every error (stderr, with file:line), " +
+	"print what would be attached (interfaces present now, rules and their sizes, kernel memory), attach nothing; exit 0 when valid, 1 otherwise. Run it before a Telegraf reload"
+
+// check validates the config at path as a start would, and every file it
+// names under the trust check for the running user, reporting every error
+// on log; then prints to out what a start would attach now. It attaches
+// nothing, pins nothing and makes no handover directory. It returns the
+// exit code: 0 valid, 1 any error.
+func check(path string, out io.Writer, log *levelWriter) int {
+	uid := os.Getuid()
+	failed := false
+	plugin, conf, err := readConfig(path, uid)
+	var untrusted *untrustedError
+	if errors.As(err, &untrusted) {
+		log.Errorf("config %s: %v", path, err)
+		failed = true
+		// Its other errors are worth knowing too.
+		plugin, conf, err = readConfig(path, noTrustCheck)
+	}
+	if plugin == nil {
+		log.Errorf("%v", err)
+		return 1
+	}
+	plugin.Log = log
+	plugin.TrustPrefixFiles(uid)
+	// Unknown keys and refused values, reported together in line order.
+	if err := errors.Join(err, plugin.Init()); err != nil {
+		conf.report(log, err)
+		return 1
+	}
+	if failed {
+		return 1
+	}
+	plan, err := plugin.Plan()
+	if err != nil {
+		log.Errorf("config %s: %v", path, err)
+		return 1
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		log.Errorf("count the CPUs: %v", err)
+		return 1
+	}
+	warnPlan(log, conf, plugin, plan)
+	printPlan(out, path, plugin, plan, cpus)
+	return 0
+}
+
+// warnPlan warns of what is valid but attaches nothing now: no interface
+// listed, an interface named that is not there, a pattern matching none.
+func warnPlan(log *levelWriter, conf *loadedConfig, plugin *xdp_drop.XDPDrop, plan xdp_drop.Plan) {
+	at := conf.lines.line(0, "interfaces")
+	where := fmt.Sprintf("config %s:%d", conf.path, at)
+	if at == 0 {
+		where = "config " + conf.path
+	}
+	if len(plugin.Interfaces) == 0 {
+		log.Warnf(`%s: interfaces = []: nothing would be attached; list the interfaces to attach to, e.g. interfaces = ["eth1"]`, where)
+	}
+	for _, ifc := range plan.Interfaces {
+		if !ifc.Present {
+			log.Warnf("%s: interfaces: %s is not present now%s; it is attached once it appears", where, xdp_drop.Quote(ifc.Name), inNamespace(plugin))
+		}
+	}
+	for _, p := range plan.Unmatched {
+		log.Warnf("%s: interfaces: the pattern %s matches no interface now%s; interfaces it matches later are attached at the gather after they appear", where, xdp_drop.Quote(p), inNamespace(plugin))
+	}
+}
+
+func inNamespace(plugin *xdp_drop.XDPDrop) string {
+	if plugin.Namespace == "" {
+		return ""
+	}
+	return " in namespace " + xdp_drop.Quote(plugin.Namespace)
+}
+
+// printPlan writes what a start would attach.
+func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_drop.Plan, cpus int) {
+	w := &planWriter{out: out}
+	w.line("config %s: valid; nothing attached (-check)", path)
+	ns := "this process's network namespace"
+	if plugin.Namespace != "" {
+		ns = "namespace " + xdp_drop.Quote(plugin.Namespace)
+	}
+	mode := plugin.Mode
+	if mode == "" {
+		mode = "native"
+	}
+	present := 0
+	for _, ifc := range plan.Interfaces {
+		if ifc.Present {
+			present++
+		}
+	}
+	w.line("interfaces in %s: %d would be attached now, in %s mode", ns, present, mode)
+	for _, ifc := range plan.Interfaces {
+		how := "named"
+		if ifc.Pattern != "" {
+			how = "matched by " + xdp_drop.Quote(ifc.Pattern)
+		}
+		if !ifc.Present {
+			how += ", not present now"
+		}
+		w.line("  %-15s %s", xdp_drop.Printable(ifc.Name), how)
+	}
+	policy := "pass"
+	if len(plugin.Drop) > 0 {
+		policy = fmt.Sprintf("drop %v", plugin.Drop)
+	}
+	if plugin.DryRun {
+		policy += " (dry_run: would_drop, nothing dropped)"
+	}
+	w.line("policy: frames no rule matches: %s", policy)
+	if len(plan.Rules) > 0 {
+		w.line("rules: %d, first match wins", len(plan.Rules))
+	}
+	for i, r := range plan.Rules {
+		w.line("  %d %-20s %-5s %s", i+1, r.Name, r.Action, ruleSizes(r))
+	}
+	fp := plan.Footprint
+	if len(plan.Rules) > 0 {
+		w.line("rule maps (once, shared by every interface): %s prefixes (%s IPv4, %s IPv6): %s buckets, %s exact-prefix slots, trie entries %s IPv4 and %s IPv6, %s port masks, %s limiter cells",
+			thousands(fp.PrefixesV4+fp.PrefixesV6), thousands(fp.PrefixesV4), thousands(fp.PrefixesV6), thousands(fp.PrefixBuckets), thousands(fp.ExactSlots),
+			thousands(fp.TrieV4), thousands(fp.TrieV6), thousands(fp.PortMasks), thousands(fp.LimitCells))
+	}
+	perIface := uint64(cpus)*fp.PerCPU + fp.Ring
+	ring := ""
+	if fp.Ring > 0 {
+		ring = fmt.Sprintf(" and a sample ring of %s", bytesText(fp.Ring))
+	}
+	maps := "no rule maps"
+	if len(plan.Rules) > 0 {
+		maps = "rule maps " + bytesText(fp.RuleMaps)
+	}
+	w.line("kernel memory, at most: %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
+		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+uint64(present)*perIface), plural(present, "interface"))
+}
+
+// ruleSizes says what a rule holds once compiled.
+func ruleSizes(r xdp_drop.PlannedRule) string {
+	var parts []string
+	if r.Protocols > 0 {
+		parts = append(parts, plural(r.Protocols, "protocol"))
+	}
+	for _, d := range []struct {
+		dir    string
+		v4, v6 int
+	}{{"src", r.SrcV4, r.SrcV6}, {"dst", r.DstV4, r.DstV6}} {
+		if d.v4+d.v6 > 0 {
+			parts = append(parts, fmt.Sprintf("%s prefixes %s IPv4 + %s IPv6", d.dir, thousands(d.v4), thousands(d.v6)))
+		}
+	}
+	if r.PrefixFiles > 0 {
+		parts = append(parts, plural(r.PrefixFiles, "prefix file"))
+	}
+	if r.SrcPorts > 0 {
+		parts = append(parts, plural(r.SrcPorts, "src_port entry"))
+	}
+	if r.DstPorts > 0 {
+		parts = append(parts, plural(r.DstPorts, "dst_port entry"))
+	}
+	if r.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %s/s burst %s", thousands(int(r.Rate)), thousands(int(r.Burst))))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// plural writes n things, "entry" becoming "entries".
+func plural(n int, thing string) string {
+	switch {
+	case n == 1:
+		return "1 " + thing
+	case strings.HasSuffix(thing, "y"):
+		return fmt.Sprintf("%s %sies", thousands(n), strings.TrimSuffix(thing, "y"))
+	}
+	return fmt.Sprintf("%s %ss", thousands(n), thing)
+}
+
+type planWriter struct{ out io.Writer }
+
+func (w *planWriter) line(format string, args ...any) {
+	fmt.Fprintf(w.out, format+"\n", args...)
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// bytesText writes a size in MB, or in KB below 1 MB, as the README does.
+func bytesText(n uint64) string {
+	if n < 1e6 {
+		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+}

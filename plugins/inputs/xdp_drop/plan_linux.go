@@ -1,0 +1,67 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/influxdata/telegraf/filter"
+)
+
+// planInterfaces lists, in the configured namespace, the interfaces named
+// exactly (present or not) and those each pattern matches now, less
+// interface_exclude and loopback, as discover would, and the patterns that
+// match none.
+func (x *XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) {
+	var list []net.Interface
+	err := x.inNamespace(func() error {
+		var err error
+		list, err = net.Interfaces()
+		if err != nil {
+			return fmt.Errorf("list interfaces: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	present := make(map[string]bool, len(list))
+	for _, dev := range list {
+		present[dev.Name] = true
+	}
+	var out []PlannedInterface
+	named := map[string]bool{}
+	for _, entry := range x.Interfaces {
+		if !isPattern(entry) {
+			name := literalName(entry)
+			named[name] = true
+			out = append(out, PlannedInterface{Name: name, Present: present[name]})
+		}
+	}
+	var unmatched []string
+	for _, entry := range x.Interfaces {
+		if !isPattern(entry) {
+			continue
+		}
+		pattern, err := filter.Compile([]string{entry})
+		if err != nil {
+			return nil, nil, fmt.Errorf("interfaces: %s: %w", Quote(entry), err)
+		}
+		matched := false
+		for _, dev := range list {
+			if dev.Flags&net.FlagLoopback != 0 || !pattern.Match(dev.Name) || !x.selector.Match(dev.Name) {
+				continue
+			}
+			matched = true
+			if !named[dev.Name] {
+				named[dev.Name] = true
+				out = append(out, PlannedInterface{Name: dev.Name, Pattern: entry, Present: true})
+			}
+		}
+		if !matched {
+			unmatched = append(unmatched, entry)
+		}
+	}
+	return out, unmatched, nil
+}
