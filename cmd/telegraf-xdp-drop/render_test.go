@@ -151,20 +151,20 @@ func TestRenderRules(t *testing.T) {
 	want := strings.Join([]string{
 		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
 		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
-		"eth1         ipv4   udp           drop                 —          —       4,500",
-		"eth1         ipv4   udp           pass                 —          —         130",
-		"total                             drop                 —          —",
-		"total                             pass                 —          —",
+		"eth1         ipv4   udp           drop                 -          -       4,500",
+		"eth1         ipv4   udp           pass                 -          -         130",
+		"total                             drop                 -          -",
+		"total                             pass                 -          -",
 		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
 		"enp129s0f1np1",
-		"             mgmt                 pass                 —          —       1,000",
-		"             shed-refl...te-ams-1 drop                 —          —           0",
-		"eth1         mgmt                 pass                 —          —         100",
-		"eth1         memcached-reflection drop                 —          —       4,000",
-		"eth1         shed-refl...te-ams-1 drop                 —          —           0",
-		"eth1         dns-to-resolver      pass                 —          —          30",
-		"eth2         mgmt                 pass                 —          —           0",
-		"eth2         shed-refl...te-ams-1 drop                 —          —           0",
+		"             mgmt                 pass                 -          -       1,000",
+		"             shed-refl...te-ams-1 drop                 -          -           0",
+		"eth1         mgmt                 pass                 -          -         100",
+		"eth1         memcached-reflection drop                 -          -       4,000",
+		"eth1         shed-refl...te-ams-1 drop                 -          -           0",
+		"eth1         dns-to-resolver      pass                 -          -          30",
+		"eth2         mgmt                 pass                 -          -           0",
+		"eth2         shed-refl...te-ams-1 drop                 -          -           0",
 		"link eth1: attached, native mode, program id 42",
 		"",
 	}, "\n")
@@ -369,7 +369,7 @@ func TestRenderFits(t *testing.T) {
 }
 
 // TestRenderFirstScreen: the first screen has no earlier counters, so its
-// rate columns hold "—" rather than the totals since attach taken for a
+// rate columns hold "-" rather than the totals since attach taken for a
 // second's rate (a 5,585-frame total shown as 5,585 pkts/s); the second
 // screen shows the rate over the time between them.
 func TestRenderFirstScreen(t *testing.T) {
@@ -380,9 +380,9 @@ func TestRenderFirstScreen(t *testing.T) {
 		Rules:  []xdp_drop.RuleSeries{rulePoint("eth1", "memcached", "drop", 5585, 335100)},
 	}
 	first := render(snap, h, time.Second, time.Time{}, time.Second)
-	require.Contains(t, first, "\neth1         ipv4   udp           drop                 —          —       5,585\n")
-	require.Contains(t, first, "\ntotal                             drop                 —          —\n")
-	require.Contains(t, first, "\neth1         memcached            drop                 —          —       5,585\n")
+	require.Contains(t, first, "\neth1         ipv4   udp           drop                 -          -       5,585\n")
+	require.Contains(t, first, "\ntotal                             drop                 -          -\n")
+	require.Contains(t, first, "\neth1         memcached            drop                 -          -       5,585\n")
 	requireFits(t, first)
 
 	snap.Series[0].Packets, snap.Series[0].Bytes = 5605, 336300

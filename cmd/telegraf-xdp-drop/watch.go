@@ -96,7 +96,7 @@ func newHistory() *history {
 
 // noRate stands in a rate column on the first screen, which has no earlier
 // counters to take a rate from: their totals are cumulative since attach.
-const noRate = "—"
+const noRate = "-"
 
 // since returns the rates of counters now that were at was (if seen) the
 // given seconds ago. Counters below their last value restarted (a new
