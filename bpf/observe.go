@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,7 @@ const rodataMap = ".rodata"
 
 // ErrObserveNeedsSysAdmin is returned when the program attached to an
 // interface cannot be opened: only CAP_SYS_ADMIN opens a program by its id.
-var ErrObserveNeedsSysAdmin = errors.New("opening another process's XDP program by its id needs CAP_SYS_ADMIN: run -watch as root (sudo)")
+var ErrObserveNeedsSysAdmin = errors.New("opening another process's XDP program by its id needs CAP_SYS_ADMIN")
 
 // PolicyMismatchError says the xdp_drop program attached to an interface
 // was not loaded from the policy given: its counters cannot be read as
@@ -35,28 +36,35 @@ func (e *PolicyMismatchError) Error() string {
 	return fmt.Sprintf("XDP program id %d (%s) was loaded from another config, or by another version: %s", e.ID, ProgramName, e.Reason)
 }
 
+// Attachment is how an observed program is attached: through a BPF link
+// (Link is its id) that Owners hold, or kept by a pin when none does; or
+// through netlink (Link is 0), which no process holds.
+type Attachment struct {
+	Link   link.ID
+	Owners []Owner // the processes other than this one that hold the link
+}
+
 // Observe opens, read-only, the xdp_drop program another process attached
 // to ifindex, and its counters: the returned Program reads them like its
 // own, and closing it releases only this process's descriptors. Nothing is
-// attached, detached or written. owners are the processes that hold its
-// link (none when none can be seen: attached through netlink, or kept by
-// a pin). A program that is not xdp_drop's is an *ExistingProgramError; one
+// attached, detached or written. The Attachment says how it is attached.
+// A program that is not xdp_drop's is an *ExistingProgramError; one
 // loaded from another policy (its constants or its counters' shapes differ
 // from what policy gives) a *PolicyMismatchError.
-func Observe(ifindex int, policy Policy) (p *Program, owners []Owner, err error) {
+func Observe(ifindex int, policy Policy) (p *Program, at Attachment, err error) {
 	id, attachMode, err := xdpProgramOn(ifindex)
 	if err != nil {
-		return nil, nil, err
+		return nil, at, err
 	}
 	if id == 0 {
-		return nil, nil, fmt.Errorf("interface index %d has no XDP program attached", ifindex)
+		return nil, at, fmt.Errorf("interface index %d has no XDP program attached", ifindex)
 	}
 	prog, err := ebpf.NewProgramFromID(id)
 	if errors.Is(err, unix.EPERM) {
-		return nil, nil, fmt.Errorf("XDP program id %d: %w", id, ErrObserveNeedsSysAdmin)
+		return nil, at, fmt.Errorf("XDP program id %d: %w", id, ErrObserveNeedsSysAdmin)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("open XDP program id %d: %w", id, err)
+		return nil, at, fmt.Errorf("open XDP program id %d: %w", id, err)
 	}
 	maps := map[string]*ebpf.Map{}
 	defer func() {
@@ -69,33 +77,33 @@ func Observe(ifindex int, policy Policy) (p *Program, owners []Owner, err error)
 	}()
 	info, err := prog.Info()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read info of XDP program id %d: %w", id, err)
+		return nil, at, fmt.Errorf("read info of XDP program id %d: %w", id, err)
 	}
 	if info.Type != ebpf.XDP || info.Name != ProgramName {
-		return nil, nil, &ExistingProgramError{ID: id, Name: info.Name}
+		return nil, at, &ExistingProgramError{ID: id, Name: info.Name}
 	}
 	if err := openMaps(info, maps); err != nil {
-		return nil, nil, fmt.Errorf("XDP program id %d: %w", id, err)
+		return nil, at, fmt.Errorf("XDP program id %d: %w", id, err)
 	}
 	in := NewInstance(policy)
 	spec, err := in.spec()
 	if err != nil {
-		return nil, nil, err
+		return nil, at, err
 	}
 	if maps[xdpDropMapCounters] == nil || maps[rodataMap] == nil {
-		return nil, nil, &PolicyMismatchError{ID: id, Reason: "it has no counters or constants of this build's program"}
+		return nil, at, &PolicyMismatchError{ID: id, Reason: "it has no counters or constants of this build's program"}
 	}
 	if reason := sameConstants(spec, maps[rodataMap]); reason != "" {
-		return nil, nil, &PolicyMismatchError{ID: id, Reason: reason}
+		return nil, at, &PolicyMismatchError{ID: id, Reason: reason}
 	}
 	if !continuable(spec, in.rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
-		return nil, nil, &PolicyMismatchError{ID: id, Reason: "its counters have another shape (rules, or per_queue, differ)"}
+		return nil, at, &PolicyMismatchError{ID: id, Reason: "its counters have another shape (rules, or per_queue, differ)"}
 	}
-	if owners, err = linkOwners(ifindex, id); err != nil {
-		return nil, nil, err
+	if at, err = linkOwners(ifindex, id); err != nil {
+		return nil, at, err
 	}
 	if p, err = in.newProgram(); err != nil {
-		return nil, nil, err
+		return nil, at, err
 	}
 	p.objs = objects{Prog: prog, Counters: maps[xdpDropMapCounters], RuleCounters: maps[xdpDropMapRuleCounters]}
 	maps[rodataMap].Close() // read: the comparison is done
@@ -103,7 +111,7 @@ func Observe(ifindex int, policy Policy) (p *Program, owners []Owner, err error)
 	if m, ok := attachedMode(attachMode); ok {
 		p.mode = m.mode
 	}
-	return p, owners, nil
+	return p, at, nil
 }
 
 // openMaps opens the maps of the program info describes that a read
@@ -142,8 +150,10 @@ func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
 	}
 	var differ []string
 	for name, v := range spec.Variables {
-		// The exact-prefix hash key is drawn at every load, not configured.
-		if v.SectionName != rodataMap || name == xdpDropVarPrefixHashKey {
+		// The exact-prefix hash key is drawn at every load, and its table's
+		// size follows the prefixes in force, which prefix files change live:
+		// layout, not what the counters mean.
+		if v.SectionName != rodataMap || name == xdpDropVarPrefixHashKey || name == xdpDropVarPrefixHashShift {
 			continue
 		}
 		end := int(v.Offset) + len(v.Value)
@@ -158,29 +168,29 @@ func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
 	return fmt.Sprintf("its constants %s differ from this config's (the drop list, dry_run, per_queue or the rules)", strings.Join(differ, ", "))
 }
 
-// linkOwners lists the processes other than this one that hold the link
-// attaching program id to ifindex.
-func linkOwners(ifindex int, id ebpf.ProgramID) ([]Owner, error) {
+// linkOwners finds the link attaching program id to ifindex, if any, and
+// the processes other than this one that hold it.
+func linkOwners(ifindex int, id ebpf.ProgramID) (Attachment, error) {
 	l, err := findXDPLink(ifindex, id)
 	if err != nil || l == nil {
-		return nil, err
+		return Attachment{}, err
 	}
 	info, err := l.Info()
 	l.Close()
 	if err != nil {
-		return nil, fmt.Errorf("read link info of program %d: %w", id, err)
+		return Attachment{}, fmt.Errorf("read link info of program %d: %w", id, err)
 	}
 	owners, _, err := processesHolding(info.ID)
 	if err != nil {
-		return nil, err
+		return Attachment{}, err
 	}
-	var others []Owner
+	at := Attachment{Link: info.ID}
 	for _, h := range owners {
 		if h.PID != os.Getpid() {
-			others = append(others, h)
+			at.Owners = append(at.Owners, h)
 		}
 	}
-	return others, nil
+	return at, nil
 }
 
 // Observed reports whether p is another process's program, opened by

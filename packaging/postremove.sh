@@ -31,6 +31,24 @@ if [ -n "$remove" ]; then
 	rm -rf /run/telegraf-xdp-drop
 fi
 
+# reach says who reaches the pins left in $PINS: through $BPFFS, which
+# others may pass only with its o+x, then by $PINS's own mode.
+reach() {
+	fs=$(stat -c %a "$BPFFS")
+	pins=$(stat -c %a "$PINS")
+	owner=$(stat -c %U:%G "$PINS")
+	group=$(stat -c %G "$PINS")
+	if [ $((0$fs & 1)) = 0 ]; then
+		echo "only root reaches them now: $BPFFS is $fs"
+	elif [ $((0$pins & 5)) != 0 ]; then
+		echo "every user reaches them: $BPFFS is $fs and $PINS is $pins $owner"
+	elif [ $((0$pins & 050)) != 0 ]; then
+		echo "root and the group $group (the service user's) still reach them: $BPFFS is $fs, which others may pass, and $PINS is $pins $owner"
+	else
+		echo "only root reaches them now: $PINS is $pins $owner"
+	fi
+}
+
 if [ -n "$purge" ]; then
 	# Take back the search permission bpffs-access added to the BPF
 	# filesystem's root, pins or not: root reaches them all the same.
@@ -51,7 +69,7 @@ if [ -n "$purge" ]; then
 	fi
 	if [ -d "$PINS" ]; then
 		rmdir "$PINS" 2>/dev/null ||
-			echo "telegraf-xdp-drop: $PINS still holds pins, left in place (only root reaches them now); rm -r $PINS releases them"
+			echo "telegraf-xdp-drop: $PINS still holds pins, left in place ($(reach)); rm -r $PINS releases them"
 	fi
 fi
 # The group $GROUP is kept: Telegraf's user may belong to it, and removing a

@@ -75,6 +75,9 @@ func run() int {
 	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol; "+
 		"an interface a running instance holds is shown read-only, from its program (as root)")
 	checkOnly := flag.Bool("check", false, checkUsage)
+	statusView := flag.Bool("status", false, "print, once, what the running instance of the config has in force: per interface its program, mode and who holds it; "+
+		"per rule what it matches, its hits and its prefix files; read-only, attaches nothing (as root); exit status 1 when an interface is not held")
+	jsonOut := flag.Bool("json", false, "with -status: print it as JSON")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the Go and cilium/ebpf versions, and exit")
 	flag.Parse()
 	if *showVersion {
@@ -83,6 +86,10 @@ func run() int {
 	}
 	if *pollDisabled {
 		*pollInterval = shim.PollIntervalDisabled
+	}
+	if err := checkViews(*statusView, *watchView, *jsonOut); err != nil {
+		fmt.Fprintf(os.Stderr, "E! %v\n", err)
+		return 2
 	}
 
 	log, err := setupLogging(os.Stderr, *debug)
@@ -124,6 +131,9 @@ func run() int {
 	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
 	plugin.HandoverInstance = handoverInstance(*configFile)
 
+	if *statusView {
+		return runStatus(plugin, *configFile, *jsonOut, os.Stdout, log)
+	}
 	if *watchView {
 		plugin.Log = log
 		// The console view promises that Ctrl-C detaches: no handover.

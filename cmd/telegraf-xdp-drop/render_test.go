@@ -14,6 +14,13 @@ import (
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
+// shownHistory is the history after a screen: rates are shown.
+func shownHistory() *history {
+	h := newHistory()
+	h.shown = true
+	return h
+}
+
 func counterPoint(key xdp_drop.SeriesKey, packets, bytes uint64) xdp_drop.Series {
 	return xdp_drop.Series{SeriesKey: key, Packets: packets, Bytes: bytes}
 }
@@ -50,7 +57,7 @@ func requireFits(t *testing.T, screen string) {
 // link lines, a long error cut to the width.
 func TestRenderScreen(t *testing.T) {
 	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
-	h := newHistory()
+	h := shownHistory()
 	setPrev := func(k xdp_drop.SeriesKey, packets, bytes uint64) {
 		h.series[k] = sample{packets, bytes}
 	}
@@ -101,7 +108,7 @@ func TestRenderWouldDrop(t *testing.T) {
 		counterPoint(tagsOf("eth1", "ipv4", "udp", "would_drop"), 10, 1000),
 		counterPoint(tagsOf("eth1", "ipv4", "tcp", "pass"), 4, 400),
 	}}
-	got := render(points, newHistory(), time.Second, time.Time{}, time.Second)
+	got := render(points, shownHistory(), time.Second, time.Time{}, time.Second)
 	require.Contains(t, got, "\ntotal                             would_drop          10   1.0 kB/s\ntotal                             pass                 4  400.0 B/s\n")
 }
 
@@ -114,7 +121,7 @@ const longRule = "shed-reflection-from-the-upstream-transit-provider-at-site-ams
 // the first screen's totals over 2 s; a counter that went back counted from
 // zero, as one whose bytes alone went back; a 64-character name that keeps
 // both ends; and an interface name too long for its column on a line of its
-// own.
+// own. The first screen has no earlier counters: totals only, no rates.
 func TestRenderRules(t *testing.T) {
 	require.Len(t, longRule, 64)
 	now := time.Date(2026, 11, 30, 2, 37, 14, 0, time.UTC)
@@ -144,20 +151,20 @@ func TestRenderRules(t *testing.T) {
 	want := strings.Join([]string{
 		"xdp_drop watch  2026-11-30 02:37:14  every 1s  (Ctrl-C detaches and quits)",
 		"INTERFACE    FAMILY PROTOCOL      ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
-		"eth1         ipv4   udp           drop             4,500 270.0 kB/s       4,500",
-		"eth1         ipv4   udp           pass               130  13.0 kB/s         130",
-		"total                             drop             4,500 270.0 kB/s",
-		"total                             pass               130  13.0 kB/s",
+		"eth1         ipv4   udp           drop                 -          -       4,500",
+		"eth1         ipv4   udp           pass                 -          -         130",
+		"total                             drop                 -          -",
+		"total                             pass                 -          -",
 		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
 		"enp129s0f1np1",
-		"             mgmt                 pass             1,000 100.0 kB/s       1,000",
-		"             shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
-		"eth1         mgmt                 pass               100  10.0 kB/s         100",
-		"eth1         memcached-reflection drop             4,000 240.0 kB/s       4,000",
-		"eth1         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
-		"eth1         dns-to-resolver      pass                30   3.0 kB/s          30",
-		"eth2         mgmt                 pass                 0    0.0 B/s           0",
-		"eth2         shed-refl...te-ams-1 drop                 0    0.0 B/s           0",
+		"             mgmt                 pass                 -          -       1,000",
+		"             shed-refl...te-ams-1 drop                 -          -           0",
+		"eth1         mgmt                 pass                 -          -         100",
+		"eth1         memcached-reflection drop                 -          -       4,000",
+		"eth1         shed-refl...te-ams-1 drop                 -          -           0",
+		"eth1         dns-to-resolver      pass                 -          -          30",
+		"eth2         mgmt                 pass                 -          -           0",
+		"eth2         shed-refl...te-ams-1 drop                 -          -           0",
 		"link eth1: attached, native mode, program id 42",
 		"",
 	}, "\n")
@@ -200,7 +207,7 @@ func TestRenderRulesDryRun(t *testing.T) {
 		rulePoint("eth1", "mgmt", xdp_drop.ActionPass, 7, 700),
 		rulePoint("eth1", "memcached-reflection", xdp_drop.ActionWouldDrop, 11, 660),
 	}}
-	got := render(snap, newHistory(), time.Second, time.Time{}, time.Second)
+	got := render(snap, shownHistory(), time.Second, time.Time{}, time.Second)
 	require.Contains(t, got, "\n"+strings.Join([]string{
 		"INTERFACE    RULE                 ACTION          PKTS/S    BYTES/S  TOTAL PKTS",
 		"eth1         mgmt                 pass                 7  700.0 B/s           7",
@@ -234,7 +241,7 @@ func TestRenderLimitRule(t *testing.T) {
 // past that, rounded up into the next prefix where rounding carries.
 func TestRenderHugeTotals(t *testing.T) {
 	const max = math.MaxUint64
-	h := newHistory()
+	h := shownHistory()
 	key := func(proto string) xdp_drop.SeriesKey { return tagsOf("eth1", "ipv4", proto, "drop") }
 	// The last screen's totals, for the rates of 1 s.
 	h.series[key("udp")] = sample{0, 0}
@@ -359,6 +366,31 @@ func TestRenderFits(t *testing.T) {
 			require.True(t, shown, "label %q not shown whole in\n%s", label, screen)
 		}
 	}
+}
+
+// TestRenderFirstScreen: the first screen has no earlier counters, so its
+// rate columns hold "-" rather than the totals since attach taken for a
+// second's rate (a 5,585-frame total shown as 5,585 pkts/s); the second
+// screen shows the rate over the time between them.
+func TestRenderFirstScreen(t *testing.T) {
+	h := newHistory()
+	key := tagsOf("eth1", "ipv4", "udp", "drop")
+	snap := xdp_drop.Snapshot{
+		Series: []xdp_drop.Series{counterPoint(key, 5585, 335100)},
+		Rules:  []xdp_drop.RuleSeries{rulePoint("eth1", "memcached", "drop", 5585, 335100)},
+	}
+	first := render(snap, h, time.Second, time.Time{}, time.Second)
+	require.Contains(t, first, "\neth1         ipv4   udp           drop                 -          -       5,585\n")
+	require.Contains(t, first, "\ntotal                             drop                 -          -\n")
+	require.Contains(t, first, "\neth1         memcached            drop                 -          -       5,585\n")
+	requireFits(t, first)
+
+	snap.Series[0].Packets, snap.Series[0].Bytes = 5605, 336300
+	snap.Rules[0].Packets, snap.Rules[0].Bytes = 5605, 336300
+	second := render(snap, h, 2*time.Second, time.Time{}, time.Second)
+	require.Contains(t, second, "\neth1         ipv4   udp           drop                10  600.0 B/s       5,605\n")
+	require.Contains(t, second, "\ntotal                             drop                10  600.0 B/s\n")
+	require.Contains(t, second, "\neth1         memcached            drop                10  600.0 B/s       5,605\n")
 }
 
 // TestRenderTopSources: the top sources of the interval, per interface and

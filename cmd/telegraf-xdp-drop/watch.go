@@ -85,11 +85,18 @@ type ruleKey struct{ iface, rule, action string }
 type history struct {
 	series map[xdp_drop.SeriesKey]sample
 	rules  map[ruleKey]sample
+	// shown: a screen was drawn, so the next one has counters to compute
+	// rates from; the first has only totals, since an unknown time.
+	shown bool
 }
 
 func newHistory() *history {
 	return &history{series: map[xdp_drop.SeriesKey]sample{}, rules: map[ruleKey]sample{}}
 }
+
+// noRate stands in a rate column on the first screen, which has no earlier
+// counters to take a rate from: their totals are cumulative since attach.
+const noRate = "-"
 
 // since returns the rates of counters now that were at was (if seen) the
 // given seconds ago. Counters below their last value restarted (a new
@@ -127,11 +134,16 @@ const (
 // current totals.
 func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.Time, interval time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (Ctrl-C detaches and quits)\n", now.Format("2006-01-02 15:04:05"), interval)
+	fmt.Fprintf(&b, "xdp_drop watch  %s  every %v  (%s)\n", now.Format("2006-01-02 15:04:05"), interval, quitText(snap.Links))
+	observed := false
 	for _, l := range snap.Links {
 		if l.Observer != "" {
 			b.WriteString(clip(fmt.Sprintf("read-only %s: counters of %s, program id %d", l.Interface, l.Observer, l.ProgramID), width) + "\n")
+			observed = true
 		}
+	}
+	if observed {
+		b.WriteString("Ctrl-C leaves what it observes attached, its counters running\n")
 	}
 	t := table{b: &b}
 	t.row("INTERFACE", fmt.Sprintf(classRow, "FAMILY", "PROTOCOL", "ACTION", "PKTS/S", "BYTES/S", "TOTAL PKTS"))
@@ -145,6 +157,8 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 	lines := make([]line, 0, len(snap.Series))
 	totals := map[string]rates{}
 	seconds := elapsed.Seconds()
+	rated := h.shown
+	h.shown = true
 	for _, s := range snap.Series {
 		was, seen := h.series[s.SeriesKey]
 		cur := sample{s.Packets, s.Bytes}
@@ -161,15 +175,17 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 		return lines[i].pps > lines[j].pps || lines[i].pps == lines[j].pps && lines[i].key.Protocol < lines[j].key.Protocol
 	})
 	for _, l := range lines {
+		pps, bps := rateText(l.rates, rated)
 		t.row(l.label, fmt.Sprintf(classRow, l.key.Family, clip(l.key.Protocol, protocolWidth), l.key.Action,
-			perSecond(l.pps, pktsWidth), rate(l.bps), number(l.total, totalWidth)))
+			pps, bps, number(l.total, totalWidth)))
 	}
 	for _, action := range xdp_drop.Actions {
 		if r, ok := totals[action]; ok {
-			t.row("total", strings.TrimRight(fmt.Sprintf(classRow, "", "", action, perSecond(r.pps, pktsWidth), rate(r.bps), ""), " "))
+			pps, bps := rateText(r, rated)
+			t.row("total", strings.TrimRight(fmt.Sprintf(classRow, "", "", action, pps, bps, ""), " "))
 		}
 	}
-	renderRules(&t, snap.Rules, h, seconds)
+	renderRules(&t, snap.Rules, h, seconds, rated)
 	renderTop(&t, snap.Top, seconds)
 	for _, l := range snap.Links {
 		b.WriteString(linkText(l) + "\n")
@@ -180,7 +196,7 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 // renderRules adds the rule section: per interface, the rules in the order
 // of the config, which is the order they are checked in, every rule also
 // when it never matched.
-func renderRules(t *table, rules []xdp_drop.RuleSeries, h *history, seconds float64) {
+func renderRules(t *table, rules []xdp_drop.RuleSeries, h *history, seconds float64, rated bool) {
 	if len(rules) == 0 {
 		return
 	}
@@ -195,9 +211,33 @@ func renderRules(t *table, rules []xdp_drop.RuleSeries, h *history, seconds floa
 		cur := sample{r.Packets, r.Bytes}
 		rt := since(was, seen, cur, seconds)
 		h.rules[key] = cur
+		pps, bps := rateText(rt, rated)
 		t.row(r.Interface, fmt.Sprintf(ruleRow, clipMiddle(r.Rule, ruleWidth), r.Action,
-			perSecond(rt.pps, pktsWidth), rate(rt.bps), number(r.Packets, totalWidth)))
+			pps, bps, number(r.Packets, totalWidth)))
 	}
+}
+
+// rateText formats the rate columns; without an earlier screen (rated
+// false) there is no rate yet, only the totals.
+func rateText(r rates, rated bool) (pps, bps string) {
+	if !rated {
+		return noRate, noRate
+	}
+	return perSecond(r.pps, pktsWidth), rate(r.bps)
+}
+
+// quitText says what Ctrl-C does: it detaches what the view attached, and
+// only quits a view that observes another instance.
+func quitText(links []xdp_drop.Link) string {
+	for _, l := range links {
+		if l.Observer == "" {
+			return "Ctrl-C detaches and quits"
+		}
+	}
+	if len(links) == 0 {
+		return "Ctrl-C detaches and quits"
+	}
+	return "only observes; Ctrl-C quits"
 }
 
 // table writes rows after a label column. A label too long for the column

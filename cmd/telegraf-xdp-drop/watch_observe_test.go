@@ -74,6 +74,7 @@ func TestWatchBesideInstance(t *testing.T) {
 	header := regexp.MustCompile(fmt.Sprintf(`(?m)^read-only xdpt0: counters of the instance of pid %d, program id %d$`,
 		instance.cmd.Process.Pid, id))
 	want := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^xdp_drop watch  .*  \(only observes; Ctrl-C quits\)$`),
 		header,
 		regexp.MustCompile(`(?m)^xdpt0\s+ipv4\s+udp\s+drop` + rates + `7$`),
 		regexp.MustCompile(`(?m)^xdpt0\s+ipv4\s+udp\s+pass` + rates + `11$`),

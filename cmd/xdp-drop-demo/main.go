@@ -81,7 +81,7 @@ func run() error {
 		return fmt.Errorf("build the plugin binary: %w", err)
 	}
 
-	ns, err := testns.Create("xdpdrop-demo-")
+	ns, err := createNamespace()
 	if err != nil {
 		return fmt.Errorf("create network namespace: %w", err)
 	}
@@ -241,4 +241,19 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
+}
+
+// demoPrefix names the demo's namespaces when XDP_DROP_TEST_NETNS_PREFIX
+// does not.
+const demoPrefix = "xdpdrop-demo-"
+
+// createNamespace makes the demo's namespace, named with the tests' prefix
+// when XDP_DROP_TEST_NETNS_PREFIX sets one: a run that checks for leftover
+// namespaces of its prefix then sees the demo's too.
+func createNamespace() (*testns.NS, error) {
+	prefix := os.Getenv(testns.PrefixEnv)
+	if prefix == "" {
+		prefix = demoPrefix
+	}
+	return testns.Create(prefix)
 }

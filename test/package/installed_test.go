@@ -146,7 +146,7 @@ func TestInstalledPackage(t *testing.T) {
 	out = dpkg(t, m, nil, "--purge", pkgName)
 	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
 	require.Contains(t, out, "took back the search permission for others on /sys/fs/bpf that the package added (chmod o-x): it is 1700 again")
-	require.Contains(t, out, pinDir+" still holds pins, left in place (only root reaches them now); rm -r "+pinDir+" releases them")
+	require.Contains(t, out, pinDir+" still holds pins, left in place (only root reaches them now: /sys/fs/bpf is 1700); rm -r "+pinDir+" releases them")
 	require.Equal(t, os.FileMode(0o1700), modeOf(t, m.path(bpffs)), "purge restores the mode of %s", bpffs)
 	_, err = os.Stat(m.path(filepath.Join(pinDir, testns.Dev)))
 	require.NoError(t, err, "the pins stay")
@@ -181,6 +181,28 @@ func TestInstalledBPFFSOpen(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist, "purge removes the empty pin directory")
 	_, err = os.Stat("/var/lib/telegraf-xdp-drop")
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestInstalledBPFFSOpenPinsLeft: where others may pass through the BPF
+// filesystem (1777, which the package leaves), pins left at purge are
+// still reached by the service user's group, and purge says so rather
+// than that only root reaches them.
+func TestInstalledBPFFSOpenPinsLeft(t *testing.T) {
+	m, _ := installInto(t, "777")
+	require.NoError(t, os.Mkdir(m.path(filepath.Join(pinDir, testns.Dev)), 0o750), "a pin directory the service user left")
+
+	out := dpkg(t, m, nil, "--purge", pkgName)
+	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
+	require.Contains(t, out, fmt.Sprintf("%s still holds pins, left in place (root and the group %s (the service user's) still reach them: /sys/fs/bpf is 1777, which others may pass, and %s is 770 root:%s); rm -r %s releases them",
+		pinDir, group(), pinDir, group(), pinDir))
+	require.NotContains(t, out, "only root")
+	require.Equal(t, os.FileMode(0o1777), modeOf(t, m.path(bpffs)))
+	// The group's members list them indeed.
+	user := "nobody"
+	listing, err := exec.Command("nsenter", "-t", fmt.Sprint(m.pid), "-m", "--", "runuser", "-u", user, "-g", group(), "--", "ls", pinDir).CombinedOutput()
+	require.NoError(t, err, "%s", listing)
+	require.Equal(t, testns.Dev+"\n", string(listing))
+	require.NoError(t, os.RemoveAll(m.path(pinDir)))
 }
 
 // TestInstalledBPFFSChangedSince: a mode someone changed after the install

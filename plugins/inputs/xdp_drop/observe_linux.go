@@ -28,14 +28,16 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 			"its counters show again once one attaches (the console view attaches only to interfaces that are free when it starts)", ifc.name)
 		return true, ifc.err
 	}
-	prog, owners, err := bpf.Observe(ifindex, x.policy)
+	prog, at, err := bpf.Observe(ifindex, x.policy)
 	var foreign *bpf.ExistingProgramError
 	var mismatch *bpf.PolicyMismatchError
 	switch {
 	case errors.As(err, &foreign):
 		ifc.err = fmt.Errorf("interface %q: %w: not xdp_drop's, so there are no counters to show, and it is left alone", ifc.name, err)
 	case errors.As(err, &mismatch):
-		ifc.err = fmt.Errorf("interface %q: %w; run -watch with the config that instance runs", ifc.name, err)
+		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, err, x.viewFlag())
+	case errors.Is(err, bpf.ErrObserveNeedsSysAdmin):
+		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w: run %s as root (sudo)", ifc.name, err, x.viewFlag())
 	case err != nil:
 		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w", ifc.name, err)
 	}
@@ -43,7 +45,8 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 		return true, ifc.err
 	}
 	ifc.prog, ifc.ifindex, ifc.err, ifc.reported = prog, ifindex, nil, ""
-	ifc.observer = observer(owners)
+	owners := at.Owners
+	ifc.observer, ifc.attachment = observer(owners), at
 	holders := "no running process is seen holding its link (kept by keep_attached, or attached through netlink)"
 	if len(owners) > 0 {
 		names := make([]string, len(owners))
@@ -55,6 +58,14 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 	x.Log.Infof("interface %q: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
 		ifc.name, prog.ID(), holders)
 	return true, nil
+}
+
+// viewFlag is the flag of the read-only run, for its messages.
+func (x *XDPDrop) viewFlag() string {
+	if x.ReadOnly {
+		return "-status"
+	}
+	return "-watch"
 }
 
 // observer names, briefly, the instance whose program is observed: by the

@@ -205,6 +205,12 @@ func (x *XDPDrop) loadPrefixFiles() error {
 				}
 				pf := &prefixFile{path: path, key: f.key}
 				got, err := x.readPrefixFile(pf, maxLineErrors)
+				if err != nil && x.ReadOnly {
+					// A read-only run shows the file's state rather than fail.
+					pf.err = err
+					fr.files = append(fr.files, pf)
+					continue
+				}
 				if err != nil {
 					fail(f.key, err)
 					bad = true
@@ -224,7 +230,9 @@ func (x *XDPDrop) loadPrefixFiles() error {
 			continue
 		}
 		src, dst, err := fr.union(nil)
-		if err != nil {
+		if err != nil && x.ReadOnly {
+			src, dst = fr.readable()
+		} else if err != nil {
 			fail("", err)
 			continue
 		}
@@ -309,6 +317,21 @@ func (fr *fileRule) union(pending map[*prefixFile]*fileRead) (src, dst []netip.P
 		}
 	}
 	return src, dst, nil
+}
+
+// readable is the rule's prefixes from its options and the files that
+// read, without union's refusal of a direction left empty: what a
+// read-only run describes when a file fails.
+func (fr *fileRule) readable() (src, dst []netip.Prefix) {
+	src, dst = slices.Clone(fr.src), slices.Clone(fr.dst)
+	for _, pf := range fr.files {
+		if pf.key == keySrcPrefixFile {
+			src = append(src, pf.prefixes...)
+		} else {
+			dst = append(dst, pf.prefixes...)
+		}
+	}
+	return uniquePrefixes(src), uniquePrefixes(dst)
 }
 
 // uniquePrefixes sorts ps and drops repeats: lists overlap, and the union

@@ -178,6 +178,11 @@ type Link struct {
 	// Observer, when attached, names whose program is read, not attached
 	// here: set only when Observe is (the console view), never a field.
 	Observer string
+	// LinkID and Holders, when observed: the id of the BPF link that
+	// attaches the program (0: attached through netlink, no link) and the
+	// processes that hold it (none: kept by a pin). Never fields.
+	LinkID  uint32
+	Holders []Holder
 	// Sampling: when attached with sample_rate set, what became of the
 	// sampled frames (see FieldSampled).
 	Sampling                          bool
@@ -187,6 +192,12 @@ type Link struct {
 	Capture      bool
 	CaptureLost  uint64
 	CaptureError string
+}
+
+// Holder is a process that holds an observed program's BPF link.
+type Holder struct {
+	PID  int
+	Comm string
 }
 
 // PutTags adds the link point's tags to tags.

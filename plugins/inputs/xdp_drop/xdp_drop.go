@@ -64,6 +64,10 @@ type XDPDrop struct {
 	// instead of failing to attach; an interface observed once is only
 	// ever observed. Not an option of the config.
 	Observe bool `toml:"-"`
+	// ReadOnly, set by -status with Observe, attaches nothing: an interface
+	// no instance holds is reported so, and a prefix file that does not
+	// read is recorded on its rule rather than failing Init.
+	ReadOnly bool `toml:"-"`
 
 	mode   bpf.Mode
 	policy bpf.Policy

@@ -46,6 +46,8 @@ type iface struct {
 	// observer names whose program prog is when it was observed (Observe),
 	// not attached here; it stays set, so the interface is only observed.
 	observer string
+	// attachment: how the observed program is attached.
+	attachment bpf.Attachment
 }
 
 // Start attaches to every configured interface. An interface that fails is
@@ -373,6 +375,10 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		if observed, err := x.observe(ifc, dev.Index); observed || err != nil {
 			return err
 		}
+	}
+	if x.ReadOnly {
+		ifc.err = fmt.Errorf("interface %q: no xdp_drop instance holds it: no XDP program is attached, and this read-only run attaches none", ifc.name)
+		return ifc.err
 	}
 	want := bpf.Want{
 		Ifindex: dev.Index, Name: ifc.name, Mode: x.mode,
@@ -741,6 +747,10 @@ func (x *XDPDrop) link(ifc *iface) Link {
 		l.Attached = true
 		if ifc.prog.Observed() {
 			l.Observer = ifc.observer
+			l.LinkID = uint32(ifc.attachment.Link)
+			for _, h := range ifc.attachment.Owners {
+				l.Holders = append(l.Holders, Holder{PID: h.PID, Comm: h.Comm})
+			}
 		}
 		l.Mode = string(ifc.prog.Mode())
 		l.ProgramID = int64(ifc.prog.ID())
