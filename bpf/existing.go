@@ -12,26 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ExistingProgramError is returned when the interface already runs an XDP
-// program that this Program did not attach.
-type ExistingProgramError struct {
-	ID   ebpf.ProgramID
-	Name string
-	// Uninspectable: this process may not open the program to read its
-	// name (that needs CAP_SYS_ADMIN), so whose it is cannot be told.
-	Uninspectable bool
-}
-
-func (e *ExistingProgramError) Error() string {
-	if e.Uninspectable {
-		return fmt.Sprintf("interface already has XDP program id %d, which this process may not inspect (needs CAP_SYS_ADMIN)", e.ID)
-	}
-	if e.Name == "" {
-		return fmt.Sprintf("interface already has XDP program id %d", e.ID)
-	}
-	return fmt.Sprintf("interface already has XDP program id %d (%s)", e.ID, e.Name)
-}
-
 // existingProgram describes the XDP program attached to ifindex, or returns
 // nil when there is none.
 func existingProgram(ifindex int) *ExistingProgramError {

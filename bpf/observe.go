@@ -20,22 +20,6 @@ import (
 // table, dry_run, the rules' constants).
 const rodataMap = ".rodata"
 
-// ErrObserveNeedsSysAdmin is returned when the program attached to an
-// interface cannot be opened: only CAP_SYS_ADMIN opens a program by its id.
-var ErrObserveNeedsSysAdmin = errors.New("opening another process's XDP program by its id needs CAP_SYS_ADMIN")
-
-// PolicyMismatchError says the xdp_drop program attached to an interface
-// was not loaded from the policy given: its counters cannot be read as
-// that policy's.
-type PolicyMismatchError struct {
-	ID     ebpf.ProgramID
-	Reason string
-}
-
-func (e *PolicyMismatchError) Error() string {
-	return fmt.Sprintf("XDP program id %d (%s) was loaded from another config, or by another version: %s", e.ID, ProgramName, e.Reason)
-}
-
 // Attachment is how an observed program is attached: through a BPF link
 // (Link is its id) that Owners hold, or kept by a pin when none does; or
 // through netlink (Link is 0), which no process holds.

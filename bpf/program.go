@@ -9,15 +9,6 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// ErrPermission is returned when the process may not load or attach BPF programs.
-// CAP_PERFMON is among them because the verifier allows the program's
-// variable-offset packet reads (IPv4 options, IPv6 extension headers) only
-// to "root", which it takes to mean CAP_PERFMON.
-var ErrPermission = errors.New("operation not permitted: needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (or root)")
-
-// ProgramName is the kernel name of the XDP program, as bpftool shows it.
-const ProgramName = "xdp_drop"
-
 // Program is one loaded copy of the XDP program with its own counters, on
 // its instance's rule maps, attached to at most one interface. It starts as
 // the single-buffer program and becomes the multi-buffer one where a device

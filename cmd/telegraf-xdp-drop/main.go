@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/influxdata/telegraf/plugins/common/shim"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 )
@@ -41,8 +40,8 @@ func main() {
 // with the last lines (the stop's log) then logs "file already closed" as
 // an error.
 func closePipes() {
-	var st unix.Stat_t
-	pipe := unix.Fstat(int(os.Stderr.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+	st, err := os.Stderr.Stat()
+	pipe := err == nil && st.Mode()&os.ModeNamedPipe != 0
 	os.Stdout.Close()
 	os.Stderr.Close()
 	if pipe {

@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/influxdata/telegraf"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
@@ -370,8 +370,7 @@ func isTerminal(w io.Writer) bool {
 	if !ok {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // errorLog is the accumulator the watch view hands the plugin: Start and

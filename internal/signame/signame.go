@@ -5,15 +5,13 @@ package signame
 import (
 	"os"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Name returns the name of sig, such as SIGTERM, or its description when it
 // has none.
 func Name(sig os.Signal) string {
-	if s, ok := sig.(syscall.Signal); ok && unix.SignalName(s) != "" {
-		return unix.SignalName(s)
+	if s, ok := sig.(syscall.Signal); ok && signalName(s) != "" {
+		return signalName(s)
 	}
 	return sig.String()
 }
