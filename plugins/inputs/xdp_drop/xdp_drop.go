@@ -92,6 +92,10 @@ type XDPDrop struct {
 	nsReported  string          // the namespace error last reported, when no interface carries it
 	literalHint map[string]bool // patterns already warned about an interface named like them
 	lastSeries  int             // series in the last snapshot
+	gathers     uint64          // snapshots taken: the number of the current one
+	// standing are the series emitted at every gather from attach, also at
+	// zero (standingClasses).
+	standing standingSet
 
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
@@ -147,6 +151,7 @@ func (x *XDPDrop) Init() error {
 		return err
 	}
 	x.policy = policy
+	x.standing = standingClasses(policy)
 	if err := x.loadPrefixFiles(); err != nil {
 		return err
 	}
