@@ -4,7 +4,6 @@ package xdp_drop
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,12 +105,14 @@ func gatherUntil(t *testing.T, ns *testns.NS, p *XDPDrop, want uint64) *testutil
 // series and the zeros before a new series (series_linux_test.go tests
 // those), so that a test compares the classes its traffic reached.
 func withTraffic(acc *testutil.Accumulator) *testutil.Accumulator {
-	acc.Lock()
-	defer acc.Unlock()
-	acc.Metrics = slices.DeleteFunc(acc.Metrics, func(m *testutil.Metric) bool {
-		return m.Measurement == MeasurementCounters && m.Fields[FieldPackets] == uint64(0)
-	})
-	return acc
+	out := &testutil.Accumulator{Errors: acc.Errors}
+	for _, m := range acc.GetTelegrafMetrics() {
+		if p, _ := m.GetField(FieldPackets); m.Name() == MeasurementCounters && p == uint64(0) {
+			continue
+		}
+		out.AddMetric(m)
+	}
+	return out
 }
 
 func TestGatherRealAttachment(t *testing.T) {
