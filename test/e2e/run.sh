@@ -458,6 +458,13 @@ doc_query() {
 	influx_query "$q" || fail "documented query '$1' failed"
 }
 
+# The dashboard's queries, with Grafana's macros as Grafana would fill them
+# for the last hour, all hosts and $DEV.
+dashboard_queries() {
+	# shellcheck disable=SC2016 # Grafana's macros, matched literally
+	jq -r '.panels[] | select(.targets) | .title as $t | .targets[] | [$t, .query] | join("\t")' "$DASHBOARD" |
+		sed -e 's/\$timeFilter/time > now() - 1h/g' -e 's/\$__interval_ms/5000/g' -e 's/\$__interval/5s/g' -e 's/\$gather/1s/g' -e 's/\$host/.*/g' -e "s/\\\$interface/$DEV/g"
+}
 # udp_drop_points SINCE_MS: the ipv4/udp drop counter of every point since SINCE_MS, in time order.
 udp_drop_points() {
 	influx_query "SELECT \"packets\" FROM \"xdp_drop\" WHERE \"interface\" = '$DEV' AND \"family\" = 'ipv4'
@@ -696,13 +703,6 @@ out=$(doc_query "Gathers not attached")
 [ "$(jq '.results[0].series | length' <<<"$out")" = 0 ] || fail "gathers not attached: $(jq -c '.results[0].series' <<<"$out")"
 note "link status: $link; no gather found $DEV detached"
 
-# The dashboard's queries, with Grafana's macros as Grafana would fill them
-# for the last hour, all hosts and $DEV.
-dashboard_queries() {
-	# shellcheck disable=SC2016 # Grafana's macros, matched literally
-	jq -r '.panels[] | select(.targets) | .title as $t | .targets[] | [$t, .query] | join("\t")' "$DASHBOARD" |
-		sed -e 's/\$timeFilter/time > now() - 1h/g' -e 's/\$__interval_ms/5000/g' -e 's/\$__interval/5s/g' -e 's/\$gather/1s/g' -e 's/\$host/.*/g' -e "s/\\\$interface/$DEV/g"
-}
 while IFS=$'\t' read -r title q; do
 	out=$(influx_query "$q") || fail "dashboard panel '$title': query failed"
 	case $title in
