@@ -54,6 +54,9 @@ func (x *XDPDrop) appendClasses(series []Series, log *seriesLog, name string, b 
 	return series
 }
 
+// noTraffic is the block of counters that counted nothing.
+var noTraffic bpf.Block
+
 // seriesLog remembers, for the counters attached to one interface, the
 // series the gathers emitted and when the last one read them all: a series
 // first emitted later was at zero then, and gets a point at zero at that

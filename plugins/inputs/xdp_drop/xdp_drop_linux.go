@@ -644,7 +644,9 @@ func (x *XDPDrop) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Sna
 	ifc.series.viewed([2]bool{x.PerQueue, x.PerCPU})
 	// Every block with traffic is passed once: their rule counters add up.
 	var rules, limited [bpf.MaxRules]bpf.Counter
+	traffic := false
 	err := read(func(queue, cpu int, b *bpf.Block) {
+		traffic = true
 		snap.Series = x.appendClasses(snap.Series, &ifc.series, name, b, queueTag(queue), cpuTag(cpu))
 		for i := range x.policy.Rules {
 			rules[i].Packets += b.Rule[i].Packets
@@ -656,6 +658,10 @@ func (x *XDPDrop) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Sna
 	if err != nil {
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return
+	}
+	if !traffic && !x.PerQueue && !x.PerCPU {
+		// No block with traffic was passed: the standing series stand at zero.
+		snap.Series = x.appendClasses(snap.Series, &ifc.series, name, &noTraffic, "", "")
 	}
 	ifc.series.read(x.gathers)
 	snap.Rules = x.appendRules(snap.Rules, name, &rules, &limited)
