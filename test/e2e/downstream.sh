@@ -91,7 +91,7 @@ check_first_burst() {
 	want_bytes=$(jq -r '.series[] | select(.action == "drop") | "\(.protocol) \(.bytes)"' "$WORK/sent1.json" |
 		awk '{s[$1] += $2} END {for (p in s) print p "=" s[p]}' | LC_ALL=C sort | paste -sd' ')
 	burst() { # WHAT GOT [WANT]
-		if [ "$(nonzero "$2")" = "${3:-$want}" ]; then
+		if [ "$(nonzero "$2")" = "$(nonzero "${3:-$want}")" ]; then
 			note "first burst: $1: $2 = sent"
 		else
 			note "FIRST BURST: $1: ${2:-nothing} != sent ${3:-$want}"
@@ -269,7 +269,8 @@ prom_first() {
 }
 
 # nonzero TOTALS: "key=total ..." less the keys at 0 (a standing series no
-# frame reached has a total of 0: a protocol nothing dropped).
+# frame reached has a total of 0: a protocol nothing dropped), on either
+# side of a comparison.
 nonzero() { tr ' ' '\n' <<<"$1" | grep -v '=0$' | paste -sd' '; }
 
 # influx_totals QUERY JQ_ROW: "protocol=total ..." from a query's rows; JQ_ROW
@@ -302,7 +303,7 @@ check_totals() {
 	log "totals of the shipped queries against the frames counted"
 	local want got q range ok=1 line first
 	check_total() { # WHAT GOT
-		if [ "$(nonzero "$2")" = "$want" ]; then
+		if [ "$(nonzero "$2")" = "$(nonzero "$want")" ]; then
 			line="$1: $2 = expected $want"
 		else
 			line="$1: $2 != expected $want"
