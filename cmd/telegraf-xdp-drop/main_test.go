@@ -209,6 +209,9 @@ func counts(ms []telegraf.Metric) (map[key][2]int64, int64) {
 		tags := m.Tags()
 		p, _ := m.GetField("packets")
 		b, _ := m.GetField("bytes")
+		if p.(int64) == 0 {
+			continue // a standing series no frame reached
+		}
 		out[key{tags["interface"], tags["family"], tags["protocol"], tags["action"]}] = [2]int64{p.(int64), b.(int64)}
 		total += p.(int64)
 	}

@@ -112,6 +112,17 @@ func TestRenderWouldDrop(t *testing.T) {
 	require.Contains(t, got, "\ntotal                             would_drop          10   1.0 kB/s\ntotal                             pass                 4  400.0 B/s\n")
 }
 
+// TestRenderLeavesZerosOut: a standing series no frame reached has no row.
+func TestRenderLeavesZerosOut(t *testing.T) {
+	points := xdp_drop.Snapshot{Series: []xdp_drop.Series{
+		counterPoint(tagsOf("eth1", "ipv4", "udp", "drop"), 10, 1000),
+		counterPoint(tagsOf("eth1", "ipv4", "icmp", "pass"), 0, 0),
+	}}
+	got := render(points, newHistory(), time.Second, time.Time{}, time.Second)
+	require.Contains(t, got, "udp")
+	require.NotContains(t, got, "icmp")
+}
+
 // longRule is a rule name of the most characters a name may have.
 const longRule = "shed-reflection-from-the-upstream-transit-provider-at-site-ams-1"
 
@@ -329,7 +340,8 @@ func TestRenderFits(t *testing.T) {
 			if rnd.IntN(2) == 0 {
 				h.series[k] = sample{counter(), counter()}
 			}
-			snap.Series = append(snap.Series, counterPoint(k, counter(), counter()))
+			// At least one packet: the view leaves series at zero out.
+			snap.Series = append(snap.Series, counterPoint(k, counter()|1, counter()))
 			labels = append(labels, seriesLabel(k))
 		}
 		for range rnd.IntN(6) {

@@ -160,6 +160,9 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 	rated := h.shown
 	h.shown = true
 	for _, s := range snap.Series {
+		if s.Packets == 0 {
+			continue // a standing series no frame reached yet
+		}
 		was, seen := h.series[s.SeriesKey]
 		cur := sample{s.Packets, s.Bytes}
 		r := since(was, seen, cur, seconds)

@@ -1,8 +1,6 @@
 package xdp_drop
 
 import (
-	"net/netip"
-
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
@@ -53,20 +51,10 @@ func (x *XDPDrop) Plan() (Plan, error) {
 }
 
 func plannedRule(r *bpf.Rule, action string) PlannedRule {
-	count := func(ps []netip.Prefix) (v4, v6 int) {
-		for _, p := range ps {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
-		return v4, v6
-	}
 	out := PlannedRule{Name: r.Name, Action: action, Protocols: len(r.Protocols),
 		SrcPorts: len(r.SrcPorts), DstPorts: len(r.DstPorts), PrefixFiles: len(r.PrefixFiles)}
-	out.SrcV4, out.SrcV6 = count(r.SrcPrefixes)
-	out.DstV4, out.DstV6 = count(r.DstPrefixes)
+	out.SrcV4, out.SrcV6 = familyCounts(r.SrcPrefixes)
+	out.DstV4, out.DstV6 = familyCounts(r.DstPrefixes)
 	if r.Limit != nil {
 		out.Rate, out.Burst = r.Limit.Rate, r.Limit.Burst
 	}

@@ -2,6 +2,7 @@ package xdp_drop
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -9,7 +10,8 @@ import (
 // The metric schema: measurement, tag and field names. They are a contract
 // with every query, dashboard and alert built on them.
 const (
-	// MeasurementCounters holds one point per class with traffic.
+	// MeasurementCounters holds one point per class with traffic, and per
+	// standing class (docs/metrics.md: "Series at zero") also without.
 	MeasurementCounters = "xdp_drop"
 	// MeasurementLink holds one point per interface: its attachment.
 	MeasurementLink = "xdp_drop_link"
@@ -78,6 +80,7 @@ var Actions = []string{ActionDrop, ActionWouldDrop, ActionPass}
 // PutTags; a new measurement is a slice here, of a type with PutTags and
 // PutFields, and a loop in Gather.
 type Snapshot struct {
+	Time   time.Time    // when the counters were read: the points' time
 	Series []Series     // MeasurementCounters
 	Rules  []RuleSeries // MeasurementRule
 	Links  []Link       // MeasurementLink
@@ -145,6 +148,10 @@ type Series struct {
 	SeriesKey
 	Packets uint64
 	Bytes   uint64
+	// ZeroAt, when set, is the time of the gather before, which read the
+	// series at zero: the series is new since, and a point at zero at that
+	// time lets difference-based totals count its first burst.
+	ZeroAt time.Time
 }
 
 // PutTags adds the series' tags to tags.

@@ -374,7 +374,7 @@ func TestHandoverSampling(t *testing.T) {
 	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 50)
 	waitSamplesRead(t, x, 150)
 	acc = gatherOnce(t, ns, x)
-	packets, ok := acc.Get("xdp_drop")
+	packets, ok := withTraffic(acc).Get("xdp_drop")
 	require.True(t, ok)
 	require.Equal(t, uint64(150), packets.Fields["packets"], "the counters continue")
 	top := metricsNamed(acc, MeasurementTop)

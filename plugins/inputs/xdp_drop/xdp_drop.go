@@ -97,6 +97,10 @@ type XDPDrop struct {
 	nsReported  string          // the namespace error last reported, when no interface carries it
 	literalHint map[string]bool // patterns already warned about an interface named like them
 	lastSeries  int             // series in the last snapshot
+	gathers     uint64          // snapshots taken: the number of the current one
+	// standing are the series emitted at every gather from attach, also at
+	// zero (standingClasses).
+	standing standingSet
 
 	// singleBufferOnly keeps the multi-buffer program from being loaded, as
 	// on a kernel without it (before 5.18): a test hook.
@@ -155,6 +159,7 @@ func (x *XDPDrop) Init() error {
 	policy.Sample, err = x.parseSampling(x.DryRun)
 	fail(leadingOption(err), err)
 	x.policy = policy
+	x.standing = standingClasses(policy)
 	if len(policy.Rules) == len(x.Rules) {
 		errs = append(errs, Errors(x.loadPrefixFiles())...)
 	}

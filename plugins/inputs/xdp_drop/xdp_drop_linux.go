@@ -34,8 +34,9 @@ type iface struct {
 	err      error  // why it is not attached
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
-	sampler  *sampler // reads the sampled frames, with sample_rate (top.go)
-	spare    interval // the sampler's tables of the last interval
+	series   seriesLog // the series the gathers emitted, for first-burst zeros
+	sampler  *sampler  // reads the sampled frames, with sample_rate (top.go)
+	spare    interval  // the sampler's tables of the last interval
 	// topBase is every frame by action when the last interval the top
 	// sources cover ended: what their estimates scale to is counted since.
 	topBase  [bpf.ActionCount]bpf.Counter
@@ -82,9 +83,22 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 // of every configured one, attaching those that are not attached yet.
 func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	snap := x.Snapshot(acc)
-	e := newEmitter(acc, time.Now())
+	emitSnapshot(acc, &snap)
+	return nil
+}
+
+// emitSnapshot passes the points of a snapshot to acc, at its time; a
+// series new since the gather before is preceded by a point at zero at
+// that gather's time (Series.ZeroAt).
+func emitSnapshot(acc telegraf.Accumulator, snap *Snapshot) {
+	e := newEmitter(acc, snap.Time)
 	for i := range snap.Series {
-		e.add(MeasurementCounters, &snap.Series[i])
+		s := &snap.Series[i]
+		if !s.ZeroAt.IsZero() {
+			zero := Series{SeriesKey: s.SeriesKey}
+			e.addAt(MeasurementCounters, &zero, s.ZeroAt)
+		}
+		e.add(MeasurementCounters, s)
 	}
 	for i := range snap.Rules {
 		e.add(MeasurementRule, &snap.Rules[i])
@@ -96,7 +110,6 @@ func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
 	for i := range snap.Links {
 		e.add(MeasurementLink, &snap.Links[i])
 	}
-	return nil
 }
 
 // point is one point of a measurement of the snapshot.
@@ -133,6 +146,15 @@ func (e *emitter) add(measurement string, p point) {
 	e.acc.AddFields(measurement, e.fields, e.tags, e.at...)
 }
 
+// addAt passes a point at time t.
+func (e *emitter) addAt(measurement string, p point, t time.Time) {
+	clear(e.tags)
+	clear(e.fields)
+	p.PutTags(e.tags)
+	p.PutFields(e.fields)
+	e.acc.AddFields(measurement, e.fields, e.tags, t)
+}
+
 // Snapshot reads the counters of every attached interface and the link
 // state of every configured one, attaching those that are not attached yet,
 // as Gather does; errors go to acc, as Gather's do.
@@ -141,6 +163,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	// Sized as the last one: a gather allocates once per slice.
 	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	x.gathers++
 	x.holderDeadline = time.Now().Add(gatherWait)
 	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
@@ -174,9 +197,19 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		x.readTop(acc, ifc, &snap, &l, counted, captureErr)
 		snap.Links = append(snap.Links, l)
 	}
+	x.stampSnapshot(&snap, time.Now())
 	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
+}
+
+// stampSnapshot sets the snapshot's time, at once the time of the gather
+// in the interfaces' series logs.
+func (x *XDPDrop) stampSnapshot(snap *Snapshot, at time.Time) {
+	snap.Time = at
+	for _, ifc := range x.ifaces {
+		ifc.series.stamp(x.gathers, at)
+	}
 }
 
 // releaseDetached releases the program of an interface the kernel
@@ -408,6 +441,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	ifc.prog = got.Program
 	ifc.ifindex = dev.Index
+	ifc.series.attached(x.gathers)
 	ifc.rulesGen, ifc.swapErr = x.files.gen, nil
 	if got.KeptRuleMaps && x.files.rules != nil {
 		// The program kept holds the prefixes its files held then.
@@ -616,11 +650,25 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 	if ifc.prog == nil {
 		return false
 	}
+	return x.readSeriesFrom(acc, ifc, snap, func(f bpf.BlockFunc) error { return x.readCounters(ifc, f) })
+}
+
+// readSeriesFrom adds the series of the counters read reads to snap; false
+// when they were not read in this gather.
+func (x *XDPDrop) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, read func(bpf.BlockFunc) error) bool {
+	if ifc.series.readIn(x.gathers) {
+		// Attached in place of a program read in this gather: its points
+		// stand for this gather; the new counters are read at the next.
+		return false
+	}
 	name := tagName(ifc.name)
+	ifc.series.viewed([2]bool{x.PerQueue, x.PerCPU})
 	// Every block with traffic is passed once: their rule counters add up.
 	var rules, limited [bpf.MaxRules]bpf.Counter
-	err := x.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
-		snap.Series = x.appendClasses(snap.Series, name, b, queueTag(queue), cpuTag(cpu))
+	traffic := false
+	err := read(func(queue, cpu int, b *bpf.Block) {
+		traffic = true
+		snap.Series = x.appendClasses(snap.Series, &ifc.series, name, b, queueTag(queue), cpuTag(cpu))
 		for i := range x.policy.Rules {
 			rules[i].Packets += b.Rule[i].Packets
 			rules[i].Bytes += b.Rule[i].Bytes
@@ -632,6 +680,11 @@ func (x *XDPDrop) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapsho
 		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
 		return false
 	}
+	if !traffic && !x.PerQueue && !x.PerCPU {
+		// No block with traffic was passed: the standing series stand at zero.
+		snap.Series = x.appendClasses(snap.Series, &ifc.series, name, &noTraffic, "", "")
+	}
+	ifc.series.read(x.gathers)
 	gen := ifc.rulesGen
 	if ifc.observer != "" {
 		gen = x.files.gen // another instance's: never swapped here
@@ -699,44 +752,6 @@ func queueTag(queue int) string {
 		return "overflow"
 	}
 	return strconv.Itoa(queue)
-}
-
-// Two actions, drop and pass: appendClasses tests both at once.
-var (
-	_ [bpf.ActionCount - 2]struct{}
-	_ [2 - bpf.ActionCount]struct{}
-)
-
-// appendClasses appends one series per class and action with traffic;
-// queue and cpu are the optional views' tags ("" when off).
-func (x *XDPDrop) appendClasses(series []Series, name string, b *bpf.Block, queue, cpu string) []Series {
-	for i := range b.Class {
-		counts := &b.Class[i]
-		// Most classes never see a frame: one test skips both actions,
-		// twice as fast as a loop over them.
-		if counts[0].Packets|counts[1].Packets == 0 {
-			continue
-		}
-		class := bpf.Class(i)
-		for a, c := range counts {
-			if c.Packets == 0 {
-				continue
-			}
-			series = append(series, Series{
-				SeriesKey: SeriesKey{
-					Interface: name,
-					Family:    class.Family().String(),
-					Protocol:  ClassProtocol(class),
-					Action:    ActionTag(x.policy.DryRun, bpf.Action(a)),
-					RxQueue:   queue,
-					CPU:       cpu,
-				},
-				Packets: c.Packets,
-				Bytes:   c.Bytes,
-			})
-		}
-	}
-	return series
 }
 
 // link is the attachment state of an interface.
