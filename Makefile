@@ -8,7 +8,7 @@ BIN        ?= bin/telegraf-xdp-drop
 PREFIX     ?= /usr/local
 # The group whose members may run the installed binary (Telegraf's service user's group).
 GROUP      ?= telegraf
-# What the binary's file capabilities grant; see README "Privileges" for why each is needed.
+# What the binary's file capabilities grant; see docs/privileges.md for why each is needed.
 CAPS       ?= cap_bpf,cap_net_admin,cap_perfmon+ep
 # A release tag v1.2.3 gives 1.2.3; an untagged tree 0.0.0~git<commit date>.<commit>.
 VERSION    ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --exact-match 2>/dev/null) && echo $${v\#v} || \
@@ -100,6 +100,7 @@ package: ## Build the .deb and .rpm into $(PKGDIR)/ with nfpm (binary root:$(GRO
 		sed -e 's|@GROUP@|$(GROUP)|g' -e 's|@CAPS@|$(CAPS)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/$$f.sh >$(PKGSTAGE)/$$f.sh; done
 	mv $(PKGSTAGE)/bpffs-access.sh $(PKGSTAGE)/bpffs-access
 	rm -rf $(PKGSTAGE)/examples && cp -R examples $(PKGSTAGE)/examples && chmod -R u=rwX,go=rX $(PKGSTAGE)/examples
+	rm -rf $(PKGSTAGE)/docs && mkdir -p $(PKGSTAGE)/docs && cp docs/*.md $(PKGSTAGE)/docs/ && chmod -R u=rwX,go=rX $(PKGSTAGE)/docs
 	sed -e 's|@GROUP@|$(GROUP)|g' packaging/tmpfiles.conf >$(PKGSTAGE)/tmpfiles.conf
 	glibc=$$(objdump -T $(PKGSTAGE)/telegraf-xdp-drop | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1) && \
 	test -n "$$glibc" && \

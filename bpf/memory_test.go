@@ -27,10 +27,10 @@ func maxRuleMemory(cpus int, perQueue bool) uint64 {
 	return ruleMapMemory(2*2*buckets, maxExactSlots(2*MaxPrefixes), MaxPrefixes, MaxPrefixes, 2*(1<<16), int(xdpDropLimitLimitsLIMIT_CELLS)) + ruleCounters
 }
 
-// TestMaxRuleMemoryInReadme: the README states the worst case maxRuleMemory
+// TestMaxRuleMemoryInDocs: docs/rules.md states the worst case maxRuleMemory
 // computes, the rule counters apart, and what they add per CPU.
-func TestMaxRuleMemoryInReadme(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+func TestMaxRuleMemoryInDocs(t *testing.T) {
+	readme, err := os.ReadFile("../docs/rules.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestMaxRuleMemoryInReadme(t *testing.T) {
 		fmt.Sprintf("(%s slots of %d bytes", thousands(maxExactSlots(2*MaxPrefixes)), unsafe.Sizeof(xdpDropPrefixSlot{})),
 	} {
 		if !strings.Contains(text, want) {
-			t.Errorf("README.md does not state %q", want)
+			t.Errorf("docs/rules.md does not state %q", want)
 		}
 	}
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // This file holds a reference classifier written from the design (the
-// README's metric schema and "What is counted where": truncated frames,
-// families, VLANs, IPv6 extension headers, fragments), not from xdp_drop.c:
+// plugin README's metric schema and "What is counted where" in
+// docs/metrics.md: truncated frames, families, VLANs, IPv6 extension
+// headers, fragments), not from xdp_drop.c:
 // FuzzClassify holds the BPF program to it.
 
 // refResult is what the design says a frame is counted as: the family it got

@@ -54,7 +54,7 @@ prom_caught_up() {
 FIRST_BURST_OK=1 # cleared by a failed first-burst check; check_first_burst fails the run
 
 # standing_before_burst: before any traffic, the standing series of the
-# dropped protocols (README "Series at zero") are at zero in InfluxDB, and
+# dropped protocols (docs/metrics.md "Series at zero") are at zero in InfluxDB, and
 # Prometheus has scraped them at zero: the first sample of every dropped
 # series is 0, so PromQL counts the first burst.
 standing_before_burst() {

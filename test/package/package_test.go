@@ -88,8 +88,16 @@ func TestDebContents(t *testing.T) {
 		"./usr/share/doc/telegraf-xdp-drop/packaging/telegraf.service.d-xdp-drop.conf":    "l--------- root/root -> ../telegraf.service.d-xdp-drop.conf",
 		"./usr/share/doc/telegraf-xdp-drop/README.md":                                     "-rw-r--r-- root/root",
 		"./usr/share/doc/telegraf-xdp-drop/BENCHMARKS.md":                                 "-rw-r--r-- root/root",
-		"./usr/share/doc/telegraf-xdp-drop/docs/ARCHITECTURE.md":                          "-rw-r--r-- root/root",
+		"./usr/share/doc/telegraf-xdp-drop/plugins/inputs/xdp_drop/README.md":             "-rw-r--r-- root/root",
+		"./usr/share/doc/telegraf-xdp-drop/sample.conf":                                   "-rw-r--r-- root/root",
 		"./usr/share/lintian/overrides/telegraf-xdp-drop":                                 "-rw-r--r-- root/root",
+	}
+	// Every document of docs/ under the doc directory.
+	docs, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	require.NotEmpty(t, docs)
+	for _, d := range docs {
+		want["."+docDir+"/docs/"+filepath.Base(d)] = "-rw-r--r-- root/root"
 	}
 	// Every file of examples/, whatever it holds, under the doc directory.
 	require.NoError(t, filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
@@ -138,20 +146,32 @@ func debFiles(list string) map[string]string {
 	return files
 }
 
-// TestDebDocLinks: every relative link of the installed README resolves in
-// the installed doc directory, as it does in the repository.
+// TestDebDocLinks: every relative link of the installed README, of the
+// documents of docs/ and of the plugin's README resolves in the installed
+// doc directory, as it does in the repository.
 func TestDebDocLinks(t *testing.T) {
 	deb := built(t, "deb")
 	files := debFiles(run(t, "dpkg-deb", "-c", deb))
-	readme, err := os.ReadFile("../../README.md")
+	docs, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	for _, d := range append([]string{"README.md", "plugins/inputs/xdp_drop/README.md"}, docs...) {
+		checkDocLinks(t, files, strings.TrimPrefix(d, "../../"))
+	}
+}
+
+// checkDocLinks checks the relative links of doc, a path in the repository
+// and under the doc directory alike.
+func checkDocLinks(t *testing.T, files map[string]string, doc string) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("../..", doc))
 	require.NoError(t, err)
 	links := regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(string(readme), -1)
-	require.NotEmpty(t, links)
 	for _, l := range links {
-		path := filepath.Join(docDir, l[1])
+		rel := filepath.Join(filepath.Dir(doc), l[1])
+		path := filepath.Join(docDir, rel)
 		for hops := 0; ; hops++ { // through the package's own links
 			entry, ok := files["."+path]
-			require.True(t, ok, "the README links to %s, which the package does not install as %s", l[1], path)
+			require.True(t, ok, "%s links to %s, which the package does not install as %s", doc, l[1], path)
 			_, target, isLink := strings.Cut(entry, " -> ")
 			if !isLink {
 				break
@@ -159,8 +179,8 @@ func TestDebDocLinks(t *testing.T) {
 			require.Less(t, hops, 4, "links from %s", l[1])
 			path = filepath.Join(filepath.Dir(path), target)
 		}
-		_, err := os.Stat(filepath.Join("../..", l[1]))
-		require.NoError(t, err, "the README's link %s resolves in the repository", l[1])
+		_, err := os.Stat(filepath.Join("../..", rel))
+		require.NoError(t, err, "%s's link %s resolves in the repository", doc, l[1])
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 )
 
 // TestLinkModeWhileNotAttached: the mode tag of an interface that is not
-// attached is the configured mode (native when unset), as the README says.
+// attached is the configured mode (native when unset), as the plugin's README says.
 func TestLinkModeWhileNotAttached(t *testing.T) {
 	ns := testns.New(t)
 	for _, mode := range []string{"", "native", "generic", "auto"} {

@@ -220,7 +220,7 @@ func openFDs(t *testing.T) int {
 }
 
 // TestFDsPerInterface: each attached interface holds bpf.FDsPerInterface
-// descriptors, the number the out-of-descriptors error and the README give,
+// descriptors, the number the out-of-descriptors error and docs/CONFIGURATION.md give,
 // and gives them back when released.
 func TestFDsPerInterface(t *testing.T) {
 	ns := testns.New(t)

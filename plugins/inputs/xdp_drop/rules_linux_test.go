@@ -19,7 +19,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/traffic"
 )
 
-// exampleRules are the README's reflection-shedding rules, and one that
+// exampleRules are docs/rules.md's reflection-shedding rules, and one that
 // matches nothing.
 func exampleRules() []Rule {
 	return []Rule{
@@ -113,7 +113,7 @@ func expectedRuleMetrics(iface string, flows []ruleFlow, rules []Rule, dry bool)
 }
 
 // TestRulesLive sends flows through a veth into the plugin's program with
-// the README's rules: every class counted under the action its frames got,
+// docs/rules.md's rules: every class counted under the action its frames got,
 // every rule (also the one that never matches) with exactly the frames it
 // decided, and only passed frames reach the stack behind the veth.
 func TestRulesLive(t *testing.T) {

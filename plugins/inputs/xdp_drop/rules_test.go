@@ -185,10 +185,10 @@ func TestEmptyConditionList(t *testing.T) {
 	require.Equal(t, bpf.Rule{Name: "scan", Drop: true, Protocols: []uint8{6}}, p.policy.Rules[1])
 }
 
-// TestDocumentedRulesAreValid: the README's rule examples, and the one
-// sample.conf carries commented out, are configs Init accepts.
+// TestDocumentedRulesAreValid: the rule examples of docs/rules.md, and the
+// one sample.conf carries commented out, are configs Init accepts.
 func TestDocumentedRulesAreValid(t *testing.T) {
-	readme, err := os.ReadFile("../../../README.md")
+	readme, err := os.ReadFile("../../../docs/rules.md")
 	require.NoError(t, err)
 	var examples []string
 	for _, block := range strings.Split(string(readme), "```toml\n")[1:] {

@@ -11,7 +11,7 @@ import (
 // with every query, dashboard and alert built on them.
 const (
 	// MeasurementCounters holds one point per class with traffic, and per
-	// standing class (README: "Series at zero") also without.
+	// standing class (docs/metrics.md: "Series at zero") also without.
 	MeasurementCounters = "xdp_drop"
 	// MeasurementLink holds one point per interface: its attachment.
 	MeasurementLink = "xdp_drop_link"

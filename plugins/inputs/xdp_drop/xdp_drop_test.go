@@ -20,13 +20,40 @@ func TestSampleConfigMatchesTopLevel(t *testing.T) {
 	require.Equal(t, string(top), (&XDPDrop{}).SampleConfig(), "sample.conf and plugins/inputs/xdp_drop/sample.conf must be the same text")
 }
 
+// TestReadmeHasSampleConfig: the plugin's README shows sample.conf whole, as
+// Telegraf's READMEs do; the top README links to it and to sample.conf, and
+// its minimal and fuller configs are configs Init accepts.
 func TestReadmeHasSampleConfig(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "```toml @sample.conf\n"+sampleConfig+"```", "README.md must embed sample.conf verbatim")
 	top, err := os.ReadFile("../../../README.md")
 	require.NoError(t, err)
-	require.Contains(t, string(top), "```toml\n"+strings.TrimPrefix(sampleConfig, "# Drop traffic at the driver with XDP and count it per protocol\n")+"```", "the top README must show sample.conf")
+	require.Contains(t, string(top), "](sample.conf)", "the top README links to sample.conf")
+	require.Contains(t, string(top), "](plugins/inputs/xdp_drop/README.md#configuration)", "the top README links to the whole config")
+
+	var configs []string
+	for _, block := range strings.Split(string(top), "```toml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if strings.HasPrefix(block, "[[inputs.xdp_drop]]\n") {
+			configs = append(configs, block)
+		}
+	}
+	require.Len(t, configs, 2, "the top README's minimal and fuller configs")
+	for i, c := range configs {
+		// Decoded over New's defaults, as the shim does.
+		var conf struct {
+			Inputs struct {
+				XDPDrop []*XDPDrop `toml:"xdp_drop"`
+			} `toml:"inputs"`
+		}
+		conf.Inputs.XDPDrop = []*XDPDrop{New()}
+		md, err := toml.Decode(c, &conf)
+		require.NoError(t, err, "config %d", i)
+		require.Empty(t, md.Undecoded(), "config %d", i)
+		require.Len(t, conf.Inputs.XDPDrop, 1, "config %d", i)
+		require.NoError(t, conf.Inputs.XDPDrop[0].Init(), "config %d:\n%s", i, c)
+	}
 }
 
 // TestExecdRestartInsideHandover: the execd snippet, as shipped and as the
@@ -54,7 +81,7 @@ func TestExecdRestartInsideHandover(t *testing.T) {
 		"restart_delay %s plus the binary's start (%s allowed) must end before handover_timeout's default %s releases the attachments", delay, startAllowance, DefaultHandoverTimeout)
 
 	line := fmt.Sprintf("  restart_delay = %q\n", delay.String())
-	for _, doc := range []string{"README.md", "../../../README.md"} {
+	for _, doc := range []string{"README.md", "../../../README.md", "../../../docs/install.md"} {
 		text, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		require.Contains(t, string(text), "[[inputs.execd]]\n", doc)
