@@ -11,8 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 )
 
 // Targets of the limit rows, as BENCHMARKS.md states them.

@@ -13,7 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 )
 
 // ruleBenchPrefixes is how many source prefixes per family the prefix rule

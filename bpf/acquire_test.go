@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // TestAcquireRoutes: Acquire attaches a fresh program and says so; given

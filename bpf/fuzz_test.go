@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // fuzzMaxFrame keeps frames within the linear buffer BPF_PROG_TEST_RUN gives

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // handedPolicy has enough host prefixes that the exact-prefix table is

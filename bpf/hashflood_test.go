@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // goldenMul is the multiplier of the exact-prefix hash (2^64 / golden ratio).

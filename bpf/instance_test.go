@@ -9,8 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // ruleMapNames are the kernel names of the maps an instance's programs share.

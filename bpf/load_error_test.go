@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // TestLoadErrorCarriesVerifierLog breaks the program the way a bad edit of

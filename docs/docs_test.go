@@ -4,6 +4,8 @@
 package docs_test
 
 import (
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -76,6 +78,38 @@ func TestArchitectureNamesEveryGoFile(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "docs/ARCHITECTURE.md must name every non-test Go file with one line (`path` | what it holds)")
+}
+
+// trafficBinaries may import the test-support packages: they exist to make
+// and send traffic, as the tests do.
+var trafficBinaries = []string{"internal/testing/", "cmd/xdp-drop-demo/", "bench/", "test/"}
+
+// TestTestSupportStaysOutOfProduction: as docs/ARCHITECTURE.md says, no
+// production file outside the traffic binaries imports internal/testing.
+func TestTestSupportStaysOutOfProduction(t *testing.T) {
+	var offenders []string
+	for _, f := range goFiles(t) {
+		if hasAnyPrefix(f, trafficBinaries) {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, f), nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range file.Imports {
+			if strings.Contains(imp.Path.Value, "/internal/testing/") {
+				offenders = append(offenders, f+" imports "+imp.Path.Value)
+			}
+		}
+	}
+	require.Empty(t, offenders, "production code must not import the test-support packages under internal/testing/")
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestReadmeLength: the top README and the plugin's stay in the shape of a

@@ -16,8 +16,8 @@ import (
 	"github.com/influxdata/telegraf/plugins/parsers/influx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/binarytest"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // TestOutOfFileDescriptors runs the binary with RLIMIT_NOFILE far too low

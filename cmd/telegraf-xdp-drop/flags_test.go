@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
 // TestTimerMode runs the binary as it runs without -poll_interval_disabled:

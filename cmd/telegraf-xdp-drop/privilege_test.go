@@ -20,8 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/binarytest"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 const setcapCaps = "cap_bpf,cap_net_admin,cap_perfmon+ep"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // TestTwoReplaceInstancesNeverFight runs two binaries with replace = true on

@@ -14,11 +14,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/binarytest"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
 // TestWatchView runs the console view, with per_cpu, on known traffic sent

@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
 const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and count the rest;

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // TestDo: f runs inside the namespace enter moved the thread to, and the

@@ -22,8 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdp-drop/xdp_drop/internal/binarytest"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 const (

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
 // ruleMapNames are the kernel names of the rule maps an instance shares.

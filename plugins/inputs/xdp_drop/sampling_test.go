@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/topk"
 )
 

@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xdp-drop/xdp_drop/internal/frames"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 	"github.com/xdp-drop/xdp_drop/test/e2e/internal/e2ens"
 )
 

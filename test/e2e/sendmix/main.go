@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command sendmix sends the project's traffic mix (internal/traffic.Mix) out
+// Command sendmix sends the project's traffic mix (internal/testing/traffic.Mix) out
 // of one end of a veth pair and prints, as JSON, what the xdp_drop plugin on
 // the other end must count: packets and bytes per family, protocol and action
 // tag. The end-to-end run (test/e2e/run.sh) compares that with what reaches
@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
-	"github.com/xdp-drop/xdp_drop/internal/txgen"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 	"github.com/xdp-drop/xdp_drop/test/e2e/internal/e2ens"
 )

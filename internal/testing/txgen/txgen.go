@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdp-drop/xdp_drop/internal/traffic"
+	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
 )
 
 // Batch is the most frames sent per BPF_PROG_TEST_RUN call. Live-frames mode

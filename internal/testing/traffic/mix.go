@@ -5,7 +5,7 @@ package traffic
 
 import (
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/frames"
+	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 )
 
 // Flow is a number of copies of one frame, and the class the XDP program
