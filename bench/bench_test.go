@@ -127,7 +127,8 @@ func BenchmarkGather(b *testing.B) {
 	}
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("ifaces=%d", n), func(b *testing.B) {
-			x := &xdp_drop.XDPDrop{Interfaces: names[:n], Drop: []any{"all"}, Log: quietLogger{}}
+			x := xdp_drop.New()
+			x.Interfaces, x.Drop, x.Log, x.HandoverTimeout = names[:n], []any{"all"}, quietLogger{}, 0
 			if err := x.Init(); err != nil {
 				b.Fatal(err)
 			}

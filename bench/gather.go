@@ -85,7 +85,8 @@ func gather(e *env, cfg gatherConfig, names []string, peers []int) ([]gatherResu
 
 func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int) (gatherResult, error) {
 	r := gatherResult{ifaces: len(names)}
-	x := &xdp_drop.XDPDrop{Interfaces: names, Drop: []any{"all"}, Log: quietLogger{}}
+	x := xdp_drop.New()
+	x.Interfaces, x.Drop, x.Log, x.HandoverTimeout = names, []any{"all"}, quietLogger{}, 0
 	if err := x.Init(); err != nil {
 		return r, err
 	}

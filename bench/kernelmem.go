@@ -64,7 +64,8 @@ func memoryRules() []xdp_drop.Rule {
 }
 
 func (e *env) attachedMemory(names []string) (total, shared uint64, err error) {
-	x := &xdp_drop.XDPDrop{Interfaces: names, Drop: []any{"udp"}, Rules: memoryRules(), Log: quietLogger{}}
+	x := xdp_drop.New()
+	x.Interfaces, x.Drop, x.Rules, x.Log, x.HandoverTimeout = names, []any{"udp"}, memoryRules(), quietLogger{}, 0
 	if err := x.Init(); err != nil {
 		return 0, 0, err
 	}

@@ -108,9 +108,9 @@ func prefixFileSwap(e *env, swaps, ifaces int) (prefixFileResult, error) {
 	}
 	r.parse = medianDuration(parses)
 
-	p := &xdp_drop.XDPDrop{Interfaces: devs, Log: testutil.Logger{Quiet: true}, Rules: []xdp_drop.Rule{
-		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
-	}}
+	p := xdp_drop.New()
+	p.Interfaces, p.Log, p.HandoverTimeout = devs, testutil.Logger{Quiet: true}, 0
+	p.Rules = []xdp_drop.Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
 	if err := p.Init(); err != nil {
 		return r, err
 	}

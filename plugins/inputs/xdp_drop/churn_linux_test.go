@@ -38,7 +38,7 @@ func TestChurnLogsOncePerChange(t *testing.T) {
 	names := []string{"xdpc0", "xdpc1", "xdpc2", "xdpn0"}
 	peers := map[string]string{"xdpc0": "xdpd0", "xdpc1": "xdpd1", "xdpc2": "xdpd2", "xdpn0": "xdpm0"}
 	log := &recordLog{}
-	p := &XDPDrop{Interfaces: []string{"xdpc*", "xdpn0"}, Drop: []any{"all"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpc*", "xdpn0"}, Drop: []any{"all"}, Log: log})
 	require.NoError(t, p.Init())
 
 	var mu sync.Mutex // guards errs

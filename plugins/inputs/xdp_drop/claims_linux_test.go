@@ -23,7 +23,7 @@ import (
 func TestLinkModeWhileNotAttached(t *testing.T) {
 	ns := testns.New(t)
 	for _, mode := range []string{"", "native", "generic", "auto"} {
-		p := &XDPDrop{Interfaces: []string{"xdpt9"}, Mode: mode, Drop: []any{"all"}, Log: testutil.Logger{}}
+		p := withDefaults(&XDPDrop{Interfaces: []string{"xdpt9"}, Mode: mode, Drop: []any{"all"}, Log: testutil.Logger{}})
 		startPlugin(t, ns, p)
 		acc := &testutil.Accumulator{}
 		inNS(t, ns, p, func() error { return p.Gather(acc) })
@@ -43,7 +43,7 @@ func TestLinkModeWhileNotAttached(t *testing.T) {
 // tries, fails with its advice and reports lo, attaching nothing.
 func TestLoopbackOnlyByName(t *testing.T) {
 	ns := testns.New(t)
-	p := &XDPDrop{Interfaces: []string{"lo"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"lo"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	// inNS refuses lo even in the test namespace; native mode cannot attach it.
@@ -78,7 +78,7 @@ func TestPinPathMountsBPFFS(t *testing.T) {
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	log := &captureLog{}
 	dir := bpf.DefaultBPFFS + "/xdpdrop-test-mount"
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: log})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	require.NoError(t, inPrivateMounts(ns, func() error {

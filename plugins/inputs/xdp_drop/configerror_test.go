@@ -20,7 +20,7 @@ func TestInitReportsEveryError(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("192.0.2.%d/24", i+1))
 	}
 	writeList(t, list, append([]string{"192.0.2.0/24"}, lines...)...)
-	x := &XDPDrop{
+	x := withDefaults(&XDPDrop{
 		Interfaces: []string{"eth1"},
 		Mode:       "turbo",
 		Drop:       []any{"udp", "quic"},
@@ -30,7 +30,7 @@ func TestInitReportsEveryError(t *testing.T) {
 			{Name: "list", Action: "drop", SrcPrefixFile: []string{list}},
 		},
 		HandoverTimeout: -1,
-	}
+	})
 	err := x.Init()
 	require.Error(t, err)
 	type refusal struct {

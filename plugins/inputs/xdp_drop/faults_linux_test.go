@@ -48,7 +48,7 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	ns := testns.New(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 
@@ -96,7 +96,7 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 func TestLinkDetachedFromOutside(t *testing.T) {
 	ns := testns.New(t)
 	log := &captureLog{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	oldID := p.ifaces[0].prog.ID()
@@ -123,7 +123,7 @@ func TestInterfaceRecreatedBetweenGathers(t *testing.T) {
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
 	log := &captureLog{}
-	p := &XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, Log: log})
 	startPlugin(t, ns, p)
 	oldID := p.ifaces[0].prog.ID()
 

@@ -28,10 +28,10 @@ func TestGatherMatchesReference(t *testing.T) {
 	ns := testns.New(t)
 	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", queues)
 	require.NoError(t, err)
-	p := &XDPDrop{
+	p := withDefaults(&XDPDrop{
 		Interfaces: []string{"xdpq0", testns.Dev}, Drop: []any{"udp", "icmp"}, Rules: exampleRules(),
 		PerQueue: true, Log: testutil.Logger{},
-	}
+	})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 
 	// The rule flows and an ICMP flow no rule passes: every view has classes
@@ -139,7 +139,7 @@ func referencePoints(t *testing.T, p *XDPDrop) []telegraf.Metric {
 // BenchmarkAppendClasses maps a block with the traffic mix's classes to
 // series: the part of a gather between the kernel read and the points.
 func BenchmarkAppendClasses(b *testing.B) {
-	x := &XDPDrop{Drop: []any{"all"}}
+	x := withDefaults(&XDPDrop{Drop: []any{"all"}})
 	var block bpf.Block
 	for c, n := range traffic.Expected(traffic.Mix()) {
 		block.Class[c][bpf.ActionDrop] = n

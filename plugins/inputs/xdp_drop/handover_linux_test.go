@@ -101,7 +101,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		dir := offerForeign(t, ns, dupAll(t, l, p, other.CountersFD()))
 
 		log := &testutil.CaptureLogger{}
-		x := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+		x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 		require.NoError(t, x.Init())
 		x.handoverDir = dir
 		acc := &testutil.Accumulator{}
@@ -124,7 +124,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
 	t.Helper()
 	log := &testutil.CaptureLogger{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 	require.NoError(t, p.Init())
 	p.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -179,7 +179,7 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	require.NoError(t, prog.Close(), "only the holder has the link now")
 
 	log := &testutil.CaptureLogger{}
-	x := &XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"all"}, Log: log}
+	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"all"}, Log: log})
 	require.NoError(t, x.Init())
 	x.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -231,7 +231,7 @@ func TestHandoverSilentHolder(t *testing.T) {
 		}
 	}()
 
-	x := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, x.Init())
 	x.handoverDir = dir
 	acc := &testutil.Accumulator{}

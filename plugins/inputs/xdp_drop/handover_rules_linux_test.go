@@ -106,14 +106,14 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 	}
 	rules := []Rule{{Name: "block", Action: "drop", SrcPrefix: hosts}}
 
-	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
 	handedID := a.ifaces[0].prog.ID()
 	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
 	log := &testutil.CaptureLogger{}
-	b := &XDPDrop{Interfaces: []string{"xdpb0", testns.Dev, "xdpc0"}, Rules: rules, Log: log}
+	b := withDefaults(&XDPDrop{Interfaces: []string{"xdpb0", testns.Dev, "xdpc0"}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
 	b.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -170,13 +170,13 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 // adopt the rule maps handed over: it loads its own, and says why.
 func TestHandoverChangedRulesOwnMaps(t *testing.T) {
 	ns := testns.New(t)
-	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}}}, Log: testutil.Logger{}}
+	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}}}, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
 	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
 	log := &testutil.CaptureLogger{}
-	b := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"198.51.100.0/24"}}}, Log: log}
+	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"198.51.100.0/24"}}}, Log: log})
 	require.NoError(t, b.Init())
 	b.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -205,13 +205,13 @@ func TestHandoverPrefixFileSameList(t *testing.T) {
 	list := filepath.Join(t.TempDir(), "drop.txt")
 	writeList(t, list, listV1...)
 	rules := []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
-	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
 	handedID := a.ifaces[0].prog.ID()
 	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
-	b := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.NoError(t, b.Init())
 	b.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -236,7 +236,7 @@ func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
 			ns := testns.New(t)
 			rules := []Rule{{Name: "ceiling", Action: "limit", Protocol: []any{"udp"}, DstPort: []any{int64(53)},
 				Rate: int64(1), Burst: int64(100), Per: "rule"}}
-			a := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: testutil.Logger{}}
+			a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: testutil.Logger{}})
 			require.Empty(t, startPlugin(t, ns, a).Errors)
 			frame := ipFrame("203.0.113.5", "198.51.100.53", frames.ProtoUDP, 40000, 53)
 			spent := time.Now()
@@ -246,7 +246,7 @@ func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
 			dir := handOverInProcess(t, ns, a)
 
 			log := &testutil.CaptureLogger{}
-			b := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: log}
+			b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"icmp"}, Rules: rules, Log: log})
 			over := "drop"
 			switch change {
 			case "drop":

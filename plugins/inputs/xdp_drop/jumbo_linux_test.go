@@ -76,7 +76,7 @@ func lineProtocol(ms []telegraf.Metric) string {
 func TestJumboNativeMetrics(t *testing.T) {
 	ns := jumboNS(t)
 	log := &captureLog{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	require.Contains(t, strings.Join(log.infos, "\n"), "multi-buffer: the device's MTU needs more than one buffer per frame")
@@ -106,7 +106,7 @@ func TestJumboNativeMetrics(t *testing.T) {
 func TestJumboAutoFallback(t *testing.T) {
 	ns := jumboNS(t)
 	log := &captureLog{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"udp"}, Log: log, singleBufferOnly: true}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"udp"}, Log: log, singleBufferOnly: true})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	warned := strings.Join(log.warnings, "\n")
@@ -132,7 +132,7 @@ func TestJumboAutoFallback(t *testing.T) {
 	t.Logf("gathered:\n%s", lineProtocol(acc.GetTelegrafMetrics()))
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
-	native := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: testutil.Logger{}, singleBufferOnly: true}
+	native := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: testutil.Logger{}, singleBufferOnly: true})
 	acc = startPlugin(t, ns, native)
 	require.Len(t, acc.Errors, 1)
 	msg := acc.Errors[0].Error()
@@ -158,7 +158,7 @@ func TestKeepAttachedJumbo(t *testing.T) {
 	ns := jumboNS(t)
 	dir := pinDir(t)
 	kept := func(log telegraf.Logger) *XDPDrop {
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, PinPath: dir, KeepAttached: true, Log: log}
+		return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, PinPath: dir, KeepAttached: true, Log: log})
 	}
 	out, udp, tcp := jumboFrames()
 	total := udp.Packets + tcp.Packets

@@ -31,7 +31,7 @@ func TestLimitRuleLive(t *testing.T) {
 			ns := testns.New(t)
 			rules := []Rule{{Name: "dns-per-source", Action: "limit", Protocol: []any{"udp"}, DstPort: []any{int64(53)},
 				Rate: int64(1), Burst: int64(5), Per: "source"}}
-			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"tcp"}, Rules: rules, DryRun: dry, Log: testutil.Logger{}}
+			p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"tcp"}, Rules: rules, DryRun: dry, Log: testutil.Logger{}})
 			acc := startPlugin(t, ns, p)
 			require.Empty(t, acc.Errors)
 
@@ -77,8 +77,8 @@ func TestLimitRulePrefixFileSwapKeepsBudget(t *testing.T) {
 	ns := testns.New(t)
 	list := filepath.Join(t.TempDir(), "limited.txt")
 	writeList(t, list, "192.0.2.0/24")
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "limited", Action: "limit",
-		SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(5), Per: "rule"}}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "limited", Action: "limit",
+		SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(5), Per: "rule"}}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 
@@ -172,8 +172,8 @@ func TestLimitBudgetSurvivesAttachInSwapGather(t *testing.T) {
 				require.NoError(t, err)
 				attachForeign(t, ns, "xdpr0")
 			}
-			p := &XDPDrop{Interfaces: interfaces, Rules: []Rule{{Name: "ceiling", Action: "limit",
-				SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(100), Per: "rule"}}, Log: testutil.Logger{}}
+			p := withDefaults(&XDPDrop{Interfaces: interfaces, Rules: []Rule{{Name: "ceiling", Action: "limit",
+				SrcPrefixFile: []string{list}, Rate: int64(1), Burst: int64(100), Per: "rule"}}, Log: testutil.Logger{}})
 			require.NoError(t, p.Init())
 			acc := &testutil.Accumulator{}
 			inNS(t, ns, p, func() error { return p.Start(acc) })

@@ -29,10 +29,10 @@ func TestInterfaceNamesEscaped(t *testing.T) {
 	const shown = `xe\x1b[1m\xff`
 	_, _, err := ns.AddVeth(name, peer)
 	require.NoError(t, err)
-	inNS(t, ns, &XDPDrop{Interfaces: []string{name}}, func() error { return nil })
+	inNS(t, ns, withDefaults(&XDPDrop{Interfaces: []string{name}}), func() error { return nil })
 
 	log := &debugLog{}
-	p := &XDPDrop{Interfaces: []string{"xe*", "nosuch0"}, Drop: []any{"all"}, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xe*", "nosuch0"}, Drop: []any{"all"}, Log: log})
 	acc := startPlugin(t, ns, p)
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 

@@ -19,7 +19,7 @@ func TestNamesWithControlCharacters(t *testing.T) {
 		{[]string{"eth*\x7f"}, nil, `interfaces: "eth*\x7f" holds a NUL or control character`},
 		{[]string{"eth*"}, []string{"eth1\x00"}, `interface_exclude: "eth1\x00" holds a NUL or control character, which no interface name can`},
 	} {
-		p := &XDPDrop{Interfaces: c.ifaces, InterfaceExclude: c.exclude, Drop: []any{"all"}}
+		p := withDefaults(&XDPDrop{Interfaces: c.ifaces, InterfaceExclude: c.exclude, Drop: []any{"all"}})
 		err := p.Init()
 		require.Error(t, err, "%q", c.ifaces)
 		require.Contains(t, err.Error(), c.want)
@@ -49,14 +49,14 @@ func TestLiteralNamesWithGlobCharacters(t *testing.T) {
 			require.Equal(t, c.literal, literalName(c.entry), c.entry)
 		}
 	}
-	p := &XDPDrop{Interfaces: []string{`rt\[0\]`, "eth*"}, Drop: []any{"all"}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{`rt\[0\]`, "eth*"}, Drop: []any{"all"}})
 	require.NoError(t, p.Init())
 	require.Len(t, p.ifaces, 1)
 	require.Equal(t, "rt[0]", p.ifaces[0].name)
 
-	p = &XDPDrop{Interfaces: []string{`rt\[0\]`, "rt[0]x"}, InterfaceExclude: []string{`rt\[0\]`}, Drop: []any{"all"}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{`rt\[0\]`, "rt[0]x"}, InterfaceExclude: []string{`rt\[0\]`}, Drop: []any{"all"}})
 	require.ErrorContains(t, p.Init(), `interfaces: "rt\\[0\\]" is named exactly but also matches interface_exclude`)
-	p = &XDPDrop{Interfaces: []string{`abcdefghijklmn\*`}, Drop: []any{"all"}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{`abcdefghijklmn\*`}, Drop: []any{"all"}})
 	require.NoError(t, p.Init(), "15 characters once unescaped")
 }
 

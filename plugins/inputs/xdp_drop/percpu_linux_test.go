@@ -96,7 +96,7 @@ func TestPerCPUTagsTheSendingCPU(t *testing.T) {
 	cpus := allowedCPUs(t)
 	_, peerIdx, err := ns.AddVethQueues("xdpc0", "xdpc1", cpus[len(cpus)-1]+1)
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{"xdpc0"}, Drop: []any{"tcp"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpc0"}, Drop: []any{"tcp"}, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 
 	mix := traffic.Mix()
@@ -136,7 +136,7 @@ func TestPerCPUAndPerQueue(t *testing.T) {
 	}
 	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", queues)
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"tcp"}, PerCPU: true, PerQueue: true, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"tcp"}, PerCPU: true, PerQueue: true, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 
 	mix := traffic.Mix()

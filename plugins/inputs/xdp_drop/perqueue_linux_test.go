@@ -20,7 +20,7 @@ func TestPerQueue(t *testing.T) {
 	ns := testns.New(t)
 	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", queues)
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"udp"}, PerQueue: true, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpq0"}, Drop: []any{"udp"}, PerQueue: true, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 

@@ -49,7 +49,7 @@ func TestPinnedCountersSurviveRestart(t *testing.T) {
 	log := &captureLog{}
 	conf := func(drop ...any) *XDPDrop {
 		log.infos = nil
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, PinPath: dir, Log: log}
+		return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, PinPath: dir, Log: log})
 	}
 	pinLog := func(note string) string {
 		return fmt.Sprintf("interface %q: %s (%s)", testns.Dev, note, filepath.Join(dir, testns.Dev))
@@ -100,7 +100,7 @@ func TestPinnedRuleCountersSurviveRestart(t *testing.T) {
 	log := &captureLog{}
 	conf := func(rules ...Rule) *XDPDrop {
 		log.infos = nil
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Rules: rules, PinPath: dir, Log: log}
+		return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Rules: rules, PinPath: dir, Log: log})
 	}
 	tcp := Rule{Name: "tcp", Action: "drop", Protocol: []any{"tcp"}}
 	pins := func(pattern string) []string {
@@ -155,7 +155,7 @@ func TestKeepAttached(t *testing.T) {
 	mix := traffic.Mix()
 	n := uint64(traffic.Total(mix))
 	kept := func() *XDPDrop {
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, KeepAttached: true, Log: testutil.Logger{}}
+		return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, KeepAttached: true, Log: testutil.Logger{}})
 	}
 
 	runOnce(t, ns, kept(), mix, n)
@@ -176,7 +176,7 @@ func TestKeepAttached(t *testing.T) {
 	require.NotEqual(t, id1, id2, "the new run's program took the link over")
 	require.Equal(t, link1, keptLinkID(t, dir), "the same link, updated in place: no moment unfiltered")
 
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}})
 	acc = runOnce(t, ns, p, mix, 4*n)
 	require.Equal(t, 4*n, packetsOf(acc, testns.Dev))
 	id, err := ns.XDPProgramID(testns.Dev)
@@ -205,7 +205,7 @@ func TestPinnedCountersPolicyAndLayout(t *testing.T) {
 	mix := traffic.Mix()
 	n := uint64(traffic.Total(mix))
 	conf := func(perQueue bool, drop ...any) *XDPDrop {
-		return &XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, DryRun: true, PerQueue: perQueue, PinPath: dir, Log: testutil.Logger{}}
+		return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: drop, DryRun: true, PerQueue: perQueue, PinPath: dir, Log: testutil.Logger{}})
 	}
 	runOnce(t, ns, conf(true, "udp"), mix, n)
 	acc := runOnce(t, ns, conf(true, "udp"), mix, 2*n)
@@ -223,7 +223,7 @@ func TestPinsGoWithTheInterface(t *testing.T) {
 	dir := pinDir(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: testutil.Logger{}})
 	startPlugin(t, ns, p)
 	_, err = os.Stat(filepath.Join(dir, "xdpt2"))
 	require.NoError(t, err)
@@ -244,7 +244,7 @@ func TestPinPathNotBPFFS(t *testing.T) {
 	ns := testns.New(t)
 	dir := t.TempDir()
 	log := &captureLog{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: dir, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	id, err := ns.XDPProgramID(testns.Dev)

@@ -75,9 +75,9 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	ns := testns.New(t)
 	list := filepath.Join(t.TempDir(), "drop.txt")
 	writeList(t, list, listV1...)
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{
 		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
-	}, Log: testutil.Logger{}}
+	}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	firstID := p.ifaces[0].prog.ID()
@@ -249,7 +249,7 @@ func TestPrefixFileHandover(t *testing.T) {
 	list := filepath.Join(t.TempDir(), "drop.txt")
 	writeList(t, list, listV1...)
 	rules := []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
-	a := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}}
+	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	startPlugin(t, ns, a)
 	send(t, ns, []traffic.Flow{{Name: "both", Frame: bothV4, Count: 5, Class: bpf.IPv4Class(frames.ProtoUDP)}})
 	gatherUntil(t, ns, a, 5)
@@ -273,7 +273,7 @@ func TestPrefixFileHandover(t *testing.T) {
 	// The list changes between the two instances.
 	writeList(t, list, listV2...)
 	log := &testutil.CaptureLogger{}
-	b := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: log}
+	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
 	b.handoverDir = dir
 	acc := &testutil.Accumulator{}
@@ -313,9 +313,9 @@ func TestPrefixFileSwapInterfaces(t *testing.T) {
 	}
 	list := filepath.Join(t.TempDir(), "drop.txt")
 	writeList(t, list, listV1...)
-	p := &XDPDrop{Interfaces: names, Rules: []Rule{
+	p := withDefaults(&XDPDrop{Interfaces: names, Rules: []Rule{
 		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
-	}, Log: testutil.Logger{}}
+	}, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	before := map[string]ebpf.ProgramID{}
 	for _, ifc := range p.ifaces {

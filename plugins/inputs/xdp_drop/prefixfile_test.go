@@ -114,7 +114,7 @@ func writeList(t testing.TB, path string, lines ...string) {
 }
 
 func fileRulePlugin(rules ...Rule) *XDPDrop {
-	return &XDPDrop{Interfaces: []string{"eth1"}, Rules: rules, Log: testutil.Logger{}}
+	return withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Rules: rules, Log: testutil.Logger{}})
 }
 
 // TestInitPrefixFiles: a rule's prefixes are the union of src_prefix and

@@ -129,9 +129,9 @@ func TestPrefixFileSwapFails(t *testing.T) {
 	list := t.TempDir() + "/drop.txt"
 	writeList(t, list, listV1...)
 	log := &testutil.CaptureLogger{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{
 		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
-	}, Log: log}
+	}, Log: log})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
@@ -198,9 +198,9 @@ func TestPrefixFileSwapFailsOnOneInterface(t *testing.T) {
 	list := t.TempDir() + "/drop.txt"
 	writeList(t, list, listV1...)
 	log := &testutil.CaptureLogger{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpm0"}, Rules: []Rule{
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, "xdpm0"}, Rules: []Rule{
 		{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}},
-	}, Log: log}
+	}, Log: log})
 	startPlugin(t, ns, p) // xdpm0 is not there yet
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Gather(acc) })

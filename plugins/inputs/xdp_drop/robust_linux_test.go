@@ -69,7 +69,7 @@ func TestForeignPinsKept(t *testing.T) {
 	}
 
 	log := &recordLog{}
-	p := &XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, PinPath: dir, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	ours, err := filepath.Glob(filepath.Join(ifDir, "counters_*"))
@@ -106,7 +106,7 @@ func TestPinPathNotADirectory(t *testing.T) {
 		{dir, fmt.Sprintf(`interface %q: pin_path: %s is a pinned BPF map, not a directory; it is not ours, so it is left alone: move it, or choose another pin_path`, testns.Dev, filepath.Join(dir, testns.Dev))},
 	} {
 		for _, keep := range []bool{false, true} {
-			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: c.pinPath, KeepAttached: keep, Log: testutil.Logger{}}
+			p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: c.pinPath, KeepAttached: keep, Log: testutil.Logger{}})
 			acc := startPlugin(t, ns, p)
 			require.Len(t, acc.Errors, 1)
 			require.Equal(t, c.want, acc.Errors[0].Error())
@@ -134,23 +134,23 @@ func TestOddInterfaceNames(t *testing.T) {
 		require.NoError(t, err)
 	}
 	all := []string{"xr[0]", "xr0", "xr\xff", "xs0", "xs1", "xs2"}
-	inNS(t, ns, &XDPDrop{Interfaces: all}, func() error { return nil })
+	inNS(t, ns, withDefaults(&XDPDrop{Interfaces: all}), func() error { return nil })
 
-	p := &XDPDrop{Interfaces: []string{`xr\[0\]`}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{`xr\[0\]`}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	require.Equal(t, []string{"xr[0]"}, attachedSet(t, ns, all...), "the escaped name attaches rt[0] only")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
 	log := &recordLog{}
-	p = &XDPDrop{Interfaces: []string{"xr[0]"}, Drop: []any{"all"}, Log: log}
+	p = withDefaults(&XDPDrop{Interfaces: []string{"xr[0]"}, Drop: []any{"all"}, Log: log})
 	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	require.Equal(t, []string{"xr0"}, attachedSet(t, ns, all...), "unescaped, it is a glob")
 	require.Contains(t, log.all(), `W! interfaces: "xr[0]" is a glob pattern, which does not match the interface named "xr[0]"; to name that interface, escape the glob characters: 'xr\[0\]'`)
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
-	p = &XDPDrop{Interfaces: []string{"xr?"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{"xr?"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
@@ -172,13 +172,13 @@ func TestOddInterfaceNames(t *testing.T) {
 // this process holds is refused, naming it.
 func TestReplaceStaleOwnProgram(t *testing.T) {
 	ns := testns.New(t)
-	kept := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}}
+	kept := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}})
 	startPlugin(t, ns, kept)
 	staleID := kept.ifaces[0].prog.ID()
 	inNS(t, ns, kept, func() error { kept.Stop(); return nil })
 
 	log := &recordLog{}
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: log}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	require.Contains(t, log.all(), fmt.Sprintf(`W! interface %q: replaced XDP program id %d (replace = true)`, testns.Dev, staleID))
@@ -197,13 +197,13 @@ func TestReplaceStaleOwnProgram(t *testing.T) {
 		}
 		return netlink.LinkSetXdpFd(l, stale.XDP().FD())
 	}))
-	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}})
 	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors, "a netlink attachment has no running owner")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
 	require.NoError(t, ns.Do(func() error { return stale.Attach(ns.DevIdx, bpf.ModeNative) }))
-	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}})
 	acc = startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	require.Contains(t, acc.Errors[0].Error(), fmt.Sprintf("XDP program id %d (xdp_drop) belongs to a running instance: process %d (", stale.ID(), os.Getpid()))
@@ -226,7 +226,7 @@ func TestFDsPerInterface(t *testing.T) {
 	ns := testns.New(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	before := openFDs(t)
 	acc := &testutil.Accumulator{}
@@ -244,9 +244,9 @@ func TestFDsPerInterfaceWithRules(t *testing.T) {
 	ns := testns.New(t)
 	_, _, err := ns.AddVeth("xdpt2", "xdpt3")
 	require.NoError(t, err)
-	p := &XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Log: testutil.Logger{}, Rules: []Rule{
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, "xdpt2"}, Log: testutil.Logger{}, Rules: []Rule{
 		{Name: "dns", Action: "drop", Protocol: []any{"udp"}, SrcPrefix: []string{"192.0.2.0/24"}, DstPort: []any{int64(53)}},
-	}}
+	}})
 	require.NoError(t, p.Init())
 	before := openFDs(t)
 	acc := &testutil.Accumulator{}

@@ -121,7 +121,7 @@ func TestRulesLive(t *testing.T) {
 		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
 			ns := testns.New(t)
 			rules := exampleRules()
-			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Rules: rules, DryRun: dry, Log: testutil.Logger{}}
+			p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Rules: rules, DryRun: dry, Log: testutil.Logger{}})
 			acc := startPlugin(t, ns, p)
 			require.Empty(t, acc.Errors)
 

@@ -14,7 +14,7 @@ import (
 )
 
 func withRules(drop []any, rules ...Rule) *XDPDrop {
-	return &XDPDrop{Interfaces: []string{"eth1"}, Drop: drop, Rules: rules}
+	return withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: drop, Rules: rules})
 }
 
 // TestInitRules: an example rule set (management, memcached reflection, DNS
@@ -223,7 +223,7 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		require.NoError(t, err, "example %d", i)
 		require.Empty(t, md.Undecoded(), "example %d", i)
 		require.Len(t, conf.Inputs.XDPDrop, 1)
-		p := &conf.Inputs.XDPDrop[0]
+		p := withDefaults(&conf.Inputs.XDPDrop[0])
 		require.NoError(t, p.Init(), "example %d", i)
 		require.GreaterOrEqual(t, len(p.policy.Rules), 2, "example %d", i)
 	}
@@ -244,12 +244,12 @@ func TestLongValuesClipped(t *testing.T) {
 		"dst_port":     withRules(nil, Rule{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{long}}),
 		"port list":    withRules(nil, Rule{Name: "x", Action: "drop", Protocol: udp, DstPort: []any{[]any{long}}}),
 		"drop":         withRules([]any{long}),
-		"mode":         {Interfaces: []string{"eth1"}, Drop: udp, Mode: long},
-		"namespace":    {Interfaces: []string{"eth1"}, Drop: udp, Namespace: long},
-		"pin_path":     {Interfaces: []string{"eth1"}, Drop: udp, PinPath: "/" + long},
-		"interfaces":   {Interfaces: []string{long}, Drop: udp},
-		"glob pattern": {Interfaces: []string{"[" + long}, Drop: udp},
-		"exclude":      {Interfaces: []string{"eth*"}, InterfaceExclude: []string{"[" + long}, Drop: udp},
+		"mode":         withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: udp, Mode: long}),
+		"namespace":    withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: udp, Namespace: long}),
+		"pin_path":     withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: udp, PinPath: "/" + long}),
+		"interfaces":   withDefaults(&XDPDrop{Interfaces: []string{long}, Drop: udp}),
+		"glob pattern": withDefaults(&XDPDrop{Interfaces: []string{"[" + long}, Drop: udp}),
+		"exclude":      withDefaults(&XDPDrop{Interfaces: []string{"eth*"}, InterfaceExclude: []string{"[" + long}, Drop: udp}),
 	}
 	for name, p := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -42,23 +42,12 @@ func (s *XDPDrop) setSamplingDefaults() {
 	s.CaptureSnaplen = DefaultCaptureSnaplen
 	s.CaptureMaxSize = DefaultCaptureMaxSize
 	s.CaptureFiles = DefaultCaptureFiles
-	s.samplingDefaulted = true
-}
-
-// samplingUnset says the plugin was built without New and given none of
-// the sampling options with a default: they take their defaults then.
-func (s *XDPDrop) samplingUnset() bool {
-	return !s.samplingDefaulted && s.SampleMaxPerSecond == 0 && s.TopSources == 0 &&
-		s.TopSourcePrefixV4 == 0 && s.TopSourcePrefixV6 == 0 && s.CaptureSnaplen == 0 && s.CaptureMaxSize == 0 && s.CaptureFiles == 0
 }
 
 // parseSampling checks the sampling options and returns what the program
 // is loaded with; dryRun says whether drops are would_drop.
 func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 	var out bpf.Sampling
-	if s.samplingUnset() {
-		s.setSamplingDefaults()
-	}
 	switch {
 	case s.SampleRate < 0 || s.SampleRate > MaxSampleRate:
 		return out, fmt.Errorf("sample_rate = %d is out of range; use 0 (off) or 1 in N frames with N up to %d, e.g. sample_rate = 1000", s.SampleRate, MaxSampleRate)

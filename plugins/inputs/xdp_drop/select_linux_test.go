@@ -55,11 +55,11 @@ func TestGlobSelection(t *testing.T) {
 		require.NoError(t, err)
 	}
 	all := []string{"lo", testns.Dev, testns.Peer, "xdpg0", "xdph0", "xdpg1", "xdph1", "xdpg2", "xdph2"}
-	p := &XDPDrop{Interfaces: []string{"xdpg*", testns.Dev}, InterfaceExclude: []string{"xdpg1"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpg*", testns.Dev}, InterfaceExclude: []string{"xdpg1"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	// Every device in the namespace but lo is this test's: check they all are.
-	inNS(t, ns, &XDPDrop{Interfaces: all[1:7]}, func() error { return nil })
+	inNS(t, ns, withDefaults(&XDPDrop{Interfaces: all[1:7]}), func() error { return nil })
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Empty(t, acc.Errors)
@@ -85,10 +85,10 @@ func TestGlobSelection(t *testing.T) {
 
 func TestGlobNeverLoopback(t *testing.T) {
 	ns := testns.New(t)
-	p := &XDPDrop{Interfaces: []string{"*"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"*"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
-	inNS(t, ns, &XDPDrop{Interfaces: []string{testns.Dev, testns.Peer}}, func() error { return nil })
+	inNS(t, ns, withDefaults(&XDPDrop{Interfaces: []string{testns.Dev, testns.Peer}}), func() error { return nil })
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	defer inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, []string{testns.Dev, testns.Peer}, attachedSet(t, ns, "lo", testns.Dev, testns.Peer))
@@ -105,7 +105,7 @@ func TestNamespaceOption(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
 	for _, name := range []string{ns.Name, ns.Path} {
-		p := &XDPDrop{Interfaces: []string{testns.Dev}, Namespace: name, Drop: []any{"udp"}, Log: testutil.Logger{}}
+		p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Namespace: name, Drop: []any{"udp"}, Log: testutil.Logger{}})
 		require.NoError(t, p.Init())
 		acc := &testutil.Accumulator{}
 		require.NoError(t, p.Start(acc))
@@ -124,7 +124,7 @@ func TestNamespaceOption(t *testing.T) {
 		require.Zero(t, id)
 	}
 
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Namespace: "xdpdrop-no-such-ns", Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Namespace: "xdpdrop-no-such-ns", Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	require.NoError(t, p.Start(acc))
@@ -150,7 +150,7 @@ func TestNamespaceDestroyed(t *testing.T) {
 		}
 	})
 	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Namespace: ns.Name, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Namespace: ns.Name, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	require.NoError(t, p.Start(acc))

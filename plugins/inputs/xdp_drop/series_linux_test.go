@@ -156,7 +156,7 @@ var (
 func TestFirstBurstCounted(t *testing.T) {
 	for _, perCPU := range []bool{false, true} {
 		t.Run(fmt.Sprintf("per_cpu=%v", perCPU), func(t *testing.T) {
-			g := newGatherer(t, &XDPDrop{Drop: []any{"udp", "icmp", "gre"}, PerCPU: perCPU})
+			g := newGatherer(t, withDefaults(&XDPDrop{Drop: []any{"udp", "icmp", "gre"}, PerCPU: perCPU}))
 			cpu := -1
 			if perCPU {
 				cpu = 1
@@ -203,7 +203,7 @@ func TestFirstBurstCounted(t *testing.T) {
 // attached in place of one read in the same gather is read at the next,
 // and its new series get a zero at that gather, not the ones it had.
 func TestFirstBurstAfterAttach(t *testing.T) {
-	g := newGatherer(t, &XDPDrop{Drop: []any{"udp"}})
+	g := newGatherer(t, withDefaults(&XDPDrop{Drop: []any{"udp"}}))
 	g.attach()
 	points := g.gather(t, map[int]counts{-1: {esp4: {pass: 5}}})
 	require.Empty(t, zeroPoints(points, g.at), "nothing read before: no zero point")
@@ -268,32 +268,32 @@ func TestStandingClasses(t *testing.T) {
 		x    *XDPDrop
 		want []string
 	}{
-		{"drop list", &XDPDrop{Drop: []any{"udp", "icmpv6", "gre"}}, []string{
+		{"drop list", withDefaults(&XDPDrop{Drop: []any{"udp", "icmpv6", "gre"}}), []string{
 			"ipv4/gre/drop", "ipv4/icmp/pass", "ipv4/ipv6-icmp/drop", "ipv4/tcp/pass", "ipv4/truncated/pass", "ipv4/udp/drop",
 			"ipv6/gre/drop", "ipv6/ipv6-icmp/drop", "ipv6/tcp/pass", "ipv6/truncated/pass", "ipv6/udp/drop",
 			"l2/arp/pass", "l2/other/pass", "l2/truncated/pass",
 		}},
-		{"dry run", &XDPDrop{Drop: []any{"udp"}, DryRun: true}, []string{
+		{"dry run", withDefaults(&XDPDrop{Drop: []any{"udp"}, DryRun: true}), []string{
 			"ipv4/icmp/pass", "ipv4/tcp/pass", "ipv4/truncated/pass", "ipv4/udp/would_drop",
 			"ipv6/ipv6-icmp/pass", "ipv6/tcp/pass", "ipv6/truncated/pass", "ipv6/udp/would_drop",
 			"l2/arp/pass", "l2/other/pass", "l2/truncated/pass",
 		}},
-		{"drop all", &XDPDrop{Drop: []any{"all"}}, []string{
+		{"drop all", withDefaults(&XDPDrop{Drop: []any{"all"}}), []string{
 			"ipv4/icmp/drop", "ipv4/tcp/drop", "ipv4/truncated/drop", "ipv4/udp/drop",
 			"ipv6/ipv6-icmp/drop", "ipv6/tcp/drop", "ipv6/truncated/drop", "ipv6/udp/drop",
 			"l2/arp/drop", "l2/other/drop", "l2/truncated/drop",
 		}},
-		{"rules", &XDPDrop{Drop: []any{"udp"}, Rules: []Rule{
+		{"rules", withDefaults(&XDPDrop{Drop: []any{"udp"}, Rules: []Rule{
 			{Name: "sctp-ceiling", Action: "limit", Protocol: []any{"sctp"}, DstPort: []any{int64(9)}, Rate: int64(1), Burst: int64(5), Per: "rule"},
 			{Name: "tcp-in", Action: "drop", Protocol: []any{"tcp"}, DstPort: []any{int64(22)}},
-		}}, []string{
+		}}), []string{
 			"ipv4/icmp/pass", "ipv4/sctp/drop", "ipv4/sctp/pass", "ipv4/tcp/drop", "ipv4/tcp/pass", "ipv4/truncated/pass", "ipv4/udp/drop",
 			"ipv6/ipv6-icmp/pass", "ipv6/sctp/drop", "ipv6/sctp/pass", "ipv6/tcp/drop", "ipv6/tcp/pass", "ipv6/truncated/pass", "ipv6/udp/drop",
 			"l2/arp/pass", "l2/other/pass", "l2/truncated/pass",
 		}},
-		{"rule of any protocol", &XDPDrop{Rules: []Rule{
+		{"rule of any protocol", withDefaults(&XDPDrop{Rules: []Rule{
 			{Name: "darknet", Action: "drop", DstPrefix: []string{"198.51.100.0/24"}},
-		}}, []string{
+		}}), []string{
 			"ipv4/icmp/drop", "ipv4/icmp/pass", "ipv4/tcp/drop", "ipv4/tcp/pass", "ipv4/truncated/pass", "ipv4/udp/drop", "ipv4/udp/pass",
 			"ipv6/ipv6-icmp/drop", "ipv6/ipv6-icmp/pass", "ipv6/tcp/drop", "ipv6/tcp/pass", "ipv6/truncated/pass", "ipv6/udp/drop", "ipv6/udp/pass",
 			"l2/arp/pass", "l2/other/pass", "l2/truncated/pass",

@@ -108,9 +108,6 @@ type XDPDrop struct {
 
 	// capture is the pcapng file of sampled frames, nil without capture_path.
 	capture *capture
-	// samplingDefaulted: New set the sampling options' defaults, so a zero
-	// among them was set by the config.
-	samplingDefaulted bool
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.

@@ -119,7 +119,7 @@ func TestGatherRealAttachment(t *testing.T) {
 	for _, dry := range []bool{false, true} {
 		t.Run(fmt.Sprintf("dry_run=%v", dry), func(t *testing.T) {
 			ns := testns.New(t)
-			p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp", "icmp", int64(47)}, DryRun: dry, Log: testutil.Logger{}}
+			p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp", "icmp", int64(47)}, DryRun: dry, Log: testutil.Logger{}})
 			acc := startPlugin(t, ns, p)
 			require.Empty(t, acc.Errors)
 
@@ -152,7 +152,7 @@ func TestGatherRealAttachment(t *testing.T) {
 // the first gather after it appears.
 func TestInterfaceAppearsLater(t *testing.T) {
 	ns := testns.New(t)
-	p := &XDPDrop{Interfaces: []string{"xdpt2", testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpt2", testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	require.Contains(t, acc.Errors[0].Error(), `interface "xdpt2" not found`)
@@ -230,7 +230,7 @@ func TestRefusesForeignProgram(t *testing.T) {
 	defer l.Close()
 	otherID := programID(t, other)
 
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
@@ -244,7 +244,7 @@ func TestRefusesForeignProgram(t *testing.T) {
 	require.Equal(t, uint32(otherID), id, "the other program stays")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 
-	p = &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}}
+	p = withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Replace: true, Log: testutil.Logger{}})
 	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	id, err = ns.XDPProgramID(testns.Dev)
@@ -272,7 +272,7 @@ func TestRecognisesOwnProgram(t *testing.T) {
 	defer stale.Close()
 	require.NoError(t, ns.Attach(testns.Dev, func() error { return stale.Attach(ns.DevIdx, bpf.ModeNative) }))
 
-	p := &XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Len(t, acc.Errors, 1)
 	msg := acc.Errors[0].Error()
@@ -289,7 +289,7 @@ func TestNativeUnsupported(t *testing.T) {
 	ns := testns.New(t)
 	require.NoError(t, ns.AddBridge("xdpbr0"))
 
-	p := &XDPDrop{Interfaces: []string{"xdpbr0"}, Drop: []any{"all"}, Log: testutil.Logger{}}
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpbr0"}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
@@ -301,7 +301,7 @@ func TestNativeUnsupported(t *testing.T) {
 	require.Zero(t, id, "nothing attached after a failed attach")
 
 	log := &captureLog{}
-	p = &XDPDrop{Interfaces: []string{"xdpbr0"}, Mode: "auto", Drop: []any{"all"}, Log: log}
+	p = withDefaults(&XDPDrop{Interfaces: []string{"xdpbr0"}, Mode: "auto", Drop: []any{"all"}, Log: log})
 	acc = startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
 	inNS(t, ns, p, func() error { return p.Gather(acc) })

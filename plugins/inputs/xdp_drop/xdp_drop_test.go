@@ -17,7 +17,7 @@ import (
 func TestSampleConfigMatchesTopLevel(t *testing.T) {
 	top, err := os.ReadFile("../../../sample.conf")
 	require.NoError(t, err)
-	require.Equal(t, string(top), (&XDPDrop{}).SampleConfig(), "sample.conf and plugins/inputs/xdp_drop/sample.conf must be the same text")
+	require.Equal(t, string(top), (withDefaults(&XDPDrop{})).SampleConfig(), "sample.conf and plugins/inputs/xdp_drop/sample.conf must be the same text")
 }
 
 // TestReadmeHasSampleConfig: the plugin's README shows sample.conf whole, as
@@ -96,12 +96,12 @@ func TestInitValid(t *testing.T) {
 		mode   bpf.Mode
 		policy bpf.Policy
 	}{
-		{"drop all", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}}, bpf.ModeNative, bpf.Policy{DropAll: true}},
-		{"ALL any case", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"ALL"}}, bpf.ModeNative, bpf.Policy{DropAll: true}},
-		{"names and numbers", &XDPDrop{Interfaces: []string{"eth1", "eth2"}, Mode: "generic", Drop: []any{"udp", "ICMP", int64(47), "ipv6-icmp", "132"}},
+		{"drop all", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}}), bpf.ModeNative, bpf.Policy{DropAll: true}},
+		{"ALL any case", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"ALL"}}), bpf.ModeNative, bpf.Policy{DropAll: true}},
+		{"names and numbers", withDefaults(&XDPDrop{Interfaces: []string{"eth1", "eth2"}, Mode: "generic", Drop: []any{"udp", "ICMP", int64(47), "ipv6-icmp", "132"}}),
 			bpf.ModeGeneric, bpf.Policy{Protocols: []uint8{17, 1, 47, 58, 132}}},
-		{"alias", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "auto", Drop: []any{"icmpv6"}}, bpf.ModeAuto, bpf.Policy{Protocols: []uint8{58}}},
-		{"dry run", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "offload", Drop: []any{int64(0)}, DryRun: true}, bpf.ModeOffload, bpf.Policy{Protocols: []uint8{0}, DryRun: true}},
+		{"alias", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Mode: "auto", Drop: []any{"icmpv6"}}), bpf.ModeAuto, bpf.Policy{Protocols: []uint8{58}}},
+		{"dry run", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Mode: "offload", Drop: []any{int64(0)}, DryRun: true}), bpf.ModeOffload, bpf.Policy{Protocols: []uint8{0}, DryRun: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -121,37 +121,37 @@ func TestInitErrors(t *testing.T) {
 		plugin *XDPDrop
 		want   []string
 	}{
-		{"no interfaces", &XDPDrop{Drop: []any{"all"}}, []string{"interfaces is missing"}},
-		{"empty name", &XDPDrop{Interfaces: []string{""}, Drop: []any{"all"}}, []string{"interfaces", "empty name"}},
-		{"duplicate", &XDPDrop{Interfaces: []string{"eth1", "eth1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "twice"}},
-		{"name too long", &XDPDrop{Interfaces: []string{"abcdefghijklmnop"}, Drop: []any{"all"}}, []string{"interfaces", `"abcdefghijklmnop"`, "15"}},
-		{"name with slash", &XDPDrop{Interfaces: []string{"eth/1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth/1"`, "not a valid"}},
-		{"unknown mode", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "fast", Drop: []any{"all"}}, []string{"mode", `"fast"`, `"native"`, `"generic"`, `"offload"`, `"auto"`}},
-		{"mode wrong case", &XDPDrop{Interfaces: []string{"eth1"}, Mode: "Native", Drop: []any{"all"}}, []string{"mode", `"Native"`}},
-		{"no drop", &XDPDrop{Interfaces: []string{"eth1"}}, []string{"drop", "empty", `["all"]`}},
-		{"unknown protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udpp"}}, []string{"drop", `"udpp"`, `did you mean "udp"`}},
-		{"icmp6 typo", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"icmp-v6"}}, []string{"drop", `"icmp-v6"`, `"ipv6-icmp"`}},
-		{"number too big", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(256)}}, []string{"drop", "256", "0-255"}},
-		{"negative number", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(-1)}}, []string{"drop", "-1", "0-255"}},
-		{"numeric string too big", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"300"}}, []string{"drop", `"300"`, "0-255"}},
-		{"all with others", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all", "udp"}}, []string{"drop", `"all"`, "alone"}},
-		{"others with all", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", "all"}}, []string{"drop", `"all"`, "alone"}},
-		{"float", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{1.5}}, []string{"drop", "1.5", "float64"}},
-		{"bool", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{true}}, []string{"drop", "true", "bool"}},
-		{"bad glob", &XDPDrop{Interfaces: []string{"eth[1"}, Drop: []any{"all"}}, []string{"interfaces", `"eth[1"`, "glob"}},
-		{"bad exclude glob", &XDPDrop{Interfaces: []string{"eth*"}, InterfaceExclude: []string{"eth[1"}, Drop: []any{"all"}}, []string{"interface_exclude", `"eth[1"`, "glob"}},
-		{"relative namespace path", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "run/netns/x", Drop: []any{"all"}}, []string{"namespace", `"run/netns/x"`, "absolute"}},
-		{"exclude without pattern", &XDPDrop{Interfaces: []string{"eth1"}, InterfaceExclude: []string{"eth2"}, Drop: []any{"all"}}, []string{"interface_exclude", "no glob pattern"}},
-		{"named and excluded", &XDPDrop{Interfaces: []string{"eth1", "en*"}, InterfaceExclude: []string{"eth*"}, Drop: []any{"all"}}, []string{"interfaces", `"eth1"`, "interface_exclude"}},
-		{"namespace with space", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "my ns", Drop: []any{"all"}}, []string{"namespace", `"my ns"`}},
-		{"namespace name too long", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: strings.Repeat("n", 256), Drop: []any{"all"}}, []string{"namespace", "256 bytes long", "at most 255"}},
-		{"namespace path too long", &XDPDrop{Interfaces: []string{"eth1"}, Namespace: "/" + strings.Repeat("n", 4095), Drop: []any{"all"}}, []string{"namespace", "4096 bytes long", "at most 4095"}},
-		{"pin_path too long", &XDPDrop{Interfaces: []string{"eth1"}, PinPath: "/" + strings.Repeat("p", 4095), Drop: []any{"all"}}, []string{"pin_path", "4096 bytes long", "at most 4095"}},
-		{"relative pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, PinPath: "bpf/xdp"}, []string{"pin_path", `"bpf/xdp"`, "absolute"}},
-		{"keep_attached without pin_path", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}, []string{"keep_attached", "pin_path"}},
-		{"duplicate protocol", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}, []string{"drop", "udp", "17", "twice"}},
-		{"negative handover_timeout", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(-time.Second)}, []string{"handover_timeout", `"-1s"`, "negative", `"0s"`}},
-		{"handover_timeout over 10 minutes", &XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(10*time.Minute + time.Second)},
+		{"no interfaces", withDefaults(&XDPDrop{Drop: []any{"all"}}), []string{"interfaces is missing"}},
+		{"empty name", withDefaults(&XDPDrop{Interfaces: []string{""}, Drop: []any{"all"}}), []string{"interfaces", "empty name"}},
+		{"duplicate", withDefaults(&XDPDrop{Interfaces: []string{"eth1", "eth1"}, Drop: []any{"all"}}), []string{"interfaces", `"eth1"`, "twice"}},
+		{"name too long", withDefaults(&XDPDrop{Interfaces: []string{"abcdefghijklmnop"}, Drop: []any{"all"}}), []string{"interfaces", `"abcdefghijklmnop"`, "15"}},
+		{"name with slash", withDefaults(&XDPDrop{Interfaces: []string{"eth/1"}, Drop: []any{"all"}}), []string{"interfaces", `"eth/1"`, "not a valid"}},
+		{"unknown mode", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Mode: "fast", Drop: []any{"all"}}), []string{"mode", `"fast"`, `"native"`, `"generic"`, `"offload"`, `"auto"`}},
+		{"mode wrong case", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Mode: "Native", Drop: []any{"all"}}), []string{"mode", `"Native"`}},
+		{"no drop", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}}), []string{"drop", "empty", `["all"]`}},
+		{"unknown protocol", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udpp"}}), []string{"drop", `"udpp"`, `did you mean "udp"`}},
+		{"icmp6 typo", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"icmp-v6"}}), []string{"drop", `"icmp-v6"`, `"ipv6-icmp"`}},
+		{"number too big", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(256)}}), []string{"drop", "256", "0-255"}},
+		{"negative number", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{int64(-1)}}), []string{"drop", "-1", "0-255"}},
+		{"numeric string too big", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"300"}}), []string{"drop", `"300"`, "0-255"}},
+		{"all with others", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all", "udp"}}), []string{"drop", `"all"`, "alone"}},
+		{"others with all", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", "all"}}), []string{"drop", `"all"`, "alone"}},
+		{"float", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{1.5}}), []string{"drop", "1.5", "float64"}},
+		{"bool", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{true}}), []string{"drop", "true", "bool"}},
+		{"bad glob", withDefaults(&XDPDrop{Interfaces: []string{"eth[1"}, Drop: []any{"all"}}), []string{"interfaces", `"eth[1"`, "glob"}},
+		{"bad exclude glob", withDefaults(&XDPDrop{Interfaces: []string{"eth*"}, InterfaceExclude: []string{"eth[1"}, Drop: []any{"all"}}), []string{"interface_exclude", `"eth[1"`, "glob"}},
+		{"relative namespace path", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Namespace: "run/netns/x", Drop: []any{"all"}}), []string{"namespace", `"run/netns/x"`, "absolute"}},
+		{"exclude without pattern", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, InterfaceExclude: []string{"eth2"}, Drop: []any{"all"}}), []string{"interface_exclude", "no glob pattern"}},
+		{"named and excluded", withDefaults(&XDPDrop{Interfaces: []string{"eth1", "en*"}, InterfaceExclude: []string{"eth*"}, Drop: []any{"all"}}), []string{"interfaces", `"eth1"`, "interface_exclude"}},
+		{"namespace with space", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Namespace: "my ns", Drop: []any{"all"}}), []string{"namespace", `"my ns"`}},
+		{"namespace name too long", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Namespace: strings.Repeat("n", 256), Drop: []any{"all"}}), []string{"namespace", "256 bytes long", "at most 255"}},
+		{"namespace path too long", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Namespace: "/" + strings.Repeat("n", 4095), Drop: []any{"all"}}), []string{"namespace", "4096 bytes long", "at most 4095"}},
+		{"pin_path too long", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, PinPath: "/" + strings.Repeat("p", 4095), Drop: []any{"all"}}), []string{"pin_path", "4096 bytes long", "at most 4095"}},
+		{"relative pin_path", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, PinPath: "bpf/xdp"}), []string{"pin_path", `"bpf/xdp"`, "absolute"}},
+		{"keep_attached without pin_path", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, KeepAttached: true}), []string{"keep_attached", "pin_path"}},
+		{"duplicate protocol", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp", int64(17)}}), []string{"drop", "udp", "17", "twice"}},
+		{"negative handover_timeout", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(-time.Second)}), []string{"handover_timeout", `"-1s"`, "negative", `"0s"`}},
+		{"handover_timeout over 10 minutes", withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"all"}, HandoverTimeout: config.Duration(10*time.Minute + time.Second)}),
 			[]string{`handover_timeout = "10m1s" is longer than 10m0s`, `"10s"`, "keep_attached = true"}},
 	}
 	for _, c := range cases {
