@@ -56,9 +56,6 @@ func (p *Program) FDs() (linkFD, progFD, countersFD int, err error) {
 	return raw.FD(), p.objs.Prog.FD(), p.objs.Counters.FD(), nil
 }
 
-// CountersFD returns the descriptor of the program's counters, owned by p.
-func (p *Program) CountersFD() int { return p.objs.Counters.FD() }
-
 // settle answers the handover, when it asks to be.
 func (h *Handed) settle(accept bool, refusal string) {
 	if h.Settle != nil {

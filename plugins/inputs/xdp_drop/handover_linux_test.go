@@ -96,9 +96,12 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		require.NoError(t, err)
 		defer other.Close()
 		require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeNative) }))
+		require.NoError(t, ns.Attach(testns.Peer, func() error { return other.Attach(ns.PeerIdx, bpf.ModeNative) }))
 		l, p, _, err := prog.FDs()
 		require.NoError(t, err)
-		dir := offerForeign(t, ns, dupAll(t, l, p, other.CountersFD()))
+		_, _, m, err := other.FDs()
+		require.NoError(t, err)
+		dir := offerForeign(t, ns, dupAll(t, l, p, m))
 
 		log := &testutil.CaptureLogger{}
 		x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
