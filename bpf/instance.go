@@ -17,7 +17,6 @@ import (
 type Instance struct {
 	policy      Policy
 	fingerprint string
-	noMulti     bool        // never switch to the multi-buffer variant
 	mu          sync.Mutex  // programs may be loaded on the instance at once (SwapRules)
 	rules       *ruleTables // compiled on first use
 	ruleMaps    *ruleMaps   // loaded on first use; nil without rules
@@ -29,10 +28,6 @@ type Instance struct {
 func NewInstance(policy Policy) *Instance {
 	return &Instance{policy: policy, fingerprint: policy.fingerprint()}
 }
-
-// DisableMultiBuffer keeps the programs of the instance from switching to
-// the multi-buffer variant, as on a kernel without it.
-func (in *Instance) DisableMultiBuffer() { in.noMulti = true }
 
 // Close closes the instance's descriptors of the shared rule maps.
 func (in *Instance) Close() error {

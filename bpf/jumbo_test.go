@@ -206,10 +206,10 @@ func classTag(c bpf.Class) string {
 // single-buffer program, and the error names the MTU and the largest that works.
 func TestJumboSingleBufferRefused(t *testing.T) {
 	ns := jumboNS(t)
+	t.Cleanup(bpf.WithoutMultiBuffer())
 	p, err := bpf.Load(bpf.Policy{DropAll: true})
 	require.NoError(t, err)
 	defer p.Close()
-	p.DisableMultiBuffer()
 	err = ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) })
 	var refused *bpf.NativeRefusedError
 	require.ErrorAs(t, err, &refused)
@@ -239,11 +239,11 @@ func TestJumboSingleBufferRefused(t *testing.T) {
 // program.
 func TestJumboAutoFallsBack(t *testing.T) {
 	ns := jumboNS(t)
+	t.Cleanup(bpf.WithoutMultiBuffer())
 	policy := bpf.Policy{Protocols: []uint8{frames.ProtoUDP}}
 	p, err := bpf.Load(policy)
 	require.NoError(t, err)
 	defer p.Close()
-	p.DisableMultiBuffer()
 	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeAuto) }))
 	require.Equal(t, bpf.ModeGeneric, p.Mode())
 	require.False(t, p.MultiBuffer())
@@ -267,11 +267,11 @@ func TestJumboAutoFallsBack(t *testing.T) {
 // refusal: auto does not fall back over it.
 func TestAutoFallsBackOnEveryRefusal(t *testing.T) {
 	ns := jumboNS(t)
+	t.Cleanup(bpf.WithoutMultiBuffer())
 	require.NoError(t, ns.AddBridge("xdptbr0"))
 	for _, dev := range []string{"xdptbr0", testns.Dev} {
 		p, err := bpf.Load(bpf.Policy{DropAll: true})
 		require.NoError(t, err)
-		p.DisableMultiBuffer()
 		require.NoError(t, ns.Do(func() error {
 			if err := ns.CheckAttachable(dev); err != nil {
 				return err

@@ -41,10 +41,6 @@ func (p *Program) UseMultiBuffer() error {
 	return nil
 }
 
-// DisableMultiBuffer keeps Attach from switching to the multi-buffer
-// variant, as on a kernel without it.
-func (p *Program) DisableMultiBuffer() { p.noMulti = true }
-
 // MultiBuffer reports whether the program is the multi-buffer variant.
 func (p *Program) MultiBuffer() bool { return p.multiBuffer }
 
@@ -67,9 +63,6 @@ func (p *Program) tryMultiBuffer(put func(*ebpf.Program) error) error {
 // loadMultiBuffer loads the multi-buffer variant on the same counters and
 // the instance's rule maps.
 func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
-	if p.noMulti || p.in.noMulti {
-		return nil, ErrNoMultiBuffer
-	}
 	if err := haveMultiBuffer(); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ type Program struct {
 	private     bool // in is the program's own (Load): closed with it
 	objs        objects
 	multiBuffer bool  // objs.Prog is the multi-buffer (xdp.frags) variant
-	noMulti     bool  // never switch to the multi-buffer variant
 	nativeErr   error // why native mode was refused, when auto fell back
 	link        link.Link
 	mode        Mode

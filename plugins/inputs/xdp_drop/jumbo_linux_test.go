@@ -98,58 +98,6 @@ func TestJumboNativeMetrics(t *testing.T) {
 	t.Logf("gathered at MTU 9000:\n%s", lineProtocol(acc.GetTelegrafMetrics()))
 }
 
-// TestJumboAutoFallback: with the multi-buffer program unavailable (the
-// test hook stands in for a kernel before 5.18), auto falls back to generic
-// mode at MTU 9000, logs why and sets fallback; generic mode counts the
-// jumbo frames whole. Native mode fails instead, with an error that names
-// the MTU, the largest that works and the modes that would.
-func TestJumboAutoFallback(t *testing.T) {
-	ns := jumboNS(t)
-	log := &captureLog{}
-	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"udp"}, Log: log, singleBufferOnly: true})
-	acc := startPlugin(t, ns, p)
-	require.Empty(t, acc.Errors)
-	warned := strings.Join(log.warnings, "\n")
-	require.Contains(t, warned, `mode = "auto" fell back to generic mode (slower): native XDP refused`)
-	require.Contains(t, warned, "MTU 9000 is too large for single-buffer XDP on this device (the largest that works is 3506)")
-	t.Logf("logged: %s", warned)
-
-	out, udp, tcp := jumboFrames()
-	require.NoError(t, ns.SendRaw(testns.Peer, out))
-	acc = gatherUntil(t, ns, p, udp.Packets+tcp.Packets)
-	require.Empty(t, acc.Errors)
-	id, err := ns.XDPProgramID(testns.Dev)
-	require.NoError(t, err)
-	want := []telegraf.Metric{
-		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "udp", "action": "drop"},
-			map[string]any{"packets": udp.Packets, "bytes": udp.Bytes}, time.Unix(0, 0)),
-		testutil.MustMetric("xdp_drop", map[string]string{"interface": testns.Dev, "family": "ipv4", "protocol": "tcp", "action": "pass"},
-			map[string]any{"packets": tcp.Packets, "bytes": tcp.Bytes}, time.Unix(0, 0)),
-		testutil.MustMetric("xdp_drop_link", map[string]string{"interface": testns.Dev, "mode": "generic"},
-			map[string]any{"attached": true, "program_id": int64(id), "fallback": true}, time.Unix(0, 0)),
-	}
-	testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
-	t.Logf("gathered:\n%s", lineProtocol(acc.GetTelegrafMetrics()))
-	inNS(t, ns, p, func() error { p.Stop(); return nil })
-
-	native := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"udp"}, Log: testutil.Logger{}, singleBufferOnly: true})
-	acc = startPlugin(t, ns, native)
-	require.Len(t, acc.Errors, 1)
-	msg := acc.Errors[0].Error()
-	for _, part := range []string{
-		fmt.Sprintf("interface %q: native XDP refused", testns.Dev),
-		"MTU 9000 is too large for single-buffer XDP on this device (the largest that works is 3506)",
-		"lower the MTU to 3506 or less",
-		`or set mode = "generic" (or "auto", which falls back to it)`,
-	} {
-		require.Contains(t, msg, part)
-	}
-	t.Logf("error: %s", msg)
-	id, err = ns.XDPProgramID(testns.Dev)
-	require.NoError(t, err)
-	require.Zero(t, id, "nothing attached after a failed attach")
-}
-
 // TestKeepAttachedJumbo: a link kept at MTU 9000 holds the multi-buffer
 // program; the next run's single-buffer program would be refused there, so
 // the takeover puts its multi-buffer program into the same link, and the

@@ -102,10 +102,6 @@ type XDPDrop struct {
 	// zero (standingClasses).
 	standing standingSet
 
-	// singleBufferOnly keeps the multi-buffer program from being loaded, as
-	// on a kernel without it (before 5.18): a test hook.
-	singleBufferOnly bool
-
 	// capture is the pcapng file of sampled frames, nil without capture_path.
 	capture *capture
 }

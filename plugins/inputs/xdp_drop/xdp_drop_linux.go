@@ -476,9 +476,6 @@ func (x *XDPDrop) instance() *bpf.Instance {
 func (x *XDPDrop) setInstance(in *bpf.Instance) {
 	in.ContinueLimits(x.kernel.in)
 	x.closeInstance()
-	if x.singleBufferOnly {
-		in.DisableMultiBuffer()
-	}
 	x.kernel = kernelSide{in: in, gen: x.files.gen}
 }
 
