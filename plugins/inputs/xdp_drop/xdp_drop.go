@@ -97,7 +97,12 @@ type XDPDrop struct {
 	nsReported  string          // the namespace error last reported, when no interface carries it
 	literalHint map[string]bool // patterns already warned about an interface named like them
 	lastSeries  int             // series in the last snapshot
-	gathers     uint64          // snapshots taken: the number of the current one
+	gathers     uint64          // reconciles done: the number of the current gather
+	// released holds what the programs the last Reconcile released
+	// counted, for the Snapshot that follows.
+	released Snapshot
+	// captureErr is why the capture fails, as the last Reconcile found.
+	captureErr string
 	// standing are the series emitted at every gather from attach, also at
 	// zero (standingClasses).
 	standing standingSet
