@@ -71,7 +71,7 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
-	files  prefixFiles // the rules fed from prefix files
+	files  prefixLists // the rules fed from prefix files
 	// kernel is the policy's kernel side (Linux): created at the first
 	// attach of each generation of prefix files, closed by Stop.
 	kernel kernelSide
@@ -166,7 +166,7 @@ func (x *XDPDrop) Init() error {
 	x.policy = policy
 	x.standing = standingClasses(policy)
 	if len(policy.Rules) == len(x.Rules) {
-		errs = append(errs, Errors(x.loadPrefixFiles())...)
+		errs = append(errs, Errors(x.files.Load(x.Rules, &x.policy, x.ReadOnly, x.Log))...)
 	}
 
 	fail("namespace", x.checkNamespace())
@@ -461,4 +461,12 @@ func suggest(name string) string {
 
 func init() {
 	inputs.Add("xdp_drop", func() telegraf.Input { return New() })
+}
+
+// refreshPrefixFiles puts in force the prefixes of the prefix files that
+// changed since the last gather (prefixLists.Refresh).
+func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
+	if next, changed := x.files.Refresh(acc, x.policy); changed {
+		x.policy = next
+	}
 }

@@ -40,7 +40,7 @@ type iface struct {
 	// topBase is every frame by action when the last interval the top
 	// sources cover ended: what their estimates scale to is counted since.
 	topBase  [bpf.ActionCount]bpf.Counter
-	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	rulesGen uint64 // the rule prefixes its program holds (prefixLists.gen)
 	swapErr  error  // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
@@ -725,7 +725,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swap
 	for i, r := range x.policy.Rules {
 		if r.Limit != nil {
 			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
-			files := x.ruleFileFields(i, gen, swapErr)
+			files := x.files.Fields(i, gen, swapErr)
 			for j := len(series) - 2; j < len(series); j++ {
 				files.put(&series[j])
 			}
@@ -739,7 +739,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swap
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
 		}
-		x.ruleFileFields(i, gen, swapErr).put(&s)
+		x.files.Fields(i, gen, swapErr).put(&s)
 		series = append(series, s)
 	}
 	return series
