@@ -151,3 +151,24 @@ func BenchmarkAppendClasses(b *testing.B) {
 		series = x.appendClasses(series[:0], &log, "eth0", &block, "", "")
 	}
 }
+
+// TestSnapshotOnlyReads: Snapshot attaches nothing, an interface that
+// appeared after the start waits for Reconcile, which attaches it.
+func TestSnapshotOnlyReads(t *testing.T) {
+	ns := testns.New(t)
+	p := &XDPDrop{Interfaces: []string{"xdpsr0"}, Drop: []any{"udp"}, Log: testutil.Logger{}}
+	acc := startPlugin(t, ns, p)
+	require.Len(t, acc.Errors, 1, "xdpsr0 is not there yet")
+	_, _, err := ns.AddVeth("xdpsr0", "xdpsr1")
+	require.NoError(t, err)
+
+	var snap Snapshot
+	inNS(t, ns, p, func() error { snap = p.Snapshot(acc); return nil })
+	require.Len(t, snap.Links, 1)
+	require.False(t, snap.Links[0].Attached, "a snapshot attached xdpsr0")
+
+	inNS(t, ns, p, func() error { p.Reconcile(acc); snap = p.Snapshot(acc); return nil })
+	require.Len(t, acc.Errors, 1, acc.Errors)
+	require.Len(t, snap.Links, 1)
+	require.True(t, snap.Links[0].Attached, "reconcile attaches xdpsr0: %s", snap.Links[0].Error)
+}
