@@ -109,6 +109,7 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 		// What a gather emits: a point per series with traffic and per
 		// link (the standing series at zero aside).
 		count := func() (points int, packets uint64) {
+			x.Reconcile(acc)
 			snap := x.Snapshot(acc)
 			for _, s := range snap.Series {
 				packets += s.Packets

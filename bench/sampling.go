@@ -245,6 +245,7 @@ func floodSampling(e *env, seconds float64) (samplingFlood, error) {
 		}
 		r.took = time.Since(start)
 		time.Sleep(100 * time.Millisecond) // the reader catches up
+		x.Reconcile(acc)
 		snap := x.Snapshot(acc)
 		if len(snap.Links) != 1 || !snap.Links[0].Sampling {
 			return fmt.Errorf("no sampling counters on %s", testns.Dev)

@@ -113,6 +113,7 @@ func runStatus(plugin *xdp_drop.XDPDrop, configFile string, asJSON bool, out io.
 		log.Errorf("%v", err)
 		return 1
 	}
+	plugin.Reconcile(errs)
 	snap := plugin.Snapshot(errs)
 	rules := plugin.RulesInForce()
 	plugin.Stop()

@@ -55,6 +55,7 @@ func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log 
 			return nil
 		case <-ticker.C:
 		}
+		plugin.Reconcile(errs)
 		snap := plugin.Snapshot(errs)
 		now := time.Now()
 		screen := render(snap, prev, now.Sub(last), now, interval)

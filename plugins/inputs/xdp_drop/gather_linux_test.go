@@ -28,10 +28,10 @@ func TestGatherMatchesReference(t *testing.T) {
 	ns := testns.New(t)
 	_, peerIdx, err := ns.AddVethQueues("xdpq0", "xdpq1", queues)
 	require.NoError(t, err)
-	p := withDefaults(&XDPDrop{
+	p := withDefaults(withDefaults(&XDPDrop{
 		Interfaces: []string{"xdpq0", testns.Dev}, Drop: []any{"udp", "icmp"}, Rules: exampleRules(),
 		PerQueue: true, Log: testutil.Logger{},
-	})
+	}))
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 
 	// The rule flows and an ICMP flow no rule passes: every view has classes
@@ -139,7 +139,7 @@ func referencePoints(t *testing.T, p *XDPDrop) []telegraf.Metric {
 // BenchmarkAppendClasses maps a block with the traffic mix's classes to
 // series: the part of a gather between the kernel read and the points.
 func BenchmarkAppendClasses(b *testing.B) {
-	x := withDefaults(&XDPDrop{Drop: []any{"all"}})
+	x := withDefaults(withDefaults(&XDPDrop{Drop: []any{"all"}}))
 	var block bpf.Block
 	for c, n := range traffic.Expected(traffic.Mix()) {
 		block.Class[c][bpf.ActionDrop] = n
@@ -150,4 +150,25 @@ func BenchmarkAppendClasses(b *testing.B) {
 	for b.Loop() {
 		series = x.appendClasses(series[:0], &log, "eth0", &block, "", "")
 	}
+}
+
+// TestSnapshotOnlyReads: Snapshot attaches nothing, an interface that
+// appeared after the start waits for Reconcile, which attaches it.
+func TestSnapshotOnlyReads(t *testing.T) {
+	ns := testns.New(t)
+	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpsr0"}, Drop: []any{"udp"}, Log: testutil.Logger{}})
+	acc := startPlugin(t, ns, p)
+	require.Len(t, acc.Errors, 1, "xdpsr0 is not there yet")
+	_, _, err := ns.AddVeth("xdpsr0", "xdpsr1")
+	require.NoError(t, err)
+
+	var snap Snapshot
+	inNS(t, ns, p, func() error { snap = p.Snapshot(acc); return nil })
+	require.Len(t, snap.Links, 1)
+	require.False(t, snap.Links[0].Attached, "a snapshot attached xdpsr0")
+
+	inNS(t, ns, p, func() error { p.Reconcile(acc); snap = p.Snapshot(acc); return nil })
+	require.Len(t, acc.Errors, 1, acc.Errors)
+	require.Len(t, snap.Links, 1)
+	require.True(t, snap.Links[0].Attached, "reconcile attaches xdpsr0: %s", snap.Links[0].Error)
 }

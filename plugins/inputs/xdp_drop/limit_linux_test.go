@@ -146,7 +146,7 @@ func TestLimitRuleFileFields(t *testing.T) {
 	writeList(t, path, "192.0.2.0/24", "198.51.100.1/24")
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
 	require.Equal(t, series(bad), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))

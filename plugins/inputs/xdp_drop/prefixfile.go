@@ -46,10 +46,15 @@ const (
 	keyDstPrefixFile = "dst_prefix_file"
 )
 
-// prefixFiles is the state of the rules fed from prefix files.
-type prefixFiles struct {
+// prefixLists owns the rules fed from prefix files: their files, the
+// stamps and contents last read, the versions of each rule's prefixes and
+// their generation, and the memory bound while a changed set is read.
+// Load reads them for Init, Refresh reads what changed at each gather and
+// gives the plugin the policy to put in force, and Fields are the prefix
+// file fields of a rule's points; the plugin keeps the policy.
+type prefixLists struct {
 	rules []*fileRule // by rule, nil for a rule without files
-	// gen numbers the rule prefixes in force (x.policy); an interface whose
+	// gen numbers the rule prefixes in force (the plugin's policy); an interface whose
 	// program holds another set is swapped to it. staleRules is never one.
 	gen        uint64
 	trustCheck bool // read the files under the trust check for trustUID
@@ -58,6 +63,7 @@ type prefixFiles struct {
 	// is read and swapped in under a tighter one (see boundMemory).
 	memoryBound  bool
 	memoryBefore int64
+	log          telegraf.Logger // what Load was given
 }
 
 const staleRules = 0
@@ -77,7 +83,7 @@ type fileRule struct {
 // ruleSet is one version of a rule's prefixes, counted: what a program
 // holding it enforces.
 type ruleSet struct {
-	gen            uint64 // the generation (prefixFiles.gen) it came in with
+	gen            uint64 // the generation (prefixLists.gen) it came in with
 	prefixes       int    // distinct prefixes
 	added, removed int    // by the change that made it; 0 for the first
 	// loaded is when every file last loaded good while this was the
@@ -125,7 +131,12 @@ type fileStamp struct {
 // check for uid (see internal/trust), as the config was read: with raised
 // capabilities, whoever may write a prefix file decides what is dropped.
 func (x *XDPDrop) TrustPrefixFiles(uid int) {
-	x.files.trustCheck, x.files.trustUID = true, uid
+	x.files.Trust(uid)
+}
+
+// Trust makes Load and Refresh read the files under the trust check for uid.
+func (pl *prefixLists) Trust(uid int) {
+	pl.trustCheck, pl.trustUID = true, uid
 }
 
 // checkPrefixFilePaths checks the paths of a prefix file option.
@@ -152,22 +163,24 @@ func checkPrefixFilePaths(key string, paths []string) error {
 	return nil
 }
 
-// loadPrefixFiles reads the prefix files of every rule into the policy, for
-// Init: a file that cannot be read or parsed is an error. Every file is
+// Load reads the prefix files of rules into policy (whose rules are
+// theirs, parsed), for Init: a file that cannot be read or parsed is an error. Every file is
 // read, and the error joins the refusals of all (up to maxLineErrors bad
 // lines of each); the files of an option whose paths are refused (parseRules
-// said why) are not.
-func (x *XDPDrop) loadPrefixFiles() error {
-	x.files.rules = make([]*fileRule, len(x.Rules))
-	x.files.gen = 1
+// said why) are not. readOnly shows a file's state rather than fail; log
+// is where later changes are told.
+func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log telegraf.Logger) error {
+	pl.log = log
+	pl.rules = make([]*fileRule, len(rules))
+	pl.gen = 1
 	hasFiles := false
 	now := time.Now()
 	var listed listedPrefixes
 	var errs []error
 	nfiles := 0
 	over := false // the files listed more prefixes than fit: no more is read
-	for i := range x.Rules {
-		r := &x.Rules[i]
+	for i := range rules {
+		r := &rules[i]
 		if len(r.SrcPrefixFile)+len(r.DstPrefixFile) == 0 {
 			continue
 		}
@@ -181,7 +194,7 @@ func (x *XDPDrop) loadPrefixFiles() error {
 				errs = append(errs, inRule(i+1, label, key, e))
 			}
 		}
-		br := &x.policy.Rules[i]
+		br := &policy.Rules[i]
 		fr := &fileRule{index: i, name: r.Name, src: br.SrcPrefixes, dst: br.DstPrefixes}
 		bad := false
 		for _, f := range []struct {
@@ -204,8 +217,8 @@ func (x *XDPDrop) loadPrefixFiles() error {
 					continue
 				}
 				pf := &prefixFile{path: path, key: f.key}
-				got, err := x.readPrefixFile(pf, maxLineErrors)
-				if err != nil && x.ReadOnly {
+				got, err := pl.readPrefixFile(pf, maxLineErrors)
+				if err != nil && readOnly {
 					// A read-only run shows the file's state rather than fail.
 					pf.err = err
 					fr.files = append(fr.files, pf)
@@ -230,24 +243,24 @@ func (x *XDPDrop) loadPrefixFiles() error {
 			continue
 		}
 		src, dst, err := fr.union(nil)
-		if err != nil && x.ReadOnly {
+		if err != nil && readOnly {
 			src, dst = fr.readable()
 		} else if err != nil {
 			fail("", err)
 			continue
 		}
 		br.SrcPrefixes, br.DstPrefixes = src, dst
-		fr.sets = []ruleSet{{gen: x.files.gen, prefixes: len(src) + len(dst), loaded: now, logged: true}}
-		x.files.rules[i] = fr
+		fr.sets = []ruleSet{{gen: pl.gen, prefixes: len(src) + len(dst), loaded: now, logged: true}}
+		pl.rules[i] = fr
 	}
 	if !hasFiles {
-		x.files.rules = nil
+		pl.rules = nil
 		return nil
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := checkPrefixTotals(x.policy.Rules); err != nil {
+	if err := checkPrefixTotals(policy.Rules); err != nil {
 		return optionError("rule", fmt.Errorf("rule: %w", err))
 	}
 	return nil
@@ -383,8 +396,8 @@ type fileRead struct {
 // readPrefixFile reads and parses a prefix file through one descriptor,
 // under the trust check when the plugin has one. Errors name the option
 // and the file (and the line): of up to maxErrs bad lines, joined.
-func (x *XDPDrop) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error) {
-	f, err := x.openPrefixFile(pf.path)
+func (pl *prefixLists) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error) {
+	f, err := pl.openPrefixFile(pf.path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.key, err)
 	}
@@ -411,9 +424,9 @@ func (x *XDPDrop) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error)
 	return read, nil
 }
 
-func (x *XDPDrop) openPrefixFile(path string) (*os.File, error) {
-	if x.files.trustCheck {
-		f, err := trust.Open(path, x.files.trustUID, "prefix file")
+func (pl *prefixLists) openPrefixFile(path string) (*os.File, error) {
+	if pl.trustCheck {
+		f, err := trust.Open(path, pl.trustUID, "prefix file")
 		var notRegular *trust.NotRegularError
 		if errors.As(err, &notRegular) {
 			return nil, fmt.Errorf("%w; list files of prefixes", err)
@@ -532,29 +545,30 @@ func parseListedPrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// refreshPrefixFiles reads the prefix files that changed since the last
-// gather and puts the new sets in force in the policy; the interfaces'
-// programs follow in swapPrefixes. A file that fails keeps its last good
-// contents; its error goes to acc once per change and stays on the rule's
-// points until fixed.
-func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
-	if x.files.rules == nil {
-		return
+// Refresh reads the prefix files that changed since the last gather and
+// returns policy with the changed rules' new prefixes, and true, when a
+// set changed (a new generation); the interfaces' programs follow in
+// swapPrefixes. A file that fails keeps its last good contents; its error
+// goes to acc once per change and stays on the rule's points until fixed.
+func (pl *prefixLists) Refresh(acc telegraf.Accumulator, policy bpf.Policy) (bpf.Policy, bool) {
+	if pl.rules == nil {
+		return policy, false
 	}
-	defer x.markLoaded(time.Now())
-	pending, changed := x.readChangedFiles(acc)
-	if len(changed) > 0 {
-		x.applyPrefixFiles(acc, pending, changed)
+	defer pl.markLoaded(time.Now())
+	pending, changed := pl.readChangedFiles(acc)
+	if len(changed) == 0 {
+		return policy, false
 	}
+	return pl.applyPrefixFiles(acc, policy, pending, changed)
 }
 
 // readChangedFiles reads the files whose stat changed; it returns the new
 // contents of those that read and parse and differ, and their rules.
-func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*fileRead, []*fileRule) {
+func (pl *prefixLists) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*fileRead, []*fileRule) {
 	pending := map[*prefixFile]*fileRead{}
 	var changed []*fileRule
 	var listed listedPrefixes
-	for _, fr := range x.files.rules {
+	for _, fr := range pl.rules {
 		if fr == nil {
 			continue
 		}
@@ -562,7 +576,7 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 			listed.add(pf.prefixes, 1)
 		}
 	}
-	for _, fr := range x.files.rules {
+	for _, fr := range pl.rules {
 		if fr == nil {
 			continue
 		}
@@ -574,8 +588,8 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 			}
 			var got *fileRead
 			if err == nil {
-				x.boundMemory()
-				got, err = x.readPrefixFile(pf, 1)
+				pl.boundMemory()
+				got, err = pl.readPrefixFile(pf, 1)
 			} else {
 				err = fmt.Errorf("%s: %w", pf.key, err)
 			}
@@ -588,12 +602,12 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 				} else {
 					pf.stamp = fileStamp{}
 				}
-				x.prefixFileFailed(acc, fr, pf, err)
+				pl.prefixFileFailed(acc, fr, pf, err)
 				continue
 			}
 			pf.stamp = got.stamp
 			if got.sum == pf.sum {
-				x.readsAgain(fr, pf)
+				pl.readsAgain(fr, pf)
 				continue
 			}
 			listed.add(pf.prefixes, -1)
@@ -601,7 +615,7 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 			if err := listed.check(pf); err != nil {
 				listed.add(got.prefixes, -1)
 				listed.add(pf.prefixes, 1)
-				x.prefixFileFailed(acc, fr, pf, err)
+				pl.prefixFileFailed(acc, fr, pf, err)
 				continue
 			}
 			pending[pf] = got
@@ -617,14 +631,14 @@ func (x *XDPDrop) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFile]*f
 // applyPrefixFiles puts the changed rules' new sets in the policy, unless
 // a set has a direction without prefixes or the sets pass the limit: then
 // those files' new contents are refused and the sets in force stay.
-func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefixFile]*fileRead, changed []*fileRule) {
-	next := x.policy
-	next.Rules = slices.Clone(x.policy.Rules)
+func (pl *prefixLists) applyPrefixFiles(acc telegraf.Accumulator, policy bpf.Policy, pending map[*prefixFile]*fileRead, changed []*fileRule) (bpf.Policy, bool) {
+	next := policy
+	next.Rules = slices.Clone(policy.Rules)
 	var applied []*fileRule
 	for _, fr := range changed {
 		src, dst, err := fr.union(pending)
 		if err != nil {
-			x.refusePending(acc, fr, pending, err)
+			pl.refusePending(acc, fr, pending, err)
 			continue
 		}
 		next.Rules[fr.index].SrcPrefixes, next.Rules[fr.index].DstPrefixes = src, dst
@@ -632,27 +646,27 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 	}
 	if err := checkPrefixTotals(next.Rules); err != nil {
 		for _, fr := range applied {
-			x.refusePending(acc, fr, pending, err)
+			pl.refusePending(acc, fr, pending, err)
 		}
-		return
+		return policy, false
 	}
 	if len(applied) == 0 {
-		return
+		return policy, false
 	}
-	gen := x.files.gen + 1
+	gen := pl.gen + 1
 	swap := false
 	for _, fr := range applied {
 		var paths []string
 		for _, pf := range fr.files {
 			if got, has := pending[pf]; has {
 				pf.sum, pf.prefixes = got.sum, got.prefixes
-				x.readsAgain(fr, pf)
+				pl.readsAgain(fr, pf)
 				if !slices.Contains(paths, pf.path) { // one file may feed both directions
 					paths = append(paths, pf.path)
 				}
 			}
 		}
-		cur, r := &x.policy.Rules[fr.index], &next.Rules[fr.index]
+		cur, r := &policy.Rules[fr.index], &next.Rules[fr.index]
 		if slices.Equal(cur.SrcPrefixes, r.SrcPrefixes) && slices.Equal(cur.DstPrefixes, r.DstPrefixes) {
 			continue // rewritten, or reordered: the same set
 		}
@@ -667,10 +681,11 @@ func (x *XDPDrop) applyPrefixFiles(acc telegraf.Accumulator, pending map[*prefix
 		})
 		swap = true
 	}
-	if swap {
-		x.policy = next
-		x.files.gen = gen
+	if !swap {
+		return policy, false
 	}
+	pl.gen = gen
+	return next, true
 }
 
 // diffPrefixes counts the prefixes of next not in cur and of cur not in
@@ -705,8 +720,8 @@ func comparePrefixes(a, b netip.Prefix) int {
 // is the oldest generation an attached interface's program holds (0 for a
 // set from before this process). Sets no program holds any more are
 // forgotten.
-func (x *XDPDrop) noteInForce(held uint64) {
-	for _, fr := range x.files.rules {
+func (pl *prefixLists) noteInForce(held uint64) {
+	for _, fr := range pl.rules {
 		if fr == nil {
 			continue
 		}
@@ -717,7 +732,7 @@ func (x *XDPDrop) noteInForce(held uint64) {
 			}
 			set.logged = true
 			if i == len(fr.sets)-1 {
-				x.Log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, thousands(set.prefixes))
+				pl.log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, thousands(set.prefixes))
 			}
 		}
 		if i := fr.heldAt(held); i > 0 {
@@ -749,8 +764,8 @@ func thousands(n int) string {
 
 // markLoaded notes that every file of a rule without a failing one loads
 // good as of now: loaded stands still while a file fails.
-func (x *XDPDrop) markLoaded(now time.Time) {
-	for _, fr := range x.files.rules {
+func (pl *prefixLists) markLoaded(now time.Time) {
+	for _, fr := range pl.rules {
 		if fr != nil && !slices.ContainsFunc(fr.files, func(pf *prefixFile) bool { return pf.err != nil }) {
 			fr.cur().loaded = now
 		}
@@ -758,9 +773,9 @@ func (x *XDPDrop) markLoaded(now time.Time) {
 }
 
 // readsAgain clears the error of a file whose contents are in force again.
-func (x *XDPDrop) readsAgain(fr *fileRule, pf *prefixFile) {
+func (pl *prefixLists) readsAgain(fr *fileRule, pf *prefixFile) {
 	if pf.err != nil {
-		x.Log.Infof("rule %q: %s %s loads again", fr.name, pf.key, pf.path)
+		pl.log.Infof("rule %q: %s %s loads again", fr.name, pf.key, pf.path)
 		pf.err = nil
 	}
 }
@@ -768,19 +783,19 @@ func (x *XDPDrop) readsAgain(fr *fileRule, pf *prefixFile) {
 // refusePending keeps the rule's set in force: its changed files' new
 // contents are refused with err, a fault of the set rather than of one
 // file, so they are read again at the next gather (err is not repeated).
-func (x *XDPDrop) refusePending(acc telegraf.Accumulator, fr *fileRule, pending map[*prefixFile]*fileRead, err error) {
+func (pl *prefixLists) refusePending(acc telegraf.Accumulator, fr *fileRule, pending map[*prefixFile]*fileRead, err error) {
 	for _, pf := range fr.files {
 		if _, has := pending[pf]; has {
 			delete(pending, pf)
 			pf.stamp = fileStamp{}
-			x.prefixFileFailed(acc, fr, pf, err)
+			pl.prefixFileFailed(acc, fr, pf, err)
 		}
 	}
 }
 
 // prefixFileFailed records why a file's new contents are not in force and
 // passes it to acc once per distinct error.
-func (x *XDPDrop) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, pf *prefixFile, err error) {
+func (pl *prefixLists) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, pf *prefixFile, err error) {
 	same := pf.err != nil && pf.err.Error() == err.Error()
 	pf.err = err
 	if !same {
@@ -801,16 +816,16 @@ func (f ruleFiles) put(s *RuleSeries) {
 	s.Files, s.Prefixes, s.Loaded, s.Added, s.Removed, s.Error = f.files, f.prefixes, f.loaded, f.added, f.removed, f.err
 }
 
-// ruleFileFields are the prefix file fields of rule i's points on an
+// Fields are the prefix file fields of rule i's points on an
 // interface whose program holds the sets of generation gen: the set it
 // holds (its prefixes, when its files last loaded good, its change), and
 // the errors of files that fail and, when the program holds an older set
 // than the policy's, swapErr, why it was not swapped in ("" when none).
-func (x *XDPDrop) ruleFileFields(i int, gen uint64, swapErr error) ruleFiles {
-	if i >= len(x.files.rules) || x.files.rules[i] == nil {
+func (pl *prefixLists) Fields(i int, gen uint64, swapErr error) ruleFiles {
+	if i >= len(pl.rules) || pl.rules[i] == nil {
 		return ruleFiles{}
 	}
-	fr := x.files.rules[i]
+	fr := pl.rules[i]
 	var errs []string
 	for _, pf := range fr.files {
 		if pf.err != nil {
@@ -871,25 +886,25 @@ const swapMemory = 1.5
 // 100,000-prefix list (BENCHMARKS.md). The limit is soft: the collector
 // works harder near it, nothing fails. A lower limit set by GOMEMLIMIT is
 // kept. releaseMemory restores it.
-func (x *XDPDrop) boundMemory() {
-	if x.files.memoryBound {
+func (pl *prefixLists) boundMemory() {
+	if pl.memoryBound {
 		return
 	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	before := debug.SetMemoryLimit(-1)
-	x.files.memoryBound, x.files.memoryBefore = true, before
+	pl.memoryBound, pl.memoryBefore = true, before
 	debug.SetMemoryLimit(min(before, int64(float64(ms.Sys-ms.HeapReleased)*swapMemory)))
 }
 
 // releaseMemory restores the memory limit boundMemory set, and returns what
 // the swap freed to the system.
-func (x *XDPDrop) releaseMemory() {
-	if !x.files.memoryBound {
+func (pl *prefixLists) releaseMemory() {
+	if !pl.memoryBound {
 		return
 	}
-	debug.SetMemoryLimit(x.files.memoryBefore)
-	x.files.memoryBound = false
+	debug.SetMemoryLimit(pl.memoryBefore)
+	pl.memoryBound = false
 	debug.FreeOSMemory()
 }

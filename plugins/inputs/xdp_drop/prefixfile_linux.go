@@ -34,8 +34,8 @@ func stampOf(fi os.FileInfo) fileStamp {
 // An interface whose swap fails keeps its set, which its rule points
 // report with the error, and is tried again at the next gather.
 func (x *XDPDrop) swapPrefixes(acc telegraf.Accumulator) {
-	defer x.releaseMemory()
-	defer func() { x.noteInForce(x.oldestHeld()) }()
+	defer x.files.releaseMemory()
+	defer func() { x.files.noteInForce(x.oldestHeld()) }()
 	var stale []*iface
 	for _, ifc := range x.ifaces {
 		// An observed interface (the console view) is another instance's.

@@ -200,7 +200,7 @@ func TestPrefixFileTrust(t *testing.T) {
 	require.NoError(t, os.Chmod(list, 0o664))
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], "is writable by its group (mode 0664)")
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")
@@ -220,7 +220,7 @@ func TestPrefixFileTrustDirectory(t *testing.T) {
 	refresh := func() *testutil.Accumulator {
 		acc := &testutil.Accumulator{}
 		p.refreshPrefixFiles(acc)
-		p.releaseMemory()
+		p.files.releaseMemory()
 		return acc
 	}
 
@@ -229,14 +229,14 @@ func TestPrefixFileTrustDirectory(t *testing.T) {
 	acc := refresh()
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], dir+" is writable by its group")
-	errText := p.ruleFileFields(0, p.files.gen, nil).err
+	errText := p.files.Fields(0, p.files.gen, nil).err
 	require.Contains(t, errText, dir+" is writable by its group")
 	require.Empty(t, refresh().Errors, "reported once")
 
 	require.NoError(t, os.Chmod(dir, 0o755))
 	require.Empty(t, refresh().Errors)
 	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, p.policy.Rules[0].SrcPrefixes, "the list is in force")
-	errText = p.ruleFileFields(0, p.files.gen, nil).err
+	errText = p.files.Fields(0, p.files.gen, nil).err
 	require.Empty(t, errText)
 }
 

@@ -133,13 +133,13 @@ func TestInitPrefixFiles(t *testing.T) {
 	require.Equal(t, mustPrefixes("192.0.2.128/25", "198.51.100.7/32", "203.0.113.0/24", "2001:db8:bad::/48"), r.SrcPrefixes)
 	require.Equal(t, mustPrefixes("198.51.100.7/32", "203.0.113.0/24"), r.DstPrefixes)
 	require.Equal(t, []string{"src_prefix_file " + drop, "src_prefix_file " + edrop, "dst_prefix_file " + edrop}, r.PrefixFiles)
-	f := p.ruleFileFields(1, p.files.gen, nil)
+	f := p.files.Fields(1, p.files.gen, nil)
 	require.True(t, f.files)
 	require.Equal(t, int64(6), f.prefixes)
 	require.InDelta(t, time.Now().Unix(), f.loaded, 5)
 	require.Zero(t, f.added+f.removed, "no change yet")
 	require.Empty(t, f.err)
-	require.False(t, p.ruleFileFields(0, p.files.gen, nil).files, "a rule without files has no file fields")
+	require.False(t, p.files.Fields(0, p.files.gen, nil).files, "a rule without files has no file fields")
 
 	// The same prefixes written in the TOML give the same rule: the same
 	// compiled maps, the same per-packet cost.
@@ -195,11 +195,11 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	refresh := func() *testutil.Accumulator {
 		acc := &testutil.Accumulator{}
 		p.refreshPrefixFiles(acc)
-		p.releaseMemory() // as a gather's swap does
+		p.files.releaseMemory() // as a gather's swap does
 		return acc
 	}
 	fields := func() (int64, string) {
-		f := p.ruleFileFields(0, p.files.gen, nil)
+		f := p.files.Fields(0, p.files.gen, nil)
 		return f.prefixes, f.err
 	}
 
@@ -264,14 +264,14 @@ func TestSwapMemoryBound(t *testing.T) {
 	p.refreshPrefixFiles(&testutil.Accumulator{})
 	bound := debug.SetMemoryLimit(-1)
 	require.Less(t, bound, before, "a limit while the set is swapped in")
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Equal(t, before, debug.SetMemoryLimit(-1), "restored")
 
 	debug.SetMemoryLimit(1 << 20)
 	writeList(t, path, "192.0.2.0/24")
 	p.refreshPrefixFiles(&testutil.Accumulator{})
 	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1), "a lower limit is kept")
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1))
 }
 
@@ -305,12 +305,12 @@ func TestPrefixFileTotals(t *testing.T) {
 	hostList(t, b, 11, 40_001)
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.EqualError(t, acc.Errors[0], `rule "b": dst_prefix_file: with `+b+` the prefix files list 100001 IPv4 prefixes (repeats counted); at most 100000 per family fit: shorten or merge the lists; the last good prefixes stay in force`)
 	require.Equal(t, gen, p.files.gen)
 	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
-	f := p.ruleFileFields(1, p.files.gen, nil)
+	f := p.files.Fields(1, p.files.gen, nil)
 	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(40_000), n)
 	require.Contains(t, errText, "100001 IPv4 prefixes")
@@ -393,11 +393,11 @@ func TestPrefixFileListedTotal(t *testing.T) {
 	writeList(t, b, hostAddrs(half, half)...)
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.EqualError(t, acc.Errors[0], fmt.Sprintf(`rule "lists": src_prefix_file: with %s the prefix files list %d IPv4 prefixes (repeats counted); at most %d per family fit: shorten or merge the lists; the last good prefixes stay in force`, b, 2*half, bpf.MaxPrefixes))
 	require.Len(t, p.policy.Rules[0].SrcPrefixes, half+1, "the set in force stays")
-	f := p.ruleFileFields(0, p.files.gen, nil)
+	f := p.files.Fields(0, p.files.gen, nil)
 	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(half+1), n)
 	require.Contains(t, errText, "repeats counted")
@@ -416,7 +416,7 @@ func TestPrefixFileChangeCounts(t *testing.T) {
 	p := fileRulePlugin(Rule{Name: "x", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}, SrcPrefixFile: []string{a, b}})
 	p.Log = log
 	require.NoError(t, p.Init())
-	f := p.ruleFileFields(0, p.files.gen, nil)
+	f := p.files.Fields(0, p.files.gen, nil)
 	require.Equal(t, [3]int64{1000, 0, 0}, [3]int64{f.prefixes, f.added, f.removed}, "no change yet")
 
 	// a: 10.0.0.0 gone, 10.0.3.230-232 new, and 192.0.2.0/24, which the
@@ -424,25 +424,25 @@ func TestPrefixFileChangeCounts(t *testing.T) {
 	writeList(t, a, slices.Concat(hostAddrs(1, 1000), []string{"192.0.2.0/24"})...)
 	acc := &testutil.Accumulator{}
 	p.refreshPrefixFiles(acc)
-	p.releaseMemory()
+	p.files.releaseMemory()
 	require.Empty(t, acc.Errors)
-	f = p.ruleFileFields(0, p.files.gen, nil)
+	f = p.files.Fields(0, p.files.gen, nil)
 	require.Equal(t, [3]int64{1002, 3, 1}, [3]int64{f.prefixes, f.added, f.removed})
-	old := p.ruleFileFields(0, p.files.gen-1, errors.New("load XDP program: too many open files"))
+	old := p.files.Fields(0, p.files.gen-1, errors.New("load XDP program: too many open files"))
 	require.Equal(t, [3]int64{1000, 0, 0}, [3]int64{old.prefixes, old.added, old.removed}, "a program of the generation before holds the set before")
 	require.Equal(t, "the changed prefixes are not in force on this interface: load XDP program: too many open files", old.err)
 
 	require.Empty(t, log.Messages(), "not logged while a program holds the set before")
-	p.noteInForce(p.files.gen - 1)
+	p.files.noteInForce(p.files.gen - 1)
 	require.Empty(t, log.Messages())
-	p.noteInForce(p.files.gen)
+	p.files.noteInForce(p.files.gen)
 	var lines []string
 	for _, m := range log.Messages() {
 		lines = append(lines, m.Text)
 	}
 	require.Equal(t, []string{`rule "x": file "` + a + `": +3 −1, 1,002 in force`}, lines)
 	require.Len(t, p.files.rules[0].sets, 1, "the set no program holds is forgotten")
-	p.noteInForce(p.files.gen)
+	p.files.noteInForce(p.files.gen)
 	require.Len(t, log.Messages(), 1, "logged once")
 }
 
@@ -461,4 +461,38 @@ func TestDiffPrefixes(t *testing.T) {
 		added, removed := diffPrefixes(uniquePrefixes(c.cur), uniquePrefixes(c.next))
 		require.Equal(t, [2]int{c.added, c.removed}, [2]int{added, removed}, "%v -> %v", c.cur, c.next)
 	}
+}
+
+// TestPrefixListsRefreshLeavesPolicy: Refresh hands back a new policy with
+// the changed rule's prefixes and leaves the one it was given as it was;
+// the plugin puts it in force.
+func TestPrefixListsRefreshLeavesPolicy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drop.txt")
+	writeList(t, path, "203.0.113.0/24")
+	p := fileRulePlugin(
+		Rule{Name: "mgmt", Action: "pass", SrcPrefix: []string{"192.0.2.0/24"}},
+		Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
+	require.NoError(t, p.Init())
+	before := p.policy
+	gen := p.files.gen
+
+	next, changed := p.files.Refresh(&testutil.Accumulator{}, before)
+	require.False(t, changed, "unchanged files")
+	require.Equal(t, before.Rules, next.Rules)
+
+	writeList(t, path, "203.0.113.0/24", "198.51.100.0/24")
+	acc := &testutil.Accumulator{}
+	next, changed = p.files.Refresh(acc, before)
+	p.files.releaseMemory()
+	require.Empty(t, acc.Errors)
+	require.True(t, changed)
+	require.Equal(t, gen+1, p.files.gen)
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), next.Rules[1].SrcPrefixes)
+	require.Equal(t, before.Rules[0], next.Rules[0], "the rule without files is the same")
+	require.Equal(t, mustPrefixes("203.0.113.0/24"), before.Rules[1].SrcPrefixes, "the policy given stays")
+	require.Equal(t, mustPrefixes("203.0.113.0/24"), p.policy.Rules[1].SrcPrefixes, "the plugin's policy changes only when the plugin puts next in force")
+	old := p.files.Fields(1, gen, nil)
+	require.Equal(t, int64(1), old.prefixes, "a program of the generation before holds the set before")
+	require.Equal(t, "the changed prefixes are not in force on this interface: not swapped in yet", old.err)
 }

@@ -269,9 +269,8 @@ func (x *XDPDrop) readTop(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, 
 	if ifc.prog == nil || !x.policy.Sample.On() || ifc.observer != "" {
 		return
 	}
-	if err := x.startSampler(ifc); err != nil {
-		x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
-		return
+	if ifc.sampler == nil || ifc.sampler.prog != ifc.prog {
+		return // Reconcile could not start its sampler, and reported why
 	}
 	counts, err := ifc.prog.SampleCounts()
 	if err != nil {

@@ -71,7 +71,7 @@ type XDPDrop struct {
 
 	mode   bpf.Mode
 	policy bpf.Policy
-	files  prefixFiles // the rules fed from prefix files
+	files  prefixLists // the rules fed from prefix files
 	// kernel is the policy's kernel side (Linux): created at the first
 	// attach of each generation of prefix files, closed by Stop.
 	kernel kernelSide
@@ -97,7 +97,12 @@ type XDPDrop struct {
 	nsReported  string          // the namespace error last reported, when no interface carries it
 	literalHint map[string]bool // patterns already warned about an interface named like them
 	lastSeries  int             // series in the last snapshot
-	gathers     uint64          // snapshots taken: the number of the current one
+	gathers     uint64          // reconciles done: the number of the current gather
+	// released holds what the programs the last Reconcile released
+	// counted, for the Snapshot that follows.
+	released Snapshot
+	// captureErr is why the capture fails, as the last Reconcile found.
+	captureErr string
 	// standing are the series emitted at every gather from attach, also at
 	// zero (standingClasses).
 	standing standingSet
@@ -154,7 +159,7 @@ func (x *XDPDrop) Init() error {
 	x.policy = policy
 	x.standing = standingClasses(policy)
 	if len(policy.Rules) == len(x.Rules) {
-		errs = append(errs, Errors(x.loadPrefixFiles())...)
+		errs = append(errs, Errors(x.files.Load(x.Rules, &x.policy, x.ReadOnly, x.Log))...)
 	}
 
 	fail("namespace", x.checkNamespace())
@@ -449,4 +454,12 @@ func suggest(name string) string {
 
 func init() {
 	inputs.Add("xdp_drop", func() telegraf.Input { return New() })
+}
+
+// refreshPrefixFiles puts in force the prefixes of the prefix files that
+// changed since the last gather (prefixLists.Refresh).
+func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
+	if next, changed := x.files.Refresh(acc, x.policy); changed {
+		x.policy = next
+	}
 }

@@ -40,7 +40,7 @@ type iface struct {
 	// topBase is every frame by action when the last interval the top
 	// sources cover ended: what their estimates scale to is counted since.
 	topBase  [bpf.ActionCount]bpf.Counter
-	rulesGen uint64 // the rule prefixes its program holds (prefixFiles.gen)
+	rulesGen uint64 // the rule prefixes its program holds (prefixLists.gen)
 	swapErr  error  // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
@@ -79,9 +79,11 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	return nil
 }
 
-// Gather emits the counters of every attached interface and the link state
-// of every configured one, attaching those that are not attached yet.
+// Gather attaches, releases and swaps what changed since the last gather
+// (Reconcile), then emits the counters of every attached interface and the
+// link state of every configured one (Snapshot).
 func (x *XDPDrop) Gather(acc telegraf.Accumulator) error {
+	x.Reconcile(acc)
 	snap := x.Snapshot(acc)
 	emitSnapshot(acc, &snap)
 	return nil
@@ -155,21 +157,29 @@ func (e *emitter) addAt(measurement string, p point, t time.Time) {
 	e.acc.AddFields(measurement, e.fields, e.tags, t)
 }
 
-// Snapshot reads the counters of every attached interface and the link
-// state of every configured one, attaching those that are not attached yet,
-// as Gather does; errors go to acc, as Gather's do.
-func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
+// Reconcile brings the interfaces to the configuration, as the gather it
+// starts: it forgets the interfaces the last snapshot reported gone, reads
+// the prefix files again, finds the interfaces patterns match, releases the
+// programs the kernel detached, attaches those not attached, swaps the
+// programs to the policy's prefixes, starts the samplers and checks the
+// capture. What a released program counted waits for the Snapshot that
+// follows; errors go to acc, as Gather's do.
+func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	// Sized as the last one: a gather allocates once per slice.
-	snap := Snapshot{Series: make([]Series, 0, x.lastSeries), Links: make([]Link, 0, len(x.ifaces))}
+	if x.gathers > 0 {
+		// Not before the first: an interface missing at Start is still
+		// reported by a snapshot.
+		x.forgetVanished()
+	}
+	x.released = Snapshot{}
 	x.gathers++
 	x.holderDeadline = time.Now().Add(gatherWait)
 	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
-			x.releaseDetached(acc, ifc, &snap, true)
+			x.releaseDetached(acc, ifc, &x.released, true)
 			if ifc.prog == nil {
 				if err := x.attach(ifc); err != nil {
 					x.report(acc, ifc, err)
@@ -181,12 +191,26 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	if err != nil {
 		// Link state needs no namespace: still notice detached programs.
 		for _, ifc := range x.ifaces {
-			x.releaseDetached(acc, ifc, &snap, false)
+			x.releaseDetached(acc, ifc, &x.released, false)
 		}
 	}
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
-	captureErr := Printable(x.checkCapture(acc))
+	x.captureErr = Printable(x.checkCapture(acc))
+	x.startSamplers(acc)
+}
+
+// Snapshot reads the counters of every attached interface (after what the
+// programs the last Reconcile released counted) and the link state of every
+// configured one; it attaches, releases and swaps nothing. Errors go to
+// acc, as Gather's do.
+func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	// Sized as the last one: a gather allocates once per slice.
+	snap := Snapshot{Series: make([]Series, 0, max(x.lastSeries, len(x.released.Series))), Links: make([]Link, 0, len(x.ifaces))}
+	snap.Series = append(snap.Series, x.released.Series...)
+	snap.Rules = append(snap.Rules, x.released.Rules...)
 	for _, ifc := range x.ifaces {
 		first := len(snap.Series)
 		var counted []Series
@@ -194,11 +218,10 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 			counted = snap.Series[first:len(snap.Series):len(snap.Series)]
 		}
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l, counted, captureErr)
+		x.readTop(acc, ifc, &snap, &l, counted, x.captureErr)
 		snap.Links = append(snap.Links, l)
 	}
 	x.stampSnapshot(&snap, time.Now())
-	x.forgetVanished()
 	x.lastSeries = len(snap.Series)
 	return snap
 }
@@ -699,7 +722,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swap
 	for i, r := range x.policy.Rules {
 		if r.Limit != nil {
 			series = appendLimitRule(series, name, r.Name, x.policy.DryRun, rules[i], limited[i])
-			files := x.ruleFileFields(i, gen, swapErr)
+			files := x.files.Fields(i, gen, swapErr)
 			for j := len(series) - 2; j < len(series); j++ {
 				files.put(&series[j])
 			}
@@ -713,7 +736,7 @@ func (x *XDPDrop) appendRules(series []RuleSeries, name string, gen uint64, swap
 			Interface: name, Rule: r.Name, Action: ActionTag(x.policy.DryRun, action),
 			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
 		}
-		x.ruleFileFields(i, gen, swapErr).put(&s)
+		x.files.Fields(i, gen, swapErr).put(&s)
 		series = append(series, s)
 	}
 	return series

@@ -16,6 +16,7 @@ func (*XDPDrop) Start(telegraf.Accumulator) error  { return errNotLinux }
 func (*XDPDrop) Gather(telegraf.Accumulator) error { return errNotLinux }
 func (*XDPDrop) Stop()                             {}
 
+func (*XDPDrop) Reconcile(telegraf.Accumulator)         {}
 func (*XDPDrop) Snapshot(telegraf.Accumulator) Snapshot { return Snapshot{} }
 
 func handoverDir(string) (string, string) { return "", "" }
