@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -717,7 +716,7 @@ func (x *XDPDrop) noteInForce(held uint64) {
 			}
 			set.logged = true
 			if i == len(fr.sets)-1 {
-				x.Log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, thousands(set.prefixes))
+				x.Log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, Thousands(uint64(set.prefixes)))
 			}
 		}
 		if i := fr.heldAt(held); i > 0 {
@@ -736,15 +735,6 @@ func filesNamed(paths []string) string {
 		return "file " + quoted[0]
 	}
 	return "files " + strings.Join(quoted, ", ")
-}
-
-// thousands writes n with commas between groups of three digits.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // markLoaded notes that every file of a rule without a failing one loads
