@@ -38,12 +38,13 @@ func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err erro
 		return p, false, err
 	}
 	p, err = in.loadPinnedFor(w, got)
-	if errors.Is(err, errPinning) {
+	var unpinnable *UnpinnableError
+	if errors.As(err, &unpinnable) {
 		lost := "counters restart at every restart"
 		if w.KeepAttached {
-			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
+			lost += " and nothing keeps it attached while no agent runs"
 		}
-		got.warn("attaching without pins, so %s: %v", lost, err)
+		got.Notes = append(got.Notes, Note{Kind: NoteUnpinned, Warn: true, Err: err, Text: fmt.Sprintf("attaching without pins, so %s: %v", lost, err)})
 		p, err = in.loadFresh()
 		return p, false, err
 	}
@@ -68,13 +69,13 @@ func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
 		return nil, err
 	}
 	if err := checkKeptLinkFree(dir); err != nil {
-		return nil, fmt.Errorf("pin_path: %w", err)
+		return nil, &PinDirError{Root: w.PinPath, Reason: PinDirKeptLinkHeld, Err: err}
 	}
 	if !w.KeepAttached {
 		if released, err := releaseKept(dir); err != nil {
 			return nil, err
 		} else if released {
-			got.warn("released the attachment an earlier run kept (keep_attached is off now)")
+			got.Notes = append(got.Notes, Note{Kind: NoteKeptReleased, Warn: true, Text: "released the attachment an earlier run kept (keeping it is off now)"})
 		}
 	}
 	p, note, err := in.loadPinned(dir)
@@ -95,7 +96,7 @@ func (in *Instance) pinTakenOver(w Want, p *Program, continued bool, got *Got) {
 	}
 	dir, err := pinDir(w, got)
 	if err != nil {
-		got.warn("taken over without pins, so counters restart at every restart: %v", err)
+		got.Notes = append(got.Notes, Note{Kind: NoteTakenOverUnpinned, Warn: true, Err: err, Text: fmt.Sprintf("taken over without pins, so counters restart at every restart: %v", err)})
 		return
 	}
 	if continued {
