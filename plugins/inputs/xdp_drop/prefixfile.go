@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,7 +15,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/influxdata/telegraf"
@@ -383,18 +383,11 @@ type fileRead struct {
 // under the trust check when the plugin has one. Errors name the option
 // and the file (and the line): of up to maxErrs bad lines, joined.
 func (x *XDPDrop) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error) {
-	f, err := x.openPrefixFile(pf.path)
+	f, fi, err := x.openPrefixFile(pf.path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.key, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", pf.key, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s: not a regular file (%s); list files of prefixes", pf.key, pf.path, trust.FileKind(fi.Mode()))
-	}
 	if fi.Size() > MaxPrefixFileSize {
 		return nil, fmt.Errorf("%s: %s is %d bytes; a prefix file has at most %d (64 MiB): check that it is a list of prefixes", pf.key, pf.path, fi.Size(), MaxPrefixFileSize)
 	}
@@ -410,17 +403,17 @@ func (x *XDPDrop) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error)
 	return read, nil
 }
 
-func (x *XDPDrop) openPrefixFile(path string) (*os.File, error) {
+func (x *XDPDrop) openPrefixFile(path string) (*os.File, fs.FileInfo, error) {
+	uid := trust.NoCheck
 	if x.files.trustCheck {
-		f, err := trust.Open(path, x.files.trustUID, "prefix file")
-		var notRegular *trust.NotRegularError
-		if errors.As(err, &notRegular) {
-			return nil, fmt.Errorf("%w; list files of prefixes", err)
-		}
-		return f, err
+		uid = x.files.trustUID
 	}
-	// Without blocking, so that a FIFO is refused, not waited on.
-	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := trust.OpenRegular(path, uid, "prefix file")
+	var notRegular *trust.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, nil, fmt.Errorf("%w; list files of prefixes", err)
+	}
+	return f, fi, err
 }
 
 // ParsePrefixFile reads a prefix list: one prefix or address (a /32 or
