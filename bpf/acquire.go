@@ -40,7 +40,7 @@ const (
 	// RouteFresh attached a program loaded for the interface.
 	RouteFresh Route = iota
 	// RouteKept put the program into the link an earlier run kept
-	// (keep_attached), without a gap.
+	// (KeepAttached), without a gap.
 	RouteKept
 	// RouteHandedOver took over in place what a stopping instance
 	// handed over.
@@ -210,7 +210,7 @@ func (in *Instance) acquireFresh(w Want, got *Got) (p *Program, pinned bool, rou
 }
 
 // attach attaches p, keeping the attachment past the process when
-// keep_attached is set and pins are usable.
+// KeepAttached is set and pins are usable.
 func (in *Instance) attach(p *Program, w Want, pinned bool, got *Got) (Route, error) {
 	if !w.KeepAttached || !pinned {
 		return RouteFresh, p.Attach(w.Ifindex, w.Mode)

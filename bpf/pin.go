@@ -21,10 +21,10 @@ const (
 )
 
 // loadFor loads a program for the interface of w, with its counters pinned
-// when pin_path is set and usable; pinned says whether they are. When the
+// when PinPath is set and usable; pinned says whether they are. When the
 // pin directory cannot be used (no BPF filesystem, no permission) the
 // program is loaded without pins and a note names the fix: the drop policy
-// is enforced, and only counter continuity (and keep_attached) is lost.
+// is enforced, and only counter continuity (and KeepAttached) is lost.
 func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err error) {
 	defer func() {
 		if err == nil {
@@ -62,7 +62,7 @@ func (in *Instance) loadFresh() (*Program, error) {
 
 // loadPinnedFor loads a program with its counters pinned in the
 // interface's pin directory, after releasing a link an earlier run kept
-// there when keep_attached is off now.
+// there when KeepAttached is off now.
 func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
 	dir, err := pinDir(w, got)
 	if err != nil {
@@ -88,7 +88,7 @@ func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
 	return p, nil
 }
 
-// pinTakenOver pins what pin_path and keep_attached ask for: the
+// pinTakenOver pins what PinPath and KeepAttached ask for: the
 // handed-over program may have run without them.
 func (in *Instance) pinTakenOver(w Want, p *Program, continued bool, got *Got) {
 	if w.PinPath == "" {
