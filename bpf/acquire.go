@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ const (
 	// RouteFresh attached a program loaded for the interface.
 	RouteFresh Route = iota
 	// RouteKept put the program into the link an earlier run kept
-	// (keep_attached), without a gap.
+	// (KeepAttached), without a gap.
 	RouteKept
 	// RouteHandedOver took over in place what a stopping instance
 	// handed over.
@@ -63,13 +64,41 @@ type Got struct {
 	Notes        []Note
 }
 
-// Note is one thing Acquire reports, in the order it happened.
+// Note is one thing Acquire reports, in the order it happened. Text says
+// it; Kind, with ID and Err, lets a caller say it in its own words.
 type Note struct {
+	Kind NoteKind
 	Warn bool
 	// Instance says the note is about the instance, not the interface.
 	Instance bool
 	Text     string
+	ID       ebpf.ProgramID
+	Err      error
 }
+
+// NoteKind tells the notes a caller may word itself from the others.
+type NoteKind int
+
+const (
+	// NoteText is said as Text says.
+	NoteText NoteKind = iota
+	// NoteUnpinned: attached without pins, Err says why (an
+	// *UnpinnableError); with KeepAttached, nothing keeps it attached either.
+	NoteUnpinned
+	// NoteTakenOverUnpinned: taken over without pins, Err says why.
+	NoteTakenOverUnpinned
+	// NoteKeptReleased: a link an earlier run kept was released, as
+	// KeepAttached is off.
+	NoteKeptReleased
+	// NoteReplaced: the program ID in the way was replaced (Replace).
+	NoteReplaced
+	// NoteFellBack: ModeAuto fell back to generic mode; Err says why
+	// native mode failed.
+	NoteFellBack
+	// NoteMountedBPFFS: the BPF filesystem was mounted on DefaultBPFFS
+	// for the pins.
+	NoteMountedBPFFS
+)
 
 func (g *Got) info(format string, args ...any) {
 	g.Notes = append(g.Notes, Note{Text: fmt.Sprintf(format, args...)})
@@ -181,7 +210,7 @@ func (in *Instance) acquireFresh(w Want, got *Got) (p *Program, pinned bool, rou
 }
 
 // attach attaches p, keeping the attachment past the process when
-// keep_attached is set and pins are usable.
+// KeepAttached is set and pins are usable.
 func (in *Instance) attach(p *Program, w Want, pinned bool, got *Got) (Route, error) {
 	if !w.KeepAttached || !pinned {
 		return RouteFresh, p.Attach(w.Ifindex, w.Mode)
@@ -207,9 +236,9 @@ func (in *Instance) replace(p *Program, w Want, existing *ExistingProgramError, 
 		}
 	}
 	if err := removeExisting(w.Ifindex); err != nil {
-		return fmt.Errorf("replace = true, but removing XDP program id %d failed: %w", existing.ID, err)
+		return &ReplaceError{ID: existing.ID, Err: err}
 	}
-	got.warn("replaced XDP program id %d (replace = true)", existing.ID)
+	got.Notes = append(got.Notes, Note{Kind: NoteReplaced, Warn: true, ID: existing.ID, Text: fmt.Sprintf("replaced XDP program id %d in the way", existing.ID)})
 	_, err := in.attach(p, w, pinned, got)
 	return err
 }
@@ -225,10 +254,11 @@ func (g *Got) attached(mode Mode) {
 	g.info("attached in %s mode, program id %d", p.Mode(), p.ID())
 }
 
-// fellBack notes that mode = "auto" fell back to generic mode.
+// fellBack notes that ModeAuto fell back to generic mode.
 func (g *Got) fellBack(mode Mode) {
 	if mode == ModeAuto && g.Program.Mode() == ModeGeneric {
-		g.warn("mode = \"auto\" fell back to generic mode (slower): %v", g.Program.NativeError())
+		err := g.Program.NativeError()
+		g.Notes = append(g.Notes, Note{Kind: NoteFellBack, Warn: true, Err: err, Text: fmt.Sprintf("auto mode fell back to generic mode (slower): %v", err)})
 	}
 }
 

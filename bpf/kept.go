@@ -65,7 +65,7 @@ func keptMode(l link.Link, ifindex int, mode Mode) (Mode, bool) {
 }
 
 // releaseKept removes a link kept in dir by an earlier run with
-// keep_attached, detaching its program; it reports whether there was one.
+// KeepAttached, detaching its program; it reports whether there was one.
 func releaseKept(dir string) (bool, error) {
 	path := filepath.Join(dir, linkPin)
 	l, err := link.LoadPinnedLink(path, nil)
@@ -82,7 +82,7 @@ func releaseKept(dir string) (bool, error) {
 	return true, nil
 }
 
-// pinLink pins the attachment in dir, as keep_attached does, replacing a
+// pinLink pins the attachment in dir, as KeepAttached does, replacing a
 // link kept there before.
 func (p *Program) pinLink(dir string) error {
 	if _, err := releaseKept(dir); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -77,11 +76,15 @@ func Observe(ifindex int, policy Policy) (p *Program, at Attachment, err error) 
 	if maps[xdpDropMapCounters] == nil || maps[rodataMap] == nil {
 		return nil, at, &PolicyMismatchError{ID: id, Reason: "it has no counters or constants of this build's program"}
 	}
-	if reason := sameConstants(spec, maps[rodataMap]); reason != "" {
-		return nil, at, &PolicyMismatchError{ID: id, Reason: reason}
+	differ, err := sameConstants(spec, maps[rodataMap])
+	if err != nil {
+		return nil, at, &PolicyMismatchError{ID: id, Reason: fmt.Sprintf("its constants cannot be read: %v", err)}
+	}
+	if len(differ) > 0 {
+		return nil, at, &PolicyMismatchError{ID: id, Constants: differ}
 	}
 	if !continuable(spec, in.rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
-		return nil, at, &PolicyMismatchError{ID: id, Reason: "its counters have another shape (rules, or per_queue, differ)"}
+		return nil, at, &PolicyMismatchError{ID: id, Shape: true}
 	}
 	if at, err = linkOwners(ifindex, id); err != nil {
 		return nil, at, err
@@ -126,11 +129,11 @@ func openMaps(info *ebpf.ProgramInfo, maps map[string]*ebpf.Map) error {
 }
 
 // sameConstants compares the constants the kernel holds in rodata with
-// those spec sets, and says which differ ("" when none does).
-func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
+// those spec sets, and names those that differ, sorted.
+func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) ([]string, error) {
 	data, err := rodata.LookupBytes(uint32(0))
 	if err != nil {
-		return fmt.Sprintf("its constants cannot be read: %v", err)
+		return nil, err
 	}
 	var differ []string
 	for name, v := range spec.Variables {
@@ -145,11 +148,8 @@ func sameConstants(spec *ebpf.CollectionSpec, rodata *ebpf.Map) string {
 			differ = append(differ, name)
 		}
 	}
-	if len(differ) == 0 {
-		return ""
-	}
 	slices.Sort(differ)
-	return fmt.Sprintf("its constants %s differ from this config's (the drop list, dry_run, per_queue or the rules)", strings.Join(differ, ", "))
+	return differ, nil
 }
 
 // linkOwners finds the link attaching program id to ifindex, if any, and

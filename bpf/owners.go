@@ -26,7 +26,7 @@ func (h Owner) String() string { return fmt.Sprintf("%d (%s)", h.PID, h.Comm) }
 
 // LiveOwnerError is returned when the xdp_drop program in the way is
 // attached through a link that a running process holds, or may hold: a
-// running instance, which replace = true must not fight.
+// running instance, which Want.Replace must not fight.
 type LiveOwnerError struct {
 	ID     ebpf.ProgramID
 	Link   link.ID
@@ -134,8 +134,8 @@ func fdinfoField(path, key string) string {
 }
 
 // checkKeptLinkFree returns a *LiveOwnerError when the link kept in dir
-// (keep_attached) is held by another running process: an instance with the
-// same pin_path, whose pins must be neither taken over nor released.
+// (KeepAttached) is held by another running process: an instance with the
+// same PinPath, whose pins must be neither taken over nor released.
 func checkKeptLinkFree(dir string) error {
 	l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil)
 	if err != nil {

@@ -21,10 +21,10 @@ const (
 )
 
 // loadFor loads a program for the interface of w, with its counters pinned
-// when pin_path is set and usable; pinned says whether they are. When the
+// when PinPath is set and usable; pinned says whether they are. When the
 // pin directory cannot be used (no BPF filesystem, no permission) the
 // program is loaded without pins and a note names the fix: the drop policy
-// is enforced, and only counter continuity (and keep_attached) is lost.
+// is enforced, and only counter continuity (and KeepAttached) is lost.
 func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err error) {
 	defer func() {
 		if err == nil {
@@ -38,12 +38,13 @@ func (in *Instance) loadFor(w Want, got *Got) (p *Program, pinned bool, err erro
 		return p, false, err
 	}
 	p, err = in.loadPinnedFor(w, got)
-	if errors.Is(err, errPinning) {
+	var unpinnable *UnpinnableError
+	if errors.As(err, &unpinnable) {
 		lost := "counters restart at every restart"
 		if w.KeepAttached {
-			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
+			lost += " and nothing keeps it attached while no agent runs"
 		}
-		got.warn("attaching without pins, so %s: %v", lost, err)
+		got.Notes = append(got.Notes, Note{Kind: NoteUnpinned, Warn: true, Err: err, Text: fmt.Sprintf("attaching without pins, so %s: %v", lost, err)})
 		p, err = in.loadFresh()
 		return p, false, err
 	}
@@ -61,20 +62,20 @@ func (in *Instance) loadFresh() (*Program, error) {
 
 // loadPinnedFor loads a program with its counters pinned in the
 // interface's pin directory, after releasing a link an earlier run kept
-// there when keep_attached is off now.
+// there when KeepAttached is off now.
 func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
 	dir, err := pinDir(w, got)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkKeptLinkFree(dir); err != nil {
-		return nil, fmt.Errorf("pin_path: %w", err)
+		return nil, &PinDirError{Root: w.PinPath, Reason: PinDirKeptLinkHeld, Err: err}
 	}
 	if !w.KeepAttached {
 		if released, err := releaseKept(dir); err != nil {
 			return nil, err
 		} else if released {
-			got.warn("released the attachment an earlier run kept (keep_attached is off now)")
+			got.Notes = append(got.Notes, Note{Kind: NoteKeptReleased, Warn: true, Text: "released the attachment an earlier run kept (keeping it is off now)"})
 		}
 	}
 	p, note, err := in.loadPinned(dir)
@@ -87,7 +88,7 @@ func (in *Instance) loadPinnedFor(w Want, got *Got) (*Program, error) {
 	return p, nil
 }
 
-// pinTakenOver pins what pin_path and keep_attached ask for: the
+// pinTakenOver pins what PinPath and KeepAttached ask for: the
 // handed-over program may have run without them.
 func (in *Instance) pinTakenOver(w Want, p *Program, continued bool, got *Got) {
 	if w.PinPath == "" {
@@ -95,7 +96,7 @@ func (in *Instance) pinTakenOver(w Want, p *Program, continued bool, got *Got) {
 	}
 	dir, err := pinDir(w, got)
 	if err != nil {
-		got.warn("taken over without pins, so counters restart at every restart: %v", err)
+		got.Notes = append(got.Notes, Note{Kind: NoteTakenOverUnpinned, Warn: true, Err: err, Text: fmt.Sprintf("taken over without pins, so counters restart at every restart: %v", err)})
 		return
 	}
 	if continued {

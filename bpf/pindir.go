@@ -31,17 +31,17 @@ func ensureBPFFS(dir string) (mounted bool, err error) {
 	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
 		if !onBPFFS(DefaultBPFFS) {
 			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
-				return false, fmt.Errorf("%w: no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
+				return false, &UnpinnableError{Why: fmt.Sprintf("no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
 					"as root run: mount -t bpf bpf %s (systemd mounts it at boot; ip netns exec mounts a /sys without it: use nsenter --net instead)",
-					errPinning, DefaultBPFFS, DefaultBPFFS)
+					DefaultBPFFS, DefaultBPFFS)}
 			} else if err != nil {
-				return false, fmt.Errorf("%w: mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", errPinning, DefaultBPFFS, err, DefaultBPFFS)
+				return false, &UnpinnableError{Why: fmt.Sprintf("mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", DefaultBPFFS, err, DefaultBPFFS)}
 			}
 			return true, nil
 		}
 		return false, nil
 	}
-	return false, fmt.Errorf("%w: %s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", errPinning, dir, DefaultBPFFS)
+	return false, &UnpinnableError{Why: fmt.Sprintf("%s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", dir, DefaultBPFFS)}
 }
 
 // ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
@@ -133,18 +133,17 @@ func pinDir(w Want, got *Got) (string, error) {
 		return "", err
 	}
 	if mounted {
-		got.Notes = append(got.Notes, Note{Instance: true, Text: fmt.Sprintf("mounted the BPF filesystem on %s for pin_path", DefaultBPFFS)})
+		got.Notes = append(got.Notes, Note{Kind: NoteMountedBPFFS, Instance: true, Text: fmt.Sprintf("mounted the BPF filesystem on %s for the pins", DefaultBPFFS)})
 	}
 	if err := checkPersistent(w.PinPath); err != nil {
-		return "", fmt.Errorf("pin_path = %q: %w: counters would not survive a restart and keep_attached could keep nothing; "+
-			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", w.PinPath, err)
+		return "", &PinDirError{Root: w.PinPath, Reason: PinDirPrivate, Err: err}
 	}
 	dir := pinDirOf(w)
 	if err := checkPinDir(w.PinPath); err != nil {
-		return "", fmt.Errorf("pin_path = %q: %w; set pin_path to a directory (created if missing), e.g. %q", w.PinPath, err, DefaultBPFFS+"/xdp_drop")
+		return "", &PinDirError{Root: w.PinPath, Reason: PinRootNotDir, Err: err}
 	}
 	if err := checkPinDir(dir); err != nil {
-		return "", fmt.Errorf("pin_path: %w; it is not ours, so it is left alone: move it, or choose another pin_path", err)
+		return "", &PinDirError{Root: w.PinPath, Reason: PinDirNotOurs, Err: err}
 	}
 	if err := preparePinDir(w.PinPath, dir); err != nil {
 		return "", err
@@ -155,18 +154,13 @@ func pinDir(w Want, got *Got) (string, error) {
 // pinDirOf is the interface's pin directory.
 func pinDirOf(w Want) string { return filepath.Join(w.PinPath, w.Name) }
 
-// errPinning marks a pin directory this process cannot use (no BPF
-// filesystem, no permission); the program itself could still be loaded and
-// attached without pins.
-var errPinning = errors.New("pin_path unusable")
-
 // PackageBPFFSAccess is the package's script that adds search permission
 // for others on the BPF filesystem's root, when missing, and creates the
 // default pin directory for the service group.
 const PackageBPFFSAccess = "/usr/lib/telegraf-xdp-drop/bpffs-access"
 
 // preparePinDir creates dir (root/<interface>) for this process. When it
-// cannot, the error wraps errPinning and names the command, run as root,
+// cannot, the error is an *UnpinnableError that names the command, run as root,
 // that fixes it.
 func preparePinDir(root, dir string) error {
 	err := os.MkdirAll(dir, 0o700)
@@ -174,9 +168,9 @@ func preparePinDir(root, dir string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %v; %s", errPinning, err, permissionFix(root, dir))
+		return &UnpinnableError{Why: fmt.Sprintf("%v; %s", err, permissionFix(root, dir))}
 	default:
-		return fmt.Errorf("%w: create pin directory: %v", errPinning, err)
+		return &UnpinnableError{Why: fmt.Sprintf("create pin directory: %v", err)}
 	}
 }
 

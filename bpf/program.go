@@ -55,7 +55,7 @@ func (p *Program) NativeError() error { return p.nativeErr }
 // continued.
 func (p *Program) Fingerprint() string { return p.in.fingerprint }
 
-// Kept reports whether the attachment is pinned (keep_attached), so that
+// Kept reports whether the attachment is pinned (KeepAttached), so that
 // it outlives the process.
 func (p *Program) Kept() bool {
 	l, ok := p.link.(interface{ IsPinned() bool })

@@ -13,9 +13,6 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
-// SampleRateMax is the largest sampling rate (1 in N frames).
-const SampleRateMax = 1 << 30
-
 // setSampling sets the sampling constants of spec and sizes its ring.
 func setSampling(spec *ebpf.CollectionSpec, s Sampling) error {
 	if !s.On() {

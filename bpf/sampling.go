@@ -19,6 +19,10 @@ type Sampling struct {
 	Snaplen uint32
 }
 
+// SampleRateMax is the largest sampling rate (1 in N frames): the
+// program's countdown re-arms within [1, 2 × rate), in 32 bits.
+const SampleRateMax = 1 << 30
+
 // SnaplenMax bounds Sampling.Snaplen.
 const SnaplenMax = uint32(xdpDropSampleLimitsSAMPLE_SNAPLEN_MAX)
 

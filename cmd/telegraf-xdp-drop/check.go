@@ -135,8 +135,8 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	fp := plan.Footprint
 	if len(plan.Rules) > 0 {
 		w.line("rule maps (once, shared by every interface): %s prefixes (%s IPv4, %s IPv6): %s buckets, %s exact-prefix slots, trie entries %s IPv4 and %s IPv6, %s port masks, %s limiter cells",
-			thousands(fp.PrefixesV4+fp.PrefixesV6), thousands(fp.PrefixesV4), thousands(fp.PrefixesV6), thousands(fp.PrefixBuckets), thousands(fp.ExactSlots),
-			thousands(fp.TrieV4), thousands(fp.TrieV6), thousands(fp.PortMasks), thousands(fp.LimitCells))
+			xdp_drop.Thousands(uint64(fp.PrefixesV4+fp.PrefixesV6)), xdp_drop.Thousands(uint64(fp.PrefixesV4)), xdp_drop.Thousands(uint64(fp.PrefixesV6)), xdp_drop.Thousands(uint64(fp.PrefixBuckets)), xdp_drop.Thousands(uint64(fp.ExactSlots)),
+			xdp_drop.Thousands(uint64(fp.TrieV4)), xdp_drop.Thousands(uint64(fp.TrieV6)), xdp_drop.Thousands(uint64(fp.PortMasks)), xdp_drop.Thousands(uint64(fp.LimitCells)))
 	}
 	perIface := uint64(cpus)*fp.PerCPU + fp.Ring
 	ring := ""
@@ -162,7 +162,7 @@ func ruleSizes(r xdp_drop.PlannedRule) string {
 		v4, v6 int
 	}{{"src", r.SrcV4, r.SrcV6}, {"dst", r.DstV4, r.DstV6}} {
 		if d.v4+d.v6 > 0 {
-			parts = append(parts, fmt.Sprintf("%s prefixes %s IPv4 + %s IPv6", d.dir, thousands(d.v4), thousands(d.v6)))
+			parts = append(parts, fmt.Sprintf("%s prefixes %s IPv4 + %s IPv6", d.dir, xdp_drop.Thousands(uint64(d.v4)), xdp_drop.Thousands(uint64(d.v6))))
 		}
 	}
 	if r.PrefixFiles > 0 {
@@ -175,7 +175,7 @@ func ruleSizes(r xdp_drop.PlannedRule) string {
 		parts = append(parts, plural(r.DstPorts, "dst_port entry"))
 	}
 	if r.Rate > 0 {
-		parts = append(parts, fmt.Sprintf("rate %s/s burst %s", thousands(int(r.Rate)), thousands(int(r.Burst))))
+		parts = append(parts, fmt.Sprintf("rate %s/s burst %s", xdp_drop.Thousands(uint64(r.Rate)), xdp_drop.Thousands(uint64(r.Burst))))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -186,24 +186,15 @@ func plural(n int, thing string) string {
 	case n == 1:
 		return "1 " + thing
 	case strings.HasSuffix(thing, "y"):
-		return fmt.Sprintf("%s %sies", thousands(n), strings.TrimSuffix(thing, "y"))
+		return fmt.Sprintf("%s %sies", xdp_drop.Thousands(uint64(n)), strings.TrimSuffix(thing, "y"))
 	}
-	return fmt.Sprintf("%s %ss", thousands(n), thing)
+	return fmt.Sprintf("%s %ss", xdp_drop.Thousands(uint64(n)), thing)
 }
 
 type planWriter struct{ out io.Writer }
 
 func (w *planWriter) line(format string, args ...any) {
 	fmt.Fprintf(w.out, format+"\n", args...)
-}
-
-// thousands writes n with commas between groups of three digits.
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // bytesText writes a size in MB, or in KB below 1 MB, as the README does.

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/BurntSushi/toml"
 
@@ -259,14 +258,13 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 const maxConfigSize = 1 << 20
 
 // noTrustCheck, as loadConfig's trustUID, reads the config without the
-// trust check: root could attach anything anyway, and a process without
-// raised capabilities can attach nothing.
-const noTrustCheck = -1
+// trust check.
+const noTrustCheck = trust.NoCheck
 
 // readConfigFile reads a regular file of at most maxConfigSize bytes
 // through one descriptor: the bytes returned are those of the file that was
 // checked. Unless trustUID is noTrustCheck, the file and the way to it must
-// pass openTrusted's check for that user. It opens without blocking, so a
+// pass the trust check for that user. It opens without blocking, so a
 // FIFO is refused instead of waited on.
 func readConfigFile(path string, trustUID int) ([]byte, error) {
 	f, err := openConfigFile(path, trustUID)
@@ -285,23 +283,15 @@ func readConfigFile(path string, trustUID int) ([]byte, error) {
 }
 
 func openConfigFile(path string, trustUID int) (*os.File, error) {
-	if trustUID != noTrustCheck {
-		return openTrusted(path, trustUID)
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, _, err := trust.OpenRegular(path, trustUID, "config")
+	var notRegular *trust.NotRegularError
+	switch {
+	case errors.As(err, &notRegular):
+		return nil, notRegularFile(notRegular.Path, notRegular.Mode)
+	case err != nil && trustUID == noTrustCheck:
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, notRegularFile(path, st.Mode())
-	}
-	return f, nil
+	return f, err
 }
 
 func notRegularFile(path string, mode fs.FileMode) error {

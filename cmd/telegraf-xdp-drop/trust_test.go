@@ -101,7 +101,7 @@ func TestOpenTrustedResolvesAsTheKernel(t *testing.T) {
 	require.NoError(t, os.Symlink("xdp_drop.conf", filepath.Join(dir, "etc", "same.conf")))
 	read := func(path string) string {
 		t.Helper()
-		f, err := openTrusted(path, me)
+		f, err := openConfigFile(path, me)
 		require.NoError(t, err, path)
 		defer f.Close()
 		raw := make([]byte, 16)
@@ -130,13 +130,13 @@ func TestOpenTrustedResolvesAsTheKernel(t *testing.T) {
 		filepath.Join(dir, "etc"):                      "config " + filepath.Join(dir, "etc") + ": not a regular file (a directory)",
 		filepath.Join(dir, "rel") + "/":                "config " + filepath.Join(dir, "etc", "deep") + ": not a regular file (a directory)",
 	} {
-		_, err := openTrusted(path, me)
+		_, err := openConfigFile(path, me)
 		require.ErrorContains(t, err, want, path)
 	}
 
 	// Whatever is refused on the way says which link led there.
 	require.NoError(t, os.Chown(filepath.Join(dir, "etc", "deep", "xdp_drop.conf"), 4242, 4242))
-	_, err := openTrusted(filepath.Join(dir, "rel", "xdp_drop.conf"), me)
+	_, err := openConfigFile(filepath.Join(dir, "rel", "xdp_drop.conf"), me)
 	require.ErrorContains(t, err, filepath.Join(dir, "etc", "deep", "xdp_drop.conf")+" is owned by uid 4242")
 	require.ErrorContains(t, err, "(reached through the symbolic link "+filepath.Join(dir, "rel")+")")
 	var untrusted *untrustedError
@@ -146,7 +146,7 @@ func TestOpenTrustedResolvesAsTheKernel(t *testing.T) {
 // checkConfigTrust opens path as the binary does under file capabilities
 // running as uid, and returns the refusal, if any.
 func checkConfigTrust(path string, uid int) error {
-	f, err := openTrusted(path, uid)
+	f, err := openConfigFile(path, uid)
 	if err != nil {
 		return err
 	}

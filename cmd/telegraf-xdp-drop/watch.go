@@ -316,11 +316,7 @@ func clipMiddle(s string, w int) string {
 // number formats n with thousands separators when that fits in w columns,
 // else with three significant digits and an SI prefix (1.23G, 18.4E).
 func number(n uint64, w int) string {
-	s := strconv.FormatUint(n, 10)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if len(s) <= w {
+	if s := xdp_drop.Thousands(n); len(s) <= w {
 		return s
 	}
 	return short(float64(n))

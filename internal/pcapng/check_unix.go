@@ -110,25 +110,6 @@ func (w *Writer) stat(name string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// fileMode is the type of a file as fs names it.
-func fileMode(m uint32) fs.FileMode {
-	switch m & unix.S_IFMT {
-	case unix.S_IFREG:
-		return 0
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	case unix.S_IFDIR:
-		return fs.ModeDir
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		return fs.ModeDevice
-	}
-	return fs.ModeSocket
-}
-
 // resume continues the capture at the path, cut back to its last whole
 // block, or creates it; a file there that is not a pcapng one is rotated.
 func (w *Writer) resume() error {
@@ -186,7 +167,7 @@ func (w *Writer) openExisting() (*os.File, error) {
 	var mine unix.Stat_t
 	err = unix.Fstat(fd, &mine)
 	if err == nil {
-		err = checkExisting(fileMode(uint32(mine.Mode)), mine.Uid)
+		err = checkExisting(trust.FileType(uint32(mine.Mode)), mine.Uid)
 	}
 	if err == nil {
 		err = w.same(&mine)
@@ -312,7 +293,7 @@ func (w *Writer) ours(name string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkExisting(fileMode(uint32(st.Mode)), st.Uid); err != nil {
+	if err := checkExisting(trust.FileType(uint32(st.Mode)), st.Uid); err != nil {
 		return fmt.Errorf("%s %w", w.full(name), err)
 	}
 	return nil

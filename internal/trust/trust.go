@@ -6,8 +6,10 @@ package trust
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"os/user"
 	"strconv"
+	"syscall"
 )
 
 // UntrustedError is a refusal by the trust check (see Open), as opposed
@@ -61,4 +63,35 @@ func UserName(uid uint32) string {
 		return fmt.Sprintf("uid %s (%s)", id, u.Username)
 	}
 	return "uid " + id
+}
+
+// NoCheck, as OpenRegular's uid, opens without the trust check: root could
+// attach anything anyway, and a process without raised capabilities none.
+const NoCheck = -1
+
+// OpenRegular opens a regular file to read through one descriptor, under
+// Open's check for uid unless uid is NoCheck, without blocking (a FIFO is
+// refused, not waited on), and says what it is. Any other type of file is
+// a *NotRegularError.
+func OpenRegular(path string, uid int, what string) (*os.File, fs.FileInfo, error) {
+	var f *os.File
+	var err error
+	if uid == NoCheck {
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	} else {
+		f, err = Open(path, uid, what)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Mode: fi.Mode().Type()}
+	}
+	return f, fi, nil
 }

@@ -105,7 +105,7 @@ func (w *walk) open(path string) (*os.File, error) {
 				return nil, fmt.Errorf("%s: %w", w.what, &fs.PathError{Op: "open", Path: full, Err: unix.ENOTDIR})
 			}
 			if st.Mode&unix.S_IFMT != unix.S_IFREG {
-				return nil, &NotRegularError{Path: full, Mode: fileType(st.Mode)}
+				return nil, &NotRegularError{Path: full, Mode: FileType(st.Mode)}
 			}
 			f, err := w.openFile(dir.fd, name, full)
 			if errors.Is(err, unix.ELOOP) {
@@ -138,7 +138,7 @@ func (w *walk) openFile(dirfd int, name, full string) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
-		return nil, &NotRegularError{Path: full, Mode: fileType(st.Mode)}
+		return nil, &NotRegularError{Path: full, Mode: FileType(st.Mode)}
 	}
 	if err := w.check(full, &st); err != nil {
 		f.Close()
@@ -240,25 +240,6 @@ func (w *walk) readLink(fd int, name string) (string, error) {
 			return string(buf[:n]), nil
 		}
 	}
-}
-
-// fileType is the type bits of a stat mode as an fs.FileMode.
-func fileType(mode uint32) fs.FileMode {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return fs.ModeDir
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		return fs.ModeDevice
-	case unix.S_IFSOCK:
-		return fs.ModeSocket
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	}
-	return 0
 }
 
 // components splits a path into its names, leaving out empty ones and ".".

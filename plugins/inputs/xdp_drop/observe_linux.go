@@ -35,7 +35,7 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 	case errors.As(err, &foreign):
 		ifc.err = fmt.Errorf("interface %q: %w: not xdp_drop's, so there are no counters to show, and it is left alone", ifc.name, err)
 	case errors.As(err, &mismatch):
-		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, err, x.viewFlag())
+		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, advise(err), x.viewFlag())
 	case errors.Is(err, bpf.ErrObserveNeedsSysAdmin):
 		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w: run %s as root (sudo)", ifc.name, err, x.viewFlag())
 	case err != nil:

@@ -7,15 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/influxdata/telegraf"
@@ -397,18 +396,11 @@ type fileRead struct {
 // under the trust check when the plugin has one. Errors name the option
 // and the file (and the line): of up to maxErrs bad lines, joined.
 func (pl *prefixLists) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, error) {
-	f, err := pl.openPrefixFile(pf.path)
+	f, fi, err := pl.openPrefixFile(pf.path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.key, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", pf.key, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s: not a regular file (%s); list files of prefixes", pf.key, pf.path, trust.FileKind(fi.Mode()))
-	}
 	if fi.Size() > MaxPrefixFileSize {
 		return nil, fmt.Errorf("%s: %s is %d bytes; a prefix file has at most %d (64 MiB): check that it is a list of prefixes", pf.key, pf.path, fi.Size(), MaxPrefixFileSize)
 	}
@@ -424,17 +416,17 @@ func (pl *prefixLists) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, e
 	return read, nil
 }
 
-func (pl *prefixLists) openPrefixFile(path string) (*os.File, error) {
+func (pl *prefixLists) openPrefixFile(path string) (*os.File, fs.FileInfo, error) {
+	uid := trust.NoCheck
 	if pl.trustCheck {
-		f, err := trust.Open(path, pl.trustUID, "prefix file")
-		var notRegular *trust.NotRegularError
-		if errors.As(err, &notRegular) {
-			return nil, fmt.Errorf("%w; list files of prefixes", err)
-		}
-		return f, err
+		uid = pl.trustUID
 	}
-	// Without blocking, so that a FIFO is refused, not waited on.
-	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := trust.OpenRegular(path, uid, "prefix file")
+	var notRegular *trust.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, nil, fmt.Errorf("%w; list files of prefixes", err)
+	}
+	return f, fi, err
 }
 
 // ParsePrefixFile reads a prefix list: one prefix or address (a /32 or
@@ -732,7 +724,7 @@ func (pl *prefixLists) noteInForce(held uint64) {
 			}
 			set.logged = true
 			if i == len(fr.sets)-1 {
-				pl.log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, thousands(set.prefixes))
+				pl.log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, Thousands(uint64(set.prefixes)))
 			}
 		}
 		if i := fr.heldAt(held); i > 0 {
@@ -751,15 +743,6 @@ func filesNamed(paths []string) string {
 		return "file " + quoted[0]
 	}
 	return "files " + strings.Join(quoted, ", ")
-}
-
-// thousands writes n with commas between groups of three digits.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // markLoaded notes that every file of a rule without a failing one loads

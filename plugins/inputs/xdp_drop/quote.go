@@ -28,3 +28,13 @@ func Quote(s string) string {
 func quoteAny(v any) string {
 	return Quote(fmt.Sprint(v))
 }
+
+// Thousands writes a count with a comma between thousands, as every
+// operator-facing count is written: 1,234,567.
+func Thousands(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -24,7 +24,6 @@ const (
 
 // Bounds of the sampling options.
 const (
-	MaxSampleRate         = 1 << 30
 	MaxSampleMaxPerSecond = 1_000_000
 	MaxTopSources         = 100
 	// TopTableSize is how many sources an interface's action keeps count
@@ -49,8 +48,8 @@ func (s *XDPDrop) setSamplingDefaults() {
 func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 	var out bpf.Sampling
 	switch {
-	case s.SampleRate < 0 || s.SampleRate > MaxSampleRate:
-		return out, fmt.Errorf("sample_rate = %d is out of range; use 0 (off) or 1 in N frames with N up to %d, e.g. sample_rate = 1000", s.SampleRate, MaxSampleRate)
+	case s.SampleRate < 0 || s.SampleRate > bpf.SampleRateMax:
+		return out, fmt.Errorf("sample_rate = %d is out of range; use 0 (off) or 1 in N frames with N up to %d, e.g. sample_rate = 1000", s.SampleRate, bpf.SampleRateMax)
 	case s.SampleMaxPerSecond < 1 || s.SampleMaxPerSecond > MaxSampleMaxPerSecond:
 		return out, fmt.Errorf("sample_max_per_second = %d is out of range; use 1 to %d (default %d)", s.SampleMaxPerSecond, MaxSampleMaxPerSecond, DefaultSampleMaxPerSecond)
 	case s.TopSources < 0 || s.TopSources > MaxTopSources:

@@ -101,6 +101,7 @@ func TestSamplingErrors(t *testing.T) {
 		want []string
 	}{
 		{"negative rate", func(p *XDPDrop) { p.SampleRate = -1 }, []string{"sample_rate = -1", "out of range", "sample_rate = 1000"}},
+		{"rate above the program's", func(p *XDPDrop) { p.SampleRate = bpf.SampleRateMax + 1 }, []string{"sample_rate = 1073741825 is out of range", "N up to 1073741824"}},
 		{"capture without rate", func(p *XDPDrop) { p.SampleRate, p.CapturePath = 0, filepath.Join(dir, "c.pcapng") }, []string{"capture_path", "needs sample_rate"}},
 		{"actions without rate", func(p *XDPDrop) { p.SampleRate, p.SampleActions = 0, []string{"drop"} }, []string{"sample_actions", "sample_rate is 0"}},
 		{"unknown action", func(p *XDPDrop) { p.SampleActions = []string{"dropped"} }, []string{"sample_actions", `"dropped"`, `"would_drop"`}},

@@ -445,6 +445,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 	}
 	got, err := x.instance().Acquire(want)
 	x.logNotes(ifc.name, got.Notes)
+	err = advise(err)
 	if err != nil {
 		if vanished(ifc.name, dev.Index) {
 			// Removed between the lookup and the attach: not a failure.
@@ -515,9 +516,9 @@ func (x *XDPDrop) closeInstance() {
 // logNotes logs what Acquire reports, under the interface's name.
 func (x *XDPDrop) logNotes(name string, notes []bpf.Note) {
 	for _, n := range notes {
-		text := n.Text
+		text := x.noteText(n)
 		if !n.Instance {
-			text = fmt.Sprintf("interface %q: %s", name, n.Text)
+			text = fmt.Sprintf("interface %q: %s", name, text)
 		}
 		if n.Warn {
 			x.Log.Warnf("%s", text)
