@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
 // optionWords are the option and flag names only the plugin may word its
