@@ -20,8 +20,9 @@ import (
 const allFeatures = bpf.FeatureRules | bpf.FeatureMultiBuffer | bpf.FeatureSampling | bpf.FeatureLimit
 
 // TestProgramVariantsTable: the table has a program for every feature set
-// but a limit without rules, and names the sets it has when asked for
-// another.
+// but a limit without rules, each program of the ELF once, in the section
+// of its buffers (xdp.frags for multi-buffer), and names the sets it has
+// when asked for another.
 func TestProgramVariantsTable(t *testing.T) {
 	have := bpf.ProgramVariants()
 	for f := bpf.Features(0); f <= allFeatures<<1; f++ {
@@ -35,7 +36,24 @@ func TestProgramVariantsTable(t *testing.T) {
 			require.Error(t, err, "features %s", f)
 		}
 	}
-	_, err := bpf.ProgramOf(bpf.FeatureLimit)
+	var named []string
+	for _, f := range have {
+		name, err := bpf.ProgramOf(f)
+		require.NoError(t, err)
+		named = append(named, name)
+		section, err := bpf.ProgramSection(name)
+		require.NoError(t, err)
+		want := "xdp"
+		if f&bpf.FeatureMultiBuffer != 0 {
+			want = "xdp.frags"
+		}
+		require.Equal(t, want, section, "section of %s, the program of %s", name, f)
+	}
+	progs, err := bpf.EmbeddedPrograms()
+	require.NoError(t, err)
+	slices.Sort(named)
+	require.Equal(t, progs, named, "the table names every program of the ELF once")
+	_, err = bpf.ProgramOf(bpf.FeatureLimit)
 	require.EqualError(t, err, "no XDP program is compiled with the features limit: the programs have none, rules, multi-buffer, "+
 		"rules+multi-buffer, sampling, rules+sampling, multi-buffer+sampling, rules+multi-buffer+sampling, rules+limit, "+
 		"rules+multi-buffer+limit, rules+sampling+limit, rules+multi-buffer+sampling+limit")
