@@ -1,8 +1,10 @@
 package bpf
 
 import (
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 )
 
 // SetExactRoom sets the slots per prefix the exact-prefix table starts
@@ -101,3 +103,11 @@ func ExactOverflow(p *Program) (prefixes, buckets int) {
 
 // MaxRuleMemory is maxRuleMemory, for the external tests.
 var MaxRuleMemory = maxRuleMemory
+
+// ProgramVariants are the feature sets programVariants has a program for.
+func ProgramVariants() []Features {
+	return slices.Sorted(maps.Keys(programVariants))
+}
+
+// ProgramOf is programOf, for the external tests.
+var ProgramOf = programOf

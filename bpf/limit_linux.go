@@ -89,11 +89,3 @@ func (in *Instance) ContinueLimits(from *Instance) {
 	}
 	in.limits = state
 }
-
-// limitVariants are the programs with limit rules, with or without sampling.
-func limitVariants(sample bool) (single, multi string) {
-	if sample {
-		return xdpDropProgXdpDropLimitsSample, xdpDropProgXdpDropLimitsSampleFrags
-	}
-	return xdpDropProgXdpDropLimits, xdpDropProgXdpDropLimitsFrags
-}

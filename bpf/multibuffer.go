@@ -44,6 +44,15 @@ func (p *Program) UseMultiBuffer() error {
 // MultiBuffer reports whether the program is the multi-buffer variant.
 func (p *Program) MultiBuffer() bool { return p.multiBuffer }
 
+// Features are the features of the program loaded (see programVariants).
+func (p *Program) Features() Features {
+	f := featuresOf(p.in.policy)
+	if p.multiBuffer {
+		f |= FeatureMultiBuffer
+	}
+	return f
+}
+
 // tryMultiBuffer loads the multi-buffer variant and gives it to put (an
 // attach, a link's update); when put takes it, it becomes p's program.
 // It returns why the variant could not serve.

@@ -46,19 +46,6 @@ func setSampling(spec *ebpf.CollectionSpec, s Sampling) error {
 	return nil
 }
 
-// variants names the single- and multi-buffer programs for a policy.
-func variants(rules, sample bool) (single, multi string) {
-	switch {
-	case rules && sample:
-		return xdpDropProgXdpDropRulesSample, xdpDropProgXdpDropRulesSampleFrags
-	case rules:
-		return xdpDropProgXdpDropRules, xdpDropProgXdpDropRulesFrags
-	case sample:
-		return xdpDropProgXdpDropSample, xdpDropProgXdpDropSampleFrags
-	}
-	return xdpDropProgXdpDrop, xdpDropProgXdpDropFrags
-}
-
 // Sample is one sampled frame.
 type Sample struct {
 	// Time is when it was sampled, on CLOCK_MONOTONIC, in nanoseconds.

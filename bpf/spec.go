@@ -37,7 +37,10 @@ func (in *Instance) specOf(rules *ruleTables) (*ebpf.CollectionSpec, error) {
 // The rule maps' contents are filled after load (loadRuleMaps). A feature
 // that adds maps or programs sets them up in a step of its own here.
 func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*ebpf.CollectionSpec, error) {
-	spec := programsFor(parsed, len(policy.Rules) > 0, policy.Sample.On(), policy.hasLimits())
+	spec, err := programsFor(parsed, featuresOf(policy))
+	if err != nil {
+		return nil, err
+	}
 	if err := checkClasses(spec); err != nil {
 		return nil, err
 	}
@@ -55,16 +58,18 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	return spec, nil
 }
 
-// programsFor copies parsed with the two programs of the policy's kind,
-// single- and multi-buffer, under the names of the programs without rules
-// and with the one kernel name; the programs it cannot need are not copied.
-func programsFor(parsed *ebpf.CollectionSpec, withRules, withSampling, withLimits bool) *ebpf.CollectionSpec {
-	// The programs with rules are compiled apart, so that those without
-	// them keep every register for the frame's path; likewise sampling,
-	// and the limiter, in the programs with limit rules only.
-	single, multi := variants(withRules, withSampling)
-	if withLimits {
-		single, multi = limitVariants(withSampling)
+// programsFor copies parsed with the two programs of the features f
+// (programVariants), single- and multi-buffer, under the names of the
+// programs without features and with the one kernel name; the programs it
+// cannot need are not copied.
+func programsFor(parsed *ebpf.CollectionSpec, f Features) (*ebpf.CollectionSpec, error) {
+	single, err := programOf(f &^ FeatureMultiBuffer)
+	if err != nil {
+		return nil, err
+	}
+	multi, err := programOf(f | FeatureMultiBuffer)
+	if err != nil {
+		return nil, err
 	}
 	view := *parsed
 	view.Programs = map[string]*ebpf.ProgramSpec{xdpDropProgXdpDrop: parsed.Programs[single], xdpDropProgXdpDropFrags: parsed.Programs[multi]}
@@ -76,7 +81,7 @@ func programsFor(parsed *ebpf.CollectionSpec, withRules, withSampling, withLimit
 		// One kernel name for every program: tools and other instances know it.
 		prog.Name = ProgramName
 	}
-	return spec
+	return spec, nil
 }
 
 // checkClasses checks that the program counts the classes this package names.
