@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
+
+	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
@@ -153,140 +153,40 @@ func sampleActions(names []string, dryRun bool) ([bpf.ActionCount]bool, error) {
 // read a source address: that of an IPv6 frame under two VLAN tags ends there.
 const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end of its source
 
-// captureRetry is how long after a failure the capture is not tried
-// again, but at a gather: a blocked rotation or a full disk costs a few
-// system calls a second, not some for every sampled frame.
-const captureRetry = time.Second
+// sampling owns what sample_rate turns on, for every interface: the
+// reader of each program's sampled frames (sampler_linux.go), the capture
+// they are written to (capture.go) and the top sources they become
+// (topsources.go). The plugin makes it in Init and wires the interfaces to it.
+type sampling struct {
+	on           bool // sample_rate is set
+	top          int  // top_sources
+	bits4, bits6 int  // top_source_prefix_ipv4, _ipv6
+	dryRun       bool
+	rules        []string // the rules' names, by index
+	log          telegraf.Logger
 
-// capture is the rolling pcapng file of the sampled frames, written by
-// the readers of every interface. A failure never stops the filter nor the
-// capture for good: the frames not written are counted per interface, the
-// first error is kept (for the link points, and for the log once), and the
-// capture is tried again a second later and at every gather.
-type capture struct {
-	path string
-	opts pcapng.Options
-
-	mu       sync.Mutex
-	w        *pcapng.Writer    // nil while the file cannot be opened
-	err      error             // the first failure since the capture last wrote
-	reported bool              // err went to the log
-	retryAt  time.Time         // while err is set, no try before this
-	lost     map[string]uint64 // per interface: sampled frames not written
-	lostErr  uint64            // frames not written since err
-	resumed  uint64            // set when writing again: the frames lost before
+	capturePath string // "" for none
+	captureOpts pcapng.Options
+	capture     *capture // the pcapng file of sampled frames, nil while not open
+	captureErr  string   // why the capture fails, as the last check found
 }
 
-func newCapture(path string, opts pcapng.Options) *capture {
-	return &capture{path: path, opts: opts, lost: map[string]uint64{}}
-}
-
-// open opens the file if it is not open; the error is kept as a write's is.
-func (c *capture) open() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.openLocked(time.Now())
-}
-
-func (c *capture) openLocked(now time.Time) error {
-	if c.w != nil {
-		return nil
+// samplingOf is the sampling of a policy and the sampling options; a
+// console view beside a running instance (observe) writes no capture.
+func samplingOf(x *XDPDrop, policy *bpf.Policy, observe bool) *sampling {
+	s := &sampling{
+		on: policy.Sample.On(), top: int(x.TopSources),
+		bits4: int(x.TopSourcePrefixV4), bits6: int(x.TopSourcePrefixV6),
+		dryRun: policy.DryRun, log: x.Log,
+		captureOpts: pcapng.Options{
+			MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles),
+		},
 	}
-	w, err := pcapng.Open(c.path, c.opts)
-	if err != nil {
-		c.fail(err, now)
-		return err
+	if !observe {
+		s.capturePath = x.CapturePath
 	}
-	c.w = w
-	c.recover()
-	return nil
-}
-
-// fail keeps the first error since the capture last wrote.
-func (c *capture) fail(err error, now time.Time) {
-	if c.err == nil {
-		c.err, c.reported, c.lostErr = err, false, 0
+	for _, r := range policy.Rules {
+		s.rules = append(s.rules, r.Name)
 	}
-	c.retryAt = now.Add(captureRetry)
-}
-
-// write adds a frame to the capture, or counts it as lost.
-func (c *capture) write(iface string, ts time.Time, data []byte, origLen int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	if c.err != nil && now.Before(c.retryAt) {
-		c.lose(iface)
-		return
-	}
-	if c.openLocked(now) != nil {
-		c.lose(iface)
-		return
-	}
-	if err := c.w.WritePacket(iface, ts, data, origLen); err != nil {
-		c.fail(err, now)
-		c.lose(iface)
-		return
-	}
-	c.recover()
-}
-
-// recover clears the error once the capture works again, and notes it.
-func (c *capture) recover() {
-	if c.err != nil {
-		c.resumed, c.err = max(c.lostErr, 1), nil
-	}
-}
-
-func (c *capture) lose(iface string) {
-	c.lost[iface]++
-	c.lostErr++
-}
-
-// gathered is the capture's part of a start or a gather: it opens the file
-// if it is not open and lets the next frame try at once. It returns the
-// error keeping the capture from writing ("" when none), that error if it
-// has not been reported yet, and, once, the frames lost before it wrote
-// again.
-func (c *capture) gathered() (failing string, report error, resumed uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	c.openLocked(now)
-	c.retryAt = time.Time{}
-	resumed, c.resumed = c.resumed, 0
-	if c.err == nil {
-		return "", nil, resumed
-	}
-	if !c.reported {
-		c.reported = true
-		report = c.err
-	}
-	return c.err.Error(), report, resumed
-}
-
-// lostOn is how many sampled frames of the interface were not written.
-func (c *capture) lostOn(iface string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lost[iface]
-}
-
-// forget drops the count of an interface gone for good: interfaces that
-// come and go by a pattern must not grow the map without bound.
-func (c *capture) forget(iface string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.lost, iface)
-}
-
-func (c *capture) close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.w == nil {
-		return nil
-	}
-	err := c.w.Close()
-	c.w = nil
-	return err
+	return s
 }

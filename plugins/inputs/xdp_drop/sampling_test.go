@@ -176,7 +176,7 @@ func TestTopPoints(t *testing.T) {
 	// Counted in the interval: whatever the rate, the cap left fewer samples.
 	var counted [bpf.ActionCount]bpf.Counter
 	counted[bpf.ActionDrop] = bpf.Counter{Packets: 24_000, Bytes: 2_240_000}
-	top := p.appendTop(nil, "eth1", &in, &counted)
+	top := p.sampling.appendTop(nil, "eth1", &in, &counted)
 	require.Equal(t, []TopSource{
 		{Interface: "eth1", Action: "drop", Rank: 1, Source: "203.0.113.0/24", Packets: 12_000, Bytes: 1_200_000, Share: 0.5, Protocol: "udp", Rule: "reflection"},
 		{Interface: "eth1", Action: "drop", Rank: 2, Source: "198.51.100.0/24", Packets: 6000, Bytes: 600_000, Share: 0.25, Protocol: "udp"},

@@ -53,9 +53,9 @@ func waitSamplesRead(t *testing.T, p *XDPDrop, frames uint64) {
 		}
 		counts, err := ifc.prog.SampleCounts()
 		require.NoError(t, err)
-		ifc.sampler.mu.Lock()
-		got := ifc.sampler.received
-		ifc.sampler.mu.Unlock()
+		ifc.tap.sampler.mu.Lock()
+		got := ifc.tap.sampler.received
+		ifc.tap.sampler.mu.Unlock()
 		p.mu.Unlock()
 		if counted >= frames && got == counts.Sent {
 			return
@@ -226,7 +226,7 @@ func TestSamplerRestarts(t *testing.T) {
 	waitSamplesRead(t, p, 10)
 
 	p.mu.Lock()
-	s := p.ifaces[0].sampler
+	s := p.ifaces[0].tap.sampler
 	require.NoError(t, s.reader.Close())
 	<-s.done
 	s.mu.Lock()
@@ -429,7 +429,7 @@ func TestFDsPerInterfaceSampling(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Empty(t, acc.Errors)
-	require.NotNil(t, p.ifaces[0].sampler, "the reader starts with the plugin, not at the first gather")
+	require.NotNil(t, p.ifaces[0].tap.sampler, "the reader starts with the plugin, not at the first gather")
 	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
@@ -449,7 +449,7 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 	p.Rules = []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	gatherOnce(t, ns, p)
-	readers := []*sampler{p.ifaces[0].sampler, p.ifaces[1].sampler}
+	readers := []*sampler{p.ifaces[0].tap.sampler, p.ifaces[1].tap.sampler}
 
 	writeList(t, list, listV2...)
 	gatherOnce(t, ns, p) // swaps
@@ -464,7 +464,7 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 	require.Equal(t, uint64(40), top[0].Fields()[FieldPackets])
 	require.Equal(t, "blocklist", top[0].Fields()[FieldRule], "the new list's prefix decided them")
 	for i, ifc := range p.ifaces {
-		require.Same(t, readers[i], ifc.sampler, "%s: the same reader", ifc.name)
+		require.Same(t, readers[i], ifc.tap.sampler, "%s: the same reader", ifc.name)
 	}
 	ring := func(i int) ebpf.MapID {
 		info, err := p.ifaces[i].prog.XDP().Info()

@@ -101,14 +101,13 @@ type XDPDrop struct {
 	// released holds what the programs the last Reconcile released
 	// counted, for the Snapshot that follows.
 	released Snapshot
-	// captureErr is why the capture fails, as the last Reconcile found.
-	captureErr string
 	// standing are the series emitted at every gather from attach, also at
 	// zero (standingClasses).
 	standing standingSet
 
-	// capture is the pcapng file of sampled frames, nil without capture_path.
-	capture *capture
+	// sampling reads the sampled frames, writes the capture and counts the
+	// top sources; made by Init.
+	sampling *sampling
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
@@ -174,6 +173,7 @@ func (x *XDPDrop) Init() error {
 		return errors.Join(errs...)
 	}
 	x.handoverDir, x.handoverNote = handoverDir(x.HandoverInstance)
+	x.sampling = samplingOf(x, &x.policy, x.Observe)
 
 	x.ifaces = nil
 	for _, name := range x.Interfaces {

@@ -35,13 +35,9 @@ type iface struct {
 	reported string // the last error reported through the accumulator
 	counters bpf.Block
 	series   seriesLog // the series the gathers emitted, for first-burst zeros
-	sampler  *sampler  // reads the sampled frames, with sample_rate (top.go)
-	spare    interval  // the sampler's tables of the last interval
-	// topBase is every frame by action when the last interval the top
-	// sources cover ended: what their estimates scale to is counted since.
-	topBase  [bpf.ActionCount]bpf.Counter
-	rulesGen uint64 // the rule prefixes its program holds (prefixLists.gen)
-	swapErr  error  // why the last swap to the policy's prefixes failed; nil once one succeeds
+	tap      tap       // its part of the sampling, with sample_rate (sampler_linux.go)
+	rulesGen uint64    // the rule prefixes its program holds (prefixLists.gen)
+	swapErr  error     // why the last swap to the policy's prefixes failed; nil once one succeeds
 	// stuck: the holder offering the interface did not answer, in this attach.
 	stuck *handover.StuckError
 	// observer names whose program prog is when it was observed (Observe),
@@ -59,7 +55,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	if len(x.Interfaces) == 0 {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
-	x.openCapture(acc)
+	x.sampling.openCapture(acc)
 	x.prepareHandover()
 	x.holderDeadline = time.Now().Add(startWait)
 	x.starting = true
@@ -157,6 +153,20 @@ func (e *emitter) addAt(measurement string, p point, t time.Time) {
 	e.acc.AddFields(measurement, e.fields, e.tags, t)
 }
 
+// startSamplers starts reading the samples of every attached interface at
+// once, rather than at the first gather: the ring holds a quarter of a
+// second of events at the cap, a gather interval many times that.
+func (x *XDPDrop) startSamplers(acc telegraf.Accumulator) {
+	for _, ifc := range x.ifaces {
+		if ifc.prog == nil || ifc.observer != "" {
+			continue
+		}
+		if err := x.sampling.start(&ifc.tap, ifc.name, ifc.prog, &ifc.counters); err != nil {
+			x.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		}
+	}
+}
+
 // Reconcile brings the interfaces to the configuration, as the gather it
 // starts: it forgets the interfaces the last snapshot reported gone, reads
 // the prefix files again, finds the interfaces patterns match, releases the
@@ -196,7 +206,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	}
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
-	x.captureErr = Printable(x.checkCapture(acc))
+	x.sampling.checkCapture(acc)
 	x.startSamplers(acc)
 }
 
@@ -218,7 +228,11 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 			counted = snap.Series[first:len(snap.Series):len(snap.Series)]
 		}
 		l := x.link(ifc)
-		x.readTop(acc, ifc, &snap, &l, counted, x.captureErr)
+		// An observed program's ring is its owner's to read: reading it
+		// here would take the events away from it.
+		if ifc.prog != nil && ifc.observer == "" {
+			snap.Top = x.sampling.topSources(&ifc.tap, ifc.prog, ifc.name, counted, &l, snap.Top, func(err error) { x.report(acc, ifc, err) })
+		}
 		snap.Links = append(snap.Links, l)
 	}
 	x.stampSnapshot(&snap, time.Now())
@@ -371,9 +385,7 @@ func (x *XDPDrop) forgetVanished() {
 	kept := x.ifaces[:0]
 	for _, ifc := range x.ifaces {
 		if ifc.matched && ifc.missing && ifc.prog == nil {
-			if x.capture != nil {
-				x.capture.forget(ifc.name)
-			}
+			x.sampling.forget(ifc.name)
 			continue // its going was logged when it was found missing
 		}
 		kept = append(kept, ifc)
@@ -398,14 +410,14 @@ func (x *XDPDrop) Stop() {
 		x.release(ifc, errors.New("stopped"))
 	}
 	x.closeInstance()
-	x.closeCapture()
+	x.sampling.closeCapture()
 }
 
 func (x *XDPDrop) release(ifc *iface, why error) {
 	if ifc.prog == nil {
 		return
 	}
-	x.stopSampler(ifc)
+	x.sampling.stop(&ifc.tap)
 	if err := ifc.prog.Close(); err != nil {
 		x.Log.Errorf("interface %q: detach: %v", ifc.name, err)
 	}
