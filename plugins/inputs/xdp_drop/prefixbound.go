@@ -2,28 +2,15 @@ package xdp_drop
 
 import (
 	"fmt"
-	"net/netip"
 	"runtime"
 	"runtime/debug"
-	"slices"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
 // listedPrefixes counts the prefixes every prefix file together lists, by
 // family, repeats counted: what reading them holds in memory.
-type listedPrefixes struct{ v4, v6 int }
-
-// add adds (sign 1) or takes away (sign -1) the prefixes of ps.
-func (l *listedPrefixes) add(ps []netip.Prefix, sign int) {
-	for _, p := range ps {
-		if p.Addr().Is4() {
-			l.v4 += sign
-		} else {
-			l.v6 += sign
-		}
-	}
-}
+type listedPrefixes struct{ FamilyCount }
 
 // check refuses more than bpf.MaxPrefixes listed of a family, once pf's
 // contents are counted in: reading stops there.
@@ -31,7 +18,7 @@ func (l *listedPrefixes) check(pf *prefixFile) error {
 	for _, f := range []struct {
 		name string
 		n    int
-	}{{"IPv4", l.v4}, {"IPv6", l.v6}} {
+	}{{"IPv4", l.IPv4}, {"IPv6", l.IPv6}} {
 		if f.n > bpf.MaxPrefixes {
 			return fmt.Errorf("%s: with %s the prefix files list %d %s prefixes (repeats counted); at most %d per family fit: shorten or merge the lists",
 				pf.key, pf.path, f.n, f.name, bpf.MaxPrefixes)
@@ -43,20 +30,15 @@ func (l *listedPrefixes) check(pf *prefixFile) error {
 // checkPrefixTotals refuses rules that list more prefixes of a family than
 // the program holds.
 func checkPrefixTotals(rules []bpf.Rule) error {
-	var v4, v6 int
+	var n FamilyCount
 	for i := range rules {
-		for _, p := range slices.Concat(rules[i].SrcPrefixes, rules[i].DstPrefixes) {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
+		n.add(1, rules[i].SrcPrefixes...)
+		n.add(1, rules[i].DstPrefixes...)
 	}
 	for _, f := range []struct {
 		name string
 		n    int
-	}{{"IPv4", v4}, {"IPv6", v6}} {
+	}{{"IPv4", n.IPv4}, {"IPv6", n.IPv6}} {
 		if f.n > bpf.MaxPrefixes {
 			return fmt.Errorf("the rules and their prefix files list %d %s prefixes; at most %d per family fit: shorten the lists, or merge adjacent prefixes", f.n, f.name, bpf.MaxPrefixes)
 		}

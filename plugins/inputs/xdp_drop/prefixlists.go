@@ -148,7 +148,7 @@ func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log
 					bad = true
 					continue
 				}
-				listed.add(got.prefixes, 1)
+				listed.add(1, got.prefixes...)
 				if err := listed.check(pf); err != nil {
 					fail(f.key, err)
 					bad, over = true, true
@@ -261,7 +261,7 @@ func (pl *prefixLists) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFi
 			continue
 		}
 		for _, pf := range fr.files {
-			listed.add(pf.prefixes, 1)
+			listed.add(1, pf.prefixes...)
 		}
 	}
 	for _, fr := range pl.rules {
@@ -298,11 +298,11 @@ func (pl *prefixLists) readChangedFiles(acc telegraf.Accumulator) (map[*prefixFi
 				pl.readsAgain(fr, pf)
 				continue
 			}
-			listed.add(pf.prefixes, -1)
-			listed.add(got.prefixes, 1)
+			listed.add(-1, pf.prefixes...)
+			listed.add(1, got.prefixes...)
 			if err := listed.check(pf); err != nil {
-				listed.add(got.prefixes, -1)
-				listed.add(pf.prefixes, 1)
+				listed.add(-1, got.prefixes...)
+				listed.add(1, pf.prefixes...)
 				pl.prefixFileFailed(acc, fr, pf, err)
 				continue
 			}

@@ -43,7 +43,8 @@ func parsePrefixList(r io.Reader, name string, maxErrs int) ([]netip.Prefix, [sh
 	br := bufio.NewReaderSize(io.TeeReader(r, h), maxPrefixLine)
 	var out []netip.Prefix
 	var bad []error
-	var v4, v6, size, more int
+	var n FamilyCount
+	var size, more int
 	stop := func(err error) ([]netip.Prefix, [sha256.Size]byte, error) {
 		return nil, sum, errors.Join(append(bad, moreLines(name, more), err)...)
 	}
@@ -74,7 +75,7 @@ func parsePrefixList(r io.Reader, name string, maxErrs int) ([]netip.Prefix, [sh
 		if len(text) == 0 {
 			continue
 		}
-		p, err := parseListedPrefix(string(text))
+		p, err := parsePrefix(string(text), notListedPrefix)
 		if err != nil {
 			if len(bad) < maxErrs {
 				bad = append(bad, fmt.Errorf("%s:%d: %w", name, line, err))
@@ -86,12 +87,8 @@ func parsePrefixList(r io.Reader, name string, maxErrs int) ([]netip.Prefix, [sh
 			}
 			continue
 		}
-		if p.Addr().Is4() {
-			v4++
-		} else {
-			v6++
-		}
-		if v4 > bpf.MaxPrefixes || v6 > bpf.MaxPrefixes {
+		n.add(1, p)
+		if n.IPv4 > bpf.MaxPrefixes || n.IPv6 > bpf.MaxPrefixes {
 			return stop(fmt.Errorf("%s:%d: more than %d prefixes of a family; at most that many fit every rule together: shorten the list", name, line, bpf.MaxPrefixes))
 		}
 		out = append(out, p)
@@ -109,14 +106,47 @@ func moreLines(name string, more int) error {
 	return fmt.Errorf("%s: %d more lines are no prefix", name, more)
 }
 
-// parseListedPrefix reads one prefix of a list; a bare address is a host
-// prefix.
-func parseListedPrefix(s string) (netip.Prefix, error) {
+// What the refusal of a text that is neither a prefix nor an address says
+// after it, as the options and the files are written.
+const (
+	notOptionPrefix = `is not an address prefix; write prefixes such as "192.0.2.0/24" or "2001:db8::/32"`
+	notListedPrefix = `is not an address prefix or address; write one per line, such as "192.0.2.0/24" or "2001:db8::1"`
+)
+
+// parsePrefixes reads the prefixes of src_prefix or dst_prefix. A prefix
+// listed twice, however spelt, is refused: in a pasted list it is more
+// likely a mistake than meant.
+func parsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	seen := make(map[netip.Prefix]string, len(list))
+	for _, s := range list {
+		p, err := parsePrefix(s, notOptionPrefix)
+		if err != nil {
+			return nil, err
+		}
+		switch first, dup := seen[p]; {
+		case dup && first == s:
+			return nil, fmt.Errorf("%s is listed twice; list each prefix once", Quote(s))
+		case dup:
+			return nil, fmt.Errorf("%s and %s are the same prefix; list each prefix once", Quote(first), Quote(s))
+		}
+		seen[p] = s
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// parsePrefix reads one prefix of an option or a list; a bare address is a
+// host prefix. notPrefix refuses a text that is neither.
+func parsePrefix(s, notPrefix string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
 		a, aerr := netip.ParseAddr(s)
 		if aerr != nil || a.Zone() != "" {
-			return p, fmt.Errorf(`%s is not an address prefix or address; write one per line, such as "192.0.2.0/24" or "2001:db8::1"`, Quote(s))
+			return p, fmt.Errorf("%s %s", Quote(s), notPrefix)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
@@ -135,12 +165,7 @@ func uniquePrefixes(ps []netip.Prefix) []netip.Prefix {
 	if len(ps) == 0 {
 		return nil
 	}
-	slices.SortFunc(ps, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
+	slices.SortFunc(ps, comparePrefixes)
 	return slices.Compact(ps)
 }
 
@@ -150,4 +175,27 @@ func comparePrefixes(a, b netip.Prefix) int {
 		return c
 	}
 	return a.Bits() - b.Bits()
+}
+
+// FamilyCount counts prefixes by family.
+type FamilyCount struct{ IPv4, IPv6 int }
+
+// add counts the prefixes ps in c (sign 1), or takes them away (sign -1).
+func (c *FamilyCount) add(sign int, ps ...netip.Prefix) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			c.IPv4 += sign
+		} else {
+			c.IPv6 += sign
+		}
+	}
+}
+
+// familyCounts counts the prefixes of the lists by family.
+func familyCounts(lists ...[]netip.Prefix) (v4, v6 int) {
+	var c FamilyCount
+	for _, ps := range lists {
+		c.add(1, ps...)
+	}
+	return c.IPv4, c.IPv6
 }
