@@ -3,7 +3,6 @@ package xdp_drop
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -62,13 +61,8 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 		} else if !ok {
 			names[r.Name] = i + 1
 		}
-		for _, p := range slices.Concat(r.SrcPrefixes, r.DstPrefixes) {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
+		n4, n6 := familyCounts(r.SrcPrefixes, r.DstPrefixes)
+		v4, v6 = v4+n4, v6+n6
 		out = append(out, r)
 	}
 	for _, f := range []struct {
@@ -205,69 +199,21 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 	return out, nil
 }
 
-// parsePrefixes reads address prefixes; a bare address is a host prefix.
-// A prefix listed twice, however spelt, is refused: in a pasted list it is
-// more likely a mistake than meant.
-func parsePrefixes(list []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(list))
-	seen := make(map[netip.Prefix]string, len(list))
-	for _, s := range list {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, aerr := netip.ParseAddr(s)
-			if aerr != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("%s is not an address prefix; write prefixes such as \"192.0.2.0/24\" or \"2001:db8::/32\"", Quote(s))
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		if p.Addr().Is4In6() {
-			return nil, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", Quote(s))
-		}
-		if m := p.Masked(); m != p {
-			return nil, fmt.Errorf("%s has host bits set; did you mean %q?", Quote(s), m.String())
-		}
-		switch first, dup := seen[p]; {
-		case dup && first == s:
-			return nil, fmt.Errorf("%s is listed twice; list each prefix once", Quote(s))
-		case dup:
-			return nil, fmt.Errorf("%s and %s are the same prefix; list each prefix once", Quote(first), Quote(s))
-		}
-		seen[p] = s
-		out = append(out, p)
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
-}
-
 // checkPrefixFamilies refuses a rule whose source and destination prefixes
 // have no family in common: both addresses of a frame are of one family, so
 // it could never match.
 func checkPrefixFamilies(out *bpf.Rule) error {
-	src4, src6 := prefixFamilies(out.SrcPrefixes)
-	dst4, dst6 := prefixFamilies(out.DstPrefixes)
-	if len(out.SrcPrefixes) == 0 || len(out.DstPrefixes) == 0 || src4 && dst4 || src6 && dst6 {
+	src4, src6 := familyCounts(out.SrcPrefixes)
+	dst4, dst6 := familyCounts(out.DstPrefixes)
+	if len(out.SrcPrefixes) == 0 || len(out.DstPrefixes) == 0 || src4 > 0 && dst4 > 0 || src6 > 0 && dst6 > 0 {
 		return nil
 	}
 	srcFamily, dstFamily := "IPv4", "IPv6"
-	if src6 {
+	if src6 > 0 {
 		srcFamily, dstFamily = dstFamily, srcFamily
 	}
 	return fmt.Errorf("src_prefix holds only %s prefixes and dst_prefix only %s ones, so no frame can match (its source and destination are of one family); "+
 		"list prefixes of the same family in both fields, or, to match either field alone, write two rules", srcFamily, dstFamily)
-}
-
-// prefixFamilies reports which families the prefixes hold.
-func prefixFamilies(ps []netip.Prefix) (v4, v6 bool) {
-	for _, p := range ps {
-		if p.Addr().Is4() {
-			v4 = true
-		} else {
-			v6 = true
-		}
-	}
-	return v4, v6
 }
 
 // parsePorts reads port numbers and "lo-hi" ranges. Repeated and

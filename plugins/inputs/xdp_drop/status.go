@@ -23,9 +23,6 @@ type RuleInForce struct {
 	Limit    *bpf.Limit     // for action = "limit"
 }
 
-// FamilyCount counts prefixes by family.
-type FamilyCount struct{ IPv4, IPv6 int }
-
 // PrefixSource is one source of a rule's prefixes: an option of the
 // config, or one file of a prefix file option, as read by this process.
 type PrefixSource struct {
@@ -80,20 +77,6 @@ func (x *XDPDrop) RulesInForce() []RuleInForce {
 		out = append(out, r)
 	}
 	return out
-}
-
-// familyCounts counts the prefixes of the lists by family.
-func familyCounts(lists ...[]netip.Prefix) (v4, v6 int) {
-	for _, ps := range lists {
-		for _, p := range ps {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
-	}
-	return v4, v6
 }
 
 // portTexts writes port ranges as the config does: "53", "1024-65535".
