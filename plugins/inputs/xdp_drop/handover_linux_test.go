@@ -106,7 +106,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		log := &testutil.CaptureLogger{}
 		x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 		require.NoError(t, x.Init())
-		x.handoverDir = dir
+		x.handoff.dir = dir
 		acc := &testutil.Accumulator{}
 		inNS(t, ns, x, func() error { return x.Start(acc) })
 		t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
@@ -129,7 +129,7 @@ func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
 	log := &testutil.CaptureLogger{}
 	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 	require.NoError(t, p.Init())
-	p.handoverDir = dir
+	p.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, p, func() error { p.Stop(); return nil }) })
@@ -184,7 +184,7 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"all"}, Log: log})
 	require.NoError(t, x.Init())
-	x.handoverDir = dir
+	x.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, x, func() error { return x.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
@@ -236,7 +236,7 @@ func TestHandoverSilentHolder(t *testing.T) {
 
 	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, x.Init())
-	x.handoverDir = dir
+	x.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	began := time.Now()
 	inNS(t, ns, x, func() error { return x.Start(acc) })

@@ -52,7 +52,7 @@ func ruleMapIDs(t *testing.T, prog *bpf.Program) []ebpf.MapID {
 // holder's directory. The holder is stopped when the test ends.
 func handOverInProcess(t *testing.T, ns *testns.NS, a *XDPDrop) string {
 	t.Helper()
-	offers, _ := a.handoverOffers()
+	offers, _ := handoverOffers(a.ifaces, a.kernel.in)
 	for i := range offers {
 		offers[i].FDs = dupAll(t, offers[i].FDs...)
 	}
@@ -115,7 +115,7 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{"xdpb0", testns.Dev, "xdpc0"}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
-	b.handoverDir = dir
+	b.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
@@ -178,7 +178,7 @@ func TestHandoverChangedRulesOwnMaps(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"198.51.100.0/24"}}}, Log: log})
 	require.NoError(t, b.Init())
-	b.handoverDir = dir
+	b.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
@@ -213,7 +213,7 @@ func TestHandoverPrefixFileSameList(t *testing.T) {
 
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.NoError(t, b.Init())
-	b.handoverDir = dir
+	b.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
@@ -255,7 +255,7 @@ func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
 				b.DryRun, over = true, "would_drop"
 			}
 			require.NoError(t, b.Init())
-			b.handoverDir = dir
+			b.handoff.dir = dir
 			acc := &testutil.Accumulator{}
 			inNS(t, ns, b, func() error { return b.Start(acc) })
 			t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })

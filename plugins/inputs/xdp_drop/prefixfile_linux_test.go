@@ -275,7 +275,7 @@ func TestPrefixFileHandover(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
-	b.handoverDir = dir
+	b.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })

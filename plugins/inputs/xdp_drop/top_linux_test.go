@@ -364,7 +364,7 @@ func TestHandoverSampling(t *testing.T) {
 
 	x := newSampling(1)
 	require.NoError(t, x.Init())
-	x.handoverDir = dir // after Init, which sets it
+	x.handoff.dir = dir // after Init, which sets it
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, x, func() error { return x.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })

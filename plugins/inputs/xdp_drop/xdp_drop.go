@@ -79,18 +79,9 @@ type XDPDrop struct {
 	// interface_exclude; nil when every interface is named exactly.
 	selector filter.Filter
 
-	// handoverDir holds this instance's handover sockets; handoverNote
-	// says why it is not in the preferred place, for a warning at start.
-	handoverDir  string
-	handoverNote string
-	// holderDeadline bounds the waits of one Start or gather on stopping
-	// instances and their holders; starting is set during Start, the only
-	// place that waits for an instance to offer what it still holds.
-	holderDeadline time.Time
-	starting       bool
-	// rulesTaken: the rule maps a stopped instance offered were taken
-	// (or asked for), once for all interfaces.
-	rulesTaken bool
+	// handoff hands the interfaces over on stop and takes them over at
+	// attach (handover_linux.go); made by Init.
+	handoff *handoff
 
 	mu          sync.Mutex
 	ifaces      []*iface
@@ -172,7 +163,7 @@ func (x *XDPDrop) Init() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	x.handoverDir, x.handoverNote = handoverDir(x.HandoverInstance)
+	x.handoff = handoffOf(x.HandoverInstance)
 	x.sampling = samplingOf(x, &x.policy, x.Observe)
 
 	x.ifaces = nil

@@ -56,10 +56,8 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 		x.Log.Warnf(`interfaces = []: nothing is attached and nothing is reported; list the interfaces to attach to in the plugin's config, e.g. interfaces = ["eth1"]`)
 	}
 	x.sampling.openCapture(acc)
-	x.prepareHandover()
-	x.holderDeadline = time.Now().Add(startWait)
-	x.starting = true
-	defer func() { x.starting = false }()
+	x.handoff.prepare(x.Log, time.Duration(x.HandoverTimeout))
+	defer x.handoff.beginStart()()
 	err := x.inNamespace(func() error {
 		x.discover(acc)
 		for _, ifc := range x.ifaces {
@@ -184,7 +182,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	}
 	x.released = Snapshot{}
 	x.gathers++
-	x.holderDeadline = time.Now().Add(gatherWait)
+	x.handoff.beginGather()
 	x.refreshPrefixFiles(acc)
 	err := x.inNamespace(func() error {
 		x.discover(acc)
@@ -401,7 +399,7 @@ func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.HandoverTimeout > 0 {
-		x.handOver()
+		x.handoff.handOver(x.Log, time.Duration(x.HandoverTimeout), x.ifaces, x.kernel.in)
 	}
 	for _, ifc := range x.ifaces {
 		if ifc.prog != nil && ifc.prog.Kept() {
@@ -453,7 +451,7 @@ func (x *XDPDrop) attach(ifc *iface) error {
 		PinPath: x.PinPath, KeepAttached: x.KeepAttached, Replace: x.Replace,
 	}
 	if ifc.netns, err = handover.CurrentNetNS(); err == nil {
-		x.handover(&want, ifc)
+		x.handoff.want(&want, ifc, taker{log: x.Log, ifaces: x.ifaces, instance: x.instance})
 	}
 	got, err := x.instance().Acquire(want)
 	x.logNotes(ifc.name, got.Notes)
