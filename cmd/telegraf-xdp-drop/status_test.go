@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
@@ -259,22 +258,6 @@ func TestStatusFlags(t *testing.T) {
 // capabilities, which cannot open another process's program by its id,
 // -status says to run it as root, and exits 1; the instance stays.
 func TestStatusUnderFileCapabilities(t *testing.T) {
-	ns := testns.New(t)
-	start(t, ns, observedConfig(false))
-	id := waitAttached(t, ns, testns.Dev)
-
-	dir, bin := binarytest.CopyForOthers(t, binary, "")
-	require.NoError(t, exec.Command("setcap", setcapCaps, bin).Run())
-	conf := filepath.Join(dir, "xdp_drop.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(observedConfig(false)), 0o644))
-
-	cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-status")
-	out, err := runBounded(t, cmd)
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "output: %s", out)
-	require.Equal(t, 1, exit.ExitCode(), "output: %s", out)
+	out, id := runBesideUnderFileCapabilities(t, "-status")
 	require.Contains(t, out, fmt.Sprintf("not attached: interface %q: read the counters of the running instance: XDP program id %d: opening another process's XDP program by its id needs CAP_SYS_ADMIN: run -status as root (sudo)", testns.Dev, id))
-	cur, err := ns.XDPProgramID(testns.Dev)
-	require.NoError(t, err)
-	require.Equal(t, id, cur, "left attached")
 }

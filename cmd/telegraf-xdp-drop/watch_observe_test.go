@@ -209,6 +209,16 @@ func runBounded(t *testing.T, cmd *exec.Cmd) (string, error) {
 // (CAP_SYS_ADMIN), the view beside an instance says to run it as root and
 // exits 1; it attaches nothing and the instance is left attached.
 func TestWatchUnderFileCapabilities(t *testing.T) {
+	out, id := runBesideUnderFileCapabilities(t, "-watch")
+	require.Contains(t, out, fmt.Sprintf("E! interface %q: read the counters of the running instance: XDP program id %d: opening another process's XDP program by its id needs CAP_SYS_ADMIN: run -watch as root (sudo)", testns.Dev, id))
+}
+
+// runBesideUnderFileCapabilities runs the binary with view (-watch or
+// -status) as nobody with only the installed binary's file capabilities,
+// beside a running instance: it must exit 1 and leave the instance
+// attached. It returns the output and the instance's program id.
+func runBesideUnderFileCapabilities(t *testing.T, view string) (string, uint32) {
+	t.Helper()
 	ns := testns.New(t)
 	start(t, ns, observedConfig(false))
 	id := waitAttached(t, ns, testns.Dev)
@@ -218,15 +228,15 @@ func TestWatchUnderFileCapabilities(t *testing.T) {
 	conf := filepath.Join(dir, "xdp_drop.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(observedConfig(false)), 0o644))
 
-	cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, "-watch")
+	cmd := ns.Exec("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-config", conf, view)
 	out, err := runBounded(t, cmd)
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "output: %s", out)
 	require.Equal(t, 1, exit.ExitCode(), "output: %s", out)
-	require.Contains(t, out, fmt.Sprintf("E! interface %q: read the counters of the running instance: XDP program id %d: opening another process's XDP program by its id needs CAP_SYS_ADMIN: run -watch as root (sudo)", testns.Dev, id))
 	cur, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.Equal(t, id, cur, "left attached")
+	return out, id
 }
 
 // TestWatchOutlivesInstance: when the observed instance stops, the view
