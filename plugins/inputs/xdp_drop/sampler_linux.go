@@ -41,7 +41,7 @@ type interval struct {
 	bytes   [bpf.ActionCount]uint64
 }
 
-// sampleDrainWait bounds how long a gather waits for the reader to read
+// sampleDrainWait bounds how long a gather waits for the readers to read
 // what the ring held when it began: far longer than reading a full ring
 // takes, so only a stalled reader leaves samples to the next gather.
 const sampleDrainWait = time.Second
@@ -167,10 +167,10 @@ func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
 	}
 }
 
-// drain waits, at most sampleDrainWait, until the reader has read sent
+// drain waits, until by at the latest, for the reader to have read sent
 // events, those the program had put in the ring: a gather then reports
 // the frames sampled before it, rather than at the reader's next poll.
-func (s *sampler) drain(sent uint64) {
+func (s *sampler) drain(sent uint64, by time.Time) {
 	s.mu.Lock()
 	if s.received >= sent {
 		s.mu.Unlock()
@@ -181,7 +181,7 @@ func (s *sampler) drain(sent uint64) {
 	if err := s.reader.Flush(); err != nil {
 		return // closed: the reader has stopped, and says why at take
 	}
-	timeout := time.NewTimer(sampleDrainWait)
+	timeout := time.NewTimer(time.Until(by))
 	defer timeout.Stop()
 	for {
 		select {

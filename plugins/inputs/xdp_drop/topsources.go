@@ -5,6 +5,7 @@ package xdp_drop
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -12,8 +13,9 @@ import (
 // topSources adds the heaviest sources of the interface's sampled frames
 // since the last gather to top, and the sampling counters to its link
 // point l, with the capture's. counted are the interface's series this
-// gather read, nil when the read failed; errors go to report.
-func (s *sampling) topSources(t *tap, prog *bpf.Program, name string, counted []Series, l *Link, top []TopSource, report func(error)) []TopSource {
+// gather read, nil when the read failed; unread samples are waited for
+// until drainBy; errors go to report.
+func (s *sampling) topSources(t *tap, prog *bpf.Program, name string, counted []Series, l *Link, top []TopSource, drainBy time.Time, report func(error)) []TopSource {
 	if !s.on {
 		return top
 	}
@@ -24,7 +26,7 @@ func (s *sampling) topSources(t *tap, prog *bpf.Program, name string, counted []
 	if err != nil {
 		report(fmt.Errorf("interface %q: %w", name, err))
 	} else {
-		t.sampler.drain(counts.Sent)
+		t.sampler.drain(counts.Sent, drainBy)
 	}
 	l.Sampling = true
 	l.SampleLost, l.SampleCapped = counts.Lost, counts.Capped

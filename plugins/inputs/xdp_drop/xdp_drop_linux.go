@@ -219,6 +219,8 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	snap := Snapshot{Series: make([]Series, 0, max(x.lastSeries, len(x.released.Series))), Links: make([]Link, 0, len(x.ifaces))}
 	snap.Series = append(snap.Series, x.released.Series...)
 	snap.Rules = append(snap.Rules, x.released.Rules...)
+	// One bound for every interface's readers: a gather never waits longer.
+	drainBy := time.Now().Add(sampleDrainWait)
 	for _, ifc := range x.ifaces {
 		first := len(snap.Series)
 		var counted []Series
@@ -229,7 +231,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		// An observed program's ring is its owner's to read: reading it
 		// here would take the events away from it.
 		if ifc.prog != nil && ifc.observer == "" {
-			snap.Top = x.sampling.topSources(&ifc.tap, ifc.prog, ifc.name, counted, &l, snap.Top, func(err error) { x.report(acc, ifc, err) })
+			snap.Top = x.sampling.topSources(&ifc.tap, ifc.prog, ifc.name, counted, &l, snap.Top, drainBy, func(err error) { x.report(acc, ifc, err) })
 		}
 		snap.Links = append(snap.Links, l)
 	}
