@@ -22,6 +22,14 @@ func runCheck(t *testing.T, config, runtime string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(binary, "-config", config, "-check")
 	cmd.Env = append(os.Environ(), "RUNTIME_DIRECTORY="+runtime)
+	stdout, stderr, code := runSplit(t, cmd)
+	return code, stdout, stderr
+}
+
+// runSplit runs cmd to its end and returns its stdout, its stderr and its
+// exit code; any other failure to run it fails the test.
+func runSplit(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -31,7 +39,7 @@ func runCheck(t *testing.T, config, runtime string) (int, string, string) {
 	} else {
 		require.NoError(t, err)
 	}
-	return code, stdout.String(), stderr.String()
+	return stdout.String(), stderr.String(), code
 }
 
 // TestCheckValidConfig: -check on a valid config names the interfaces

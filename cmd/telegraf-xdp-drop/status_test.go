@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -59,17 +58,7 @@ func writeList(t *testing.T) string {
 // returns stdout, stderr and the exit code.
 func runStatusCmd(t *testing.T, ns *testns.NS, conf string, flags ...string) (string, string, int) {
 	t.Helper()
-	cmd := ns.Exec(binary, append([]string{"-config", conf, "-status"}, flags...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errOut.String(), code
+	return runSplit(t, ns.Exec(binary, append([]string{"-config", conf, "-status"}, flags...)...))
 }
 
 // TestStatusBesideInstance: beside a running instance, -status -json
