@@ -40,6 +40,9 @@ type Policy struct {
 	PerQueue bool
 	// Sample sends some frames up to user space (SampleReader).
 	Sample Sampling
+	// Bans drops sources banned for a time (Instance.Bans), before the
+	// rules and the protocol policy.
+	Bans BansConfig
 }
 
 // QueueSlots is the number of per-queue counter blocks with PerQueue: 64

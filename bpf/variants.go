@@ -23,10 +23,13 @@ const (
 	// FeatureLimit: a rule is a limit rule, run by the limiter; it comes
 	// with FeatureRules only.
 	FeatureLimit
+	// FeatureBans: timed bans of sources (Policy.Bans), checked before the
+	// rules; without it the programs have no ban code.
+	FeatureBans
 )
 
 // featureNames name the features in String, lowest bit first.
-var featureNames = []string{"rules", "multi-buffer", "sampling", "limit"}
+var featureNames = []string{"rules", "multi-buffer", "sampling", "limit", "bans"}
 
 // String names the features joined by "+", "none" for the empty set.
 func (f Features) String() string {
@@ -74,6 +77,9 @@ func featuresOf(policy Policy) Features {
 	}
 	if policy.hasLimits() {
 		f |= FeatureLimit
+	}
+	if policy.Bans.On {
+		f |= FeatureBans
 	}
 	return f
 }
