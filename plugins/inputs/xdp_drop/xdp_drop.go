@@ -52,6 +52,8 @@ type XDPDrop struct {
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
 	CaptureFiles       int64       `toml:"capture_files"`
 	Rules              []Rule      `toml:"rule"`
+	// Bans (bans.go): timed bans fed by CrowdSec; nil without the table.
+	Bans *BansConfig `toml:"bans"`
 
 	// HandoverInstance names this instance for handover (the binary sets
 	// it from its config file's path): a stopped instance's attachments are
@@ -99,6 +101,8 @@ type XDPDrop struct {
 	// sampling reads the sampled frames, writes the capture and counts the
 	// top sources; made by Init.
 	sampling *sampling
+	// bans owns the timed bans and their feed; nil without [bans].
+	bans *bans
 }
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
@@ -152,6 +156,7 @@ func (x *XDPDrop) Init() error {
 		errs = append(errs, Errors(x.files.Load(x.Rules, &x.policy, x.ReadOnly, x.Log))...)
 	}
 
+	errs = append(errs, Errors(x.initBans())...)
 	fail("namespace", x.checkNamespace())
 	fail("pin_path", x.checkPinning())
 	switch d := time.Duration(x.HandoverTimeout); {

@@ -69,6 +69,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	})
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
+	x.bans.use(acc, x.kernel.in)
 	x.startSamplers(acc)
 	return nil
 }
@@ -101,6 +102,9 @@ func emitSnapshot(acc telegraf.Accumulator, snap *Snapshot) {
 	}
 	for i := range snap.Top {
 		e.add(MeasurementTop, &snap.Top[i])
+	}
+	for i := range snap.Bans {
+		e.add(MeasurementBan, &snap.Bans[i])
 	}
 	// Last: a reader of the output can take them to end the gather.
 	for i := range snap.Links {
@@ -204,6 +208,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	}
 	x.namespaceFailed(acc, err)
 	x.swapPrefixes(acc)
+	x.bans.use(acc, x.kernel.in)
 	x.sampling.checkCapture(acc)
 	x.startSamplers(acc)
 }
@@ -235,6 +240,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		}
 		snap.Links = append(snap.Links, l)
 	}
+	snap.Bans = x.bans.appendPoints(snap.Bans, x.ifaces)
 	x.stampSnapshot(&snap, time.Now())
 	x.lastSeries = len(snap.Series)
 	return snap
@@ -400,6 +406,7 @@ func (x *XDPDrop) forgetVanished() {
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.bans.stop()
 	if x.HandoverTimeout > 0 {
 		x.handoff.handOver(x.Log, time.Duration(x.HandoverTimeout), x.ifaces, x.kernel.in)
 	}

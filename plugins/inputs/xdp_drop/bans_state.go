@@ -1,0 +1,235 @@
+package xdp_drop
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
+)
+
+// banOutcome is what the kernel's ban table made of one ban.
+type banOutcome int
+
+const (
+	banAdded   banOutcome = iota // a prefix not banned before
+	banUpdated                   // a prefix banned already: its end moved
+	banAllowed                   // refused: the prefix is allow-listed
+	banFull                      // refused: max bans of its family in force
+)
+
+// banTable is what the bans need of the kernel's ban table, for one
+// origin: bans with their end, lifts, the sweep of those past their end,
+// and what is in force.
+type banTable interface {
+	Ban(p netip.Prefix, end time.Time) (banOutcome, error)
+	Lift(p netip.Prefix) error
+	// Expire removes the bans past their end (the kernel stopped
+	// dropping for them then) and says how many.
+	Expire(now time.Time) (int, error)
+	// InForce lists the prefixes banned.
+	InForce() ([]netip.Prefix, error)
+}
+
+// banCounts are the bans' counts since this process started them.
+type banCounts struct {
+	Active  int64  // bans in force
+	Added   int64  // prefixes banned
+	Removed int64  // bans lifted: a decision deleted, or gone at a resync
+	Expired int64  // bans past their end, swept
+	Refused int64  // decisions refused: allow-listed, over max, unsupported
+	Synced  int64  // unix time of the last good pull; 0 before one
+	Error   string // why the feed or the table failed last; "" once fine
+}
+
+// banState holds the decisions in force by id and their prefixes: a
+// prefix several decisions cover is banned until the latest of their
+// ends, and lifted when the last of them goes.
+type banState struct {
+	decisions map[int64]banDecision
+	prefixes  map[netip.Prefix]*bannedPrefix
+	counts    banCounts
+}
+
+type banDecision struct {
+	prefix netip.Prefix
+	end    time.Time
+}
+
+type bannedPrefix struct {
+	ids map[int64]struct{}
+	end time.Time // in the table
+}
+
+func newBanState() *banState {
+	return &banState{
+		decisions: map[int64]banDecision{},
+		prefixes:  map[netip.Prefix]*bannedPrefix{},
+	}
+}
+
+// apply puts a delta of the feed in force in table, at now. A full list
+// (startup) replaces the decisions held: what it lacks is lifted, also
+// bans in table that this state never saw (a predecessor's).
+func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error {
+	var errs []error
+	for _, n := range d.Ignored {
+		s.counts.Refused += int64(n)
+	}
+	if d.Startup {
+		keep := make(map[int64]bool, len(d.New))
+		for _, dec := range d.New {
+			keep[dec.ID] = true
+		}
+		for id := range s.decisions {
+			if !keep[id] {
+				errs = append(errs, s.drop(table, id))
+			}
+		}
+	}
+	for _, dec := range d.Deleted {
+		errs = append(errs, s.drop(table, dec.ID))
+	}
+	for _, dec := range d.New {
+		errs = append(errs, s.add(table, dec, now))
+	}
+	if d.Startup {
+		errs = append(errs, s.liftStrangers(table))
+	}
+	return errors.Join(errs...)
+}
+
+// add bans a decision's prefix until its end, or later when another
+// decision holds it longer.
+func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) error {
+	if dec.Duration <= 0 {
+		return nil // over already
+	}
+	end := now.Add(dec.Duration)
+	if old, ok := s.decisions[dec.ID]; ok && old.prefix != dec.Prefix {
+		if err := s.drop(table, dec.ID); err != nil {
+			return err
+		}
+	}
+	bp := s.prefixes[dec.Prefix]
+	want := end
+	if bp != nil {
+		for id := range bp.ids {
+			if id != dec.ID && s.decisions[id].end.After(want) {
+				want = s.decisions[id].end
+			}
+		}
+		if want.Equal(bp.end) {
+			s.hold(dec, end, bp)
+			return nil
+		}
+	}
+	got, err := table.Ban(dec.Prefix, want)
+	if err != nil {
+		return fmt.Errorf("ban %s: %w", dec.Prefix, err)
+	}
+	switch got {
+	case banAllowed, banFull:
+		s.counts.Refused++
+		return nil
+	case banAdded:
+		s.counts.Added++
+	}
+	if bp == nil {
+		bp = &bannedPrefix{ids: map[int64]struct{}{}}
+		s.prefixes[dec.Prefix] = bp
+	}
+	bp.end = want
+	s.hold(dec, end, bp)
+	return nil
+}
+
+func (s *banState) hold(dec crowdsec.Decision, end time.Time, bp *bannedPrefix) {
+	s.decisions[dec.ID] = banDecision{prefix: dec.Prefix, end: end}
+	bp.ids[dec.ID] = struct{}{}
+}
+
+// drop forgets a decision: its prefix is lifted when no other holds it,
+// or banned until the latest end of those that do.
+func (s *banState) drop(table banTable, id int64) error {
+	dec, ok := s.decisions[id]
+	if !ok {
+		return nil
+	}
+	delete(s.decisions, id)
+	bp := s.prefixes[dec.prefix]
+	delete(bp.ids, id)
+	if len(bp.ids) == 0 {
+		delete(s.prefixes, dec.prefix)
+		if err := table.Lift(dec.prefix); err != nil {
+			return fmt.Errorf("lift %s: %w", dec.prefix, err)
+		}
+		s.counts.Removed++
+		return nil
+	}
+	var latest time.Time
+	for other := range bp.ids {
+		latest = maxTime(latest, s.decisions[other].end)
+	}
+	if latest.Equal(bp.end) {
+		return nil
+	}
+	bp.end = latest
+	if _, err := table.Ban(dec.prefix, latest); err != nil {
+		return fmt.Errorf("ban %s: %w", dec.prefix, err)
+	}
+	return nil
+}
+
+// liftStrangers lifts the bans in table that no decision holds: after a
+// full list, those are decisions deleted while the feed was away, or
+// held by a predecessor that the LAPI no longer has.
+func (s *banState) liftStrangers(table banTable) error {
+	in, err := table.InForce()
+	if err != nil {
+		return fmt.Errorf("list the bans in force: %w", err)
+	}
+	var errs []error
+	for _, p := range in {
+		if _, ok := s.prefixes[p]; ok {
+			continue
+		}
+		if err := table.Lift(p); err != nil {
+			errs = append(errs, fmt.Errorf("lift %s: %w", p, err))
+			continue
+		}
+		s.counts.Removed++
+	}
+	return errors.Join(errs...)
+}
+
+// expire sweeps the bans past their end from table and forgets the
+// decisions that ended by now.
+func (s *banState) expire(table banTable, now time.Time) error {
+	n, err := table.Expire(now)
+	s.counts.Expired += int64(n)
+	for id, dec := range s.decisions {
+		if dec.end.After(now) {
+			continue
+		}
+		delete(s.decisions, id)
+		if bp := s.prefixes[dec.prefix]; bp != nil {
+			delete(bp.ids, id)
+			if len(bp.ids) == 0 {
+				delete(s.prefixes, dec.prefix)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sweep the expired bans: %w", err)
+	}
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
