@@ -230,7 +230,7 @@ func readAPIKey(c *CrowdSecConfig, uid int) (string, error) {
 	}
 	f, _, err := trust.OpenRegular(c.APIKeyFile, uid, "api_key_file")
 	if err != nil {
-		return "", fmt.Errorf("bans.crowdsec.api_key_file: %w", err)
+		return "", fmt.Errorf("bans.crowdsec.api_key_file: %w; write the key \"cscli bouncers add\" printed into it, readable by the service user alone", err)
 	}
 	defer f.Close()
 	raw, err := io.ReadAll(io.LimitReader(f, maxAPIKeyFile+1))
