@@ -70,7 +70,7 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 	d := &decoder{c: c, br: br, dec: json.NewDecoder(br), intern: make(map[string]string)}
 	d.delta.Startup = startup
 	d.allow()
-	if err := d.expectDelim('{', "the answer"); err != nil {
+	if err := d.expectDelim('{', "answer"); err != nil {
 		return Delta{}, err
 	}
 	for d.dec.More() {
@@ -82,9 +82,9 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 		key, _ := tok.(string)
 		switch key {
 		case "new":
-			err = d.list(&d.delta.New, true)
+			d.delta.New, err = d.list(d.delta.New, true)
 		case "deleted":
-			err = d.list(&d.delta.Deleted, false)
+			d.delta.Deleted, err = d.list(d.delta.Deleted, false)
 		default:
 			// A field of a newer LAPI: skipped, within the element bound.
 			d.allow()
@@ -98,7 +98,7 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 			return Delta{}, err
 		}
 	}
-	if err := d.expectDelim('}', "the answer"); err != nil {
+	if err := d.expectDelim('}', "answer"); err != nil {
 		return Delta{}, err
 	}
 	return d.delta, nil
@@ -134,8 +134,38 @@ func (d *decoder) syntax(err error) error {
 	return fmt.Errorf("reading the answer: %w", err)
 }
 
-// list decodes "new" or "deleted": null or an array of decisions.
-func (d *decoder) list(out *[]Decision, isNew bool) error {
+// chunk is how many decisions are gathered before a new block is started:
+// blocks copied once into an exact slice cost two times the result, where
+// append's growth by a quarter would cost five.
+const chunk = 4096
+
+// list decodes "new" or "deleted", null or an array of decisions, and
+// returns them after those of a previous key of the same name.
+func (d *decoder) list(prev []Decision, isNew bool) ([]Decision, error) {
+	blocks := [][]Decision{prev}
+	kept := len(prev)
+	if err := d.elements(isNew, func(dec Decision) {
+		last := &blocks[len(blocks)-1]
+		if len(*last) == cap(*last) {
+			blocks = append(blocks, make([]Decision, 0, chunk))
+			last = &blocks[len(blocks)-1]
+		}
+		*last = append(*last, dec)
+		kept++
+	}); err != nil {
+		return nil, err
+	}
+	if kept == 0 {
+		return nil, nil
+	}
+	out := make([]Decision, 0, kept)
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+func (d *decoder) elements(isNew bool, keep func(Decision)) error {
 	d.allow()
 	tok, err := d.dec.Token()
 	if err != nil {
@@ -167,7 +197,7 @@ func (d *decoder) list(out *[]Decision, isNew bool) error {
 		if dec, reason := d.convert(&d.scratch, isNew); reason != "" {
 			d.ignore(reason)
 		} else {
-			*out = append(*out, dec)
+			keep(dec)
 		}
 	}
 	d.allow()

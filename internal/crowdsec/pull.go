@@ -224,7 +224,8 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("crowdsec LAPI %s: TLS: %v; use the host name the certificate names in url", c.shown, inner)
 	case errors.As(err, &invalid):
 		return fmt.Errorf("crowdsec LAPI %s: TLS: %v; renew the LAPI's certificate or fix the host's clock", c.shown, inner)
-	case errors.As(err, &recordHdr):
+	// net/http turns the handshake's record error into an untyped text.
+	case errors.As(err, &recordHdr) || strings.Contains(inner.Error(), "server gave HTTP response to HTTPS client"):
 		return fmt.Errorf("crowdsec LAPI %s: TLS handshake got no TLS answer; the LAPI serves plain HTTP there: use an http:// url", c.shown)
 	case errors.As(err, &dnsErr):
 		return fmt.Errorf("crowdsec LAPI %s: %v; check the host name in url", c.shown, inner)
