@@ -106,7 +106,7 @@ func (b *bans) stop() {
 // every tick, until ctx ends.
 func (b *bans) poll(ctx context.Context, acc telegraf.Accumulator) {
 	defer close(b.done)
-	backoff := crowdsec.Backoff{Min: b.set.interval, Max: min(5*time.Minute, 8*b.set.interval)}
+	backoff := crowdsec.Backoff{Min: min(time.Second, b.set.interval), Max: 5 * time.Minute}
 	startup := true
 	next := time.Now()
 	tick := time.NewTicker(b.set.interval)
