@@ -21,7 +21,7 @@ func startupAnswer(n int) []byte {
 		case 0:
 			scope, value = "Ip", fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
 		case 1:
-			scope, value = "Range", fmt.Sprintf("100.%d.%d.0/24", i>>8&255, i&255)
+			scope, value = "Range", fmt.Sprintf("%d.%d.%d.0/24", 100+i>>16, i>>8&255, i&255)
 		case 2:
 			scope, value = "Ip", fmt.Sprintf("2001:db8::%x:%x", i>>16, i&0xffff)
 		default:

@@ -15,8 +15,10 @@ const (
 	DefaultMaxDecisions = 200_000
 	// DefaultTimeout bounds one pull, from request to last byte.
 	DefaultTimeout = 60 * time.Second
-	// DefaultUserAgent is sent when Config.UserAgent is empty.
-	DefaultUserAgent = "xdp-drop"
+	// DefaultUserAgent is sent when Config.UserAgent is empty. The LAPI
+	// records "name/version" as the bouncer's type and version, and logs a
+	// warning on every pull whose User-Agent is not of that form.
+	DefaultUserAgent = "xdp-drop/unknown"
 	// MaxDecisionBytes bounds the JSON text of one decision.
 	MaxDecisionBytes = 64 << 10
 )
@@ -44,8 +46,8 @@ type Config struct {
 	MaxDecisions int
 	// Timeout bounds one pull; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// UserAgent is sent as User-Agent, e.g. "xdp-drop/1.2.3"; empty means
-	// DefaultUserAgent.
+	// UserAgent is sent as User-Agent: "name/version" with one slash, e.g.
+	// "xdp-drop/1.2.3"; empty means DefaultUserAgent.
 	UserAgent string
 }
 

@@ -33,6 +33,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"key with newline", Config{URL: "http://lapi:8080/", APIKey: testKey + "\n"}, "crowdsec api key: byte 30 of 30 is a space, control or non-ASCII character; set the key exactly as 'cscli bouncers add' printed it (a trailing newline in api_key_file is trimmed by the caller)"},
 		{"negative max", Config{URL: "http://lapi:8080/", APIKey: testKey, MaxDecisions: -1}, "crowdsec max decisions -1: must not be negative"},
 		{"negative timeout", Config{URL: "http://lapi:8080/", APIKey: testKey, Timeout: -1}, "crowdsec timeout -1ns: must not be negative"},
+		{"user agent without version", Config{URL: "http://lapi:8080/", APIKey: testKey, UserAgent: "xdp-drop"}, `crowdsec user agent "xdp-drop": must be name/version with one slash and no spaces, e.g. xdp-drop/1.2.3 (the LAPI records it as the bouncer's type and version)`},
+		{"user agent two slashes", Config{URL: "http://lapi:8080/", APIKey: testKey, UserAgent: "xdp-drop/1/2"}, `crowdsec user agent "xdp-drop/1/2": must be name/version with one slash and no spaces, e.g. xdp-drop/1.2.3 (the LAPI records it as the bouncer's type and version)`},
 		{"empty type", Config{URL: "http://lapi:8080/", APIKey: testKey, Types: []string{"ban", " "}}, `crowdsec types: an empty type; list decision types such as "ban"`},
 	}
 	for _, tc := range cases {

@@ -52,6 +52,9 @@ func newClient(cfg Config) (*Client, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
 	}
+	if name, version, ok := strings.Cut(cfg.UserAgent, "/"); !ok || name == "" || version == "" || strings.Contains(version, "/") || strings.ContainsAny(cfg.UserAgent, " \t\r\n") {
+		return nil, fmt.Errorf("crowdsec user agent %q: must be name/version with one slash and no spaces, e.g. xdp-drop/1.2.3 (the LAPI records it as the bouncer's type and version)", cfg.UserAgent)
+	}
 	types := make(map[string]bool)
 	for _, t := range cfg.Types {
 		t = strings.ToLower(strings.TrimSpace(t))

@@ -131,30 +131,40 @@ type Decision struct {
 	Duration time.Duration // > 0
 }
 
-// Import adds many decisions in one cscli call (cscli decisions import),
-// origin "cscli-import"; 100,000 take seconds where cscli decisions add
-// would take hours.
+// Import adds many decisions in one cscli call per scope (cscli decisions
+// import), origin "cscli-import"; 100,000 take tens of seconds where
+// cscli decisions add would take hours.
 func (l *LAPI) Import(ds []Decision) {
 	l.t.Helper()
 	type line struct {
 		Duration string `json:"duration"`
-		Scope    string `json:"scope"`
 		Type     string `json:"type"`
 		Value    string `json:"value"`
 		Reason   string `json:"reason"`
 	}
-	lines := make([]line, len(ds))
-	for i, d := range ds {
+	byScope := map[string][]line{}
+	for _, d := range ds {
 		typ := d.Type
 		if typ == "" {
 			typ = "ban"
 		}
-		scope := "ip"
+		scope := "Ip"
 		if strings.Contains(d.Value, "/") {
-			scope = "range"
+			scope = "Range"
 		}
-		lines[i] = line{Duration: d.Duration.String(), Scope: scope, Type: typ, Value: d.Value, Reason: "test-import"}
+		byScope[scope] = append(byScope[scope], line{Duration: d.Duration.String(), Type: typ, Value: d.Value, Reason: "test-import"})
 	}
+	for _, scope := range []string{"Ip", "Range"} {
+		if len(byScope[scope]) > 0 {
+			l.importFile(scope, byScope[scope])
+		}
+	}
+}
+
+// importFile imports lines of one scope: cscli 1.4's --scope (default Ip)
+// overrides the scope a line names, so each scope needs its own call.
+func (l *LAPI) importFile(scope string, lines any) {
+	l.t.Helper()
 	f, err := os.CreateTemp(l.dir, "import-*.json")
 	if err != nil {
 		l.t.Fatalf("lapi: %v", err)
@@ -166,7 +176,7 @@ func (l *LAPI) Import(ds []Decision) {
 	if err := f.Close(); err != nil {
 		l.t.Fatalf("lapi: write %s: %v", f.Name(), err)
 	}
-	l.Cscli("decisions", "import", "-i", f.Name())
+	l.Cscli("decisions", "import", "--scope", scope, "-i", f.Name())
 }
 
 // Cscli runs cscli against this LAPI's config and returns its stdout; a
