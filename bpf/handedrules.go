@@ -36,20 +36,122 @@ func (h *HandedRules) close() {
 	h.fds = nil
 }
 
-// RuleMapsToHand returns the descriptors of the instance's rule maps, to hand
-// over once next to its interfaces' (Program.Handed), in the order
-// AdoptRules reads them, and their description; nothing when the instance
-// has no rule maps loaded. The descriptors stay owned by the instance.
+// RuleMapsToHand returns the descriptors of the instance's rule maps and
+// ban maps, to hand over once next to its interfaces' (Program.Handed), in
+// the order AdoptRules reads them, and their description; nothing when the
+// instance has neither loaded. The descriptors stay owned by the instance.
 func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.ruleMaps == nil || in.rules == nil {
-		return nil, ""
+	if in.ruleMaps != nil && in.rules != nil {
+		for _, m := range in.ruleMaps.ordered() {
+			fds = append(fds, m.FD())
+		}
+		describe = in.rulesFingerprint() + ":" + encodeKey(in.rules.exact.key)
 	}
-	for _, m := range in.ruleMaps.ordered() {
-		fds = append(fds, m.FD())
+	if in.bans != nil {
+		// Last, after a mark: a successor of an older build reads the rule
+		// maps' description as before and refuses the extra descriptors.
+		for _, m := range in.bans.maps.ordered() {
+			fds = append(fds, m.FD())
+		}
+		describe += bansMark + in.bansFingerprint()
 	}
-	return fds, in.rulesFingerprint() + ":" + encodeKey(in.rules.exact.key)
+	return fds, describe
+}
+
+// bansMark separates the ban maps' description from the rule maps'.
+const bansMark = "|bans:"
+
+// banMapCount is how many maps banMaps holds.
+const banMapCount = 3
+
+// bansFingerprint names the layout of the ban maps: the program build's
+// and the sizes the policy gives them.
+func (in *Instance) bansFingerprint() string {
+	h := sha256.New()
+	h.Write(_XdpDropBytes)
+	fmt.Fprintf(h, "bans %d %d\n", in.policy.Bans.max(), MaxBanAllow)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// adoptBans takes the ban maps at the end of h's descriptors, when h has
+// them, off h, and makes them the instance's ban table when they fit: the
+// bans in force then go on without a gap. It says why not otherwise ("" when
+// h has no ban maps).
+func (in *Instance) adoptBans(h *HandedRules) (adopted bool, why string) {
+	rest, fp, ok := strings.Cut(h.describe, bansMark)
+	if !ok {
+		return false, ""
+	}
+	h.describe = rest
+	if len(h.fds) < banMapCount {
+		return false, "the ban maps were not all handed over"
+	}
+	fds := h.fds[len(h.fds)-banMapCount:]
+	h.fds = h.fds[:len(h.fds)-banMapCount]
+	const own = ": this instance loads its own ban maps"
+	ms, err := mapsOfFDs(fds)
+	if err != nil {
+		return false, "not ban maps: " + err.Error() + own
+	}
+	m := &banMaps{V4: ms[0], V6: ms[1], Buckets: ms[2]}
+	switch {
+	case !in.policy.Bans.On:
+		why = "this instance has no bans"
+	case in.bans != nil:
+		why = "this instance has loaded its ban maps already"
+	case fp != in.bansFingerprint():
+		why = "the bans' max or the program version changed" + own
+	}
+	if why == "" {
+		var spec *ebpf.CollectionSpec
+		rules, err := in.compiledLocked()
+		if err == nil {
+			spec, err = in.specOf(rules)
+		}
+		for name, mm := range m.byName() {
+			if err == nil {
+				if err = spec.Maps[name].Compatible(mm); err != nil {
+					err = fmt.Errorf("handed-over ban map %s does not fit: %w", name, err)
+				}
+			}
+		}
+		if err == nil {
+			t := newBanTable(m, in.policy.Bans.max())
+			if err = t.rebuild(); err == nil {
+				in.bans = t
+				return true, ""
+			}
+		}
+		why = err.Error() + own
+	}
+	m.Close()
+	return false, why
+}
+
+// mapsOfFDs makes descriptors maps; it owns fds: on error they are closed.
+func mapsOfFDs(fds []int) ([]*ebpf.Map, error) {
+	ms := make([]*ebpf.Map, len(fds))
+	var errs error
+	for i, fd := range fds {
+		// NewMapFromFD closes a descriptor that is not a map.
+		m, err := ebpf.NewMapFromFD(fd)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		ms[i] = m
+	}
+	if errs != nil {
+		for _, m := range ms {
+			if m != nil {
+				m.Close()
+			}
+		}
+		return nil, errs
+	}
+	return ms, nil
 }
 
 // AdoptRules makes the rule maps a stopping instance handed over this
@@ -64,6 +166,23 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer h.close()
+	bans, whyBans := in.adoptBans(h)
+	if h.describe == "" && len(h.fds) == 0 {
+		// Ban maps only: the stopping instance had no rule maps.
+		return bans, whyBans
+	}
+	rules, whyRules := in.adoptRulesLocked(h)
+	switch {
+	case whyBans == "":
+		return rules || bans, whyRules
+	case whyRules == "":
+		return rules || bans, whyBans
+	}
+	return rules || bans, whyRules + "; " + whyBans
+}
+
+// adoptRulesLocked is AdoptRules for the rule maps.
+func (in *Instance) adoptRulesLocked(h *HandedRules) (adopted bool, why string) {
 	const own = ": this instance loads its own"
 	if len(in.policy.Rules) == 0 {
 		return false, "this instance has no rules"

@@ -163,5 +163,10 @@ func (p Policy) fingerprint() string {
 	if p.Sample.On() {
 		h.Write([]byte("sample"))
 	}
+	// Bans add code and move dropped frames' counts; their dry run decides
+	// whether a banned frame is counted a drop.
+	if p.Bans.On {
+		fmt.Fprintf(h, "bans %v\n", p.Bans.DryRun)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

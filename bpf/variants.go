@@ -63,6 +63,18 @@ var programVariants = map[Features]string{
 	FeatureRules | FeatureLimit | FeatureMultiBuffer:                   xdpDropProgXdpDropLimitsFrags,
 	FeatureRules | FeatureLimit | FeatureSampling:                      xdpDropProgXdpDropLimitsSample,
 	FeatureRules | FeatureLimit | FeatureSampling | FeatureMultiBuffer: xdpDropProgXdpDropLimitsSampleFrags,
+	FeatureBans:                                                                      xdpDropProgXdpDropBans,
+	FeatureBans | FeatureMultiBuffer:                                                 xdpDropProgXdpDropBansFrags,
+	FeatureBans | FeatureRules:                                                       xdpDropProgXdpDropRulesBans,
+	FeatureBans | FeatureRules | FeatureMultiBuffer:                                  xdpDropProgXdpDropRulesBansFrags,
+	FeatureBans | FeatureSampling:                                                    xdpDropProgXdpDropSampleBans,
+	FeatureBans | FeatureSampling | FeatureMultiBuffer:                               xdpDropProgXdpDropSampleBansFrags,
+	FeatureBans | FeatureRules | FeatureSampling:                                     xdpDropProgXdpDropRulesSampleBans,
+	FeatureBans | FeatureRules | FeatureSampling | FeatureMultiBuffer:                xdpDropProgXdpDropRulesSampleBansFrags,
+	FeatureBans | FeatureRules | FeatureLimit:                                        xdpDropProgXdpDropLimitsBans,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureMultiBuffer:                   xdpDropProgXdpDropLimitsBansFrags,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureSampling:                      xdpDropProgXdpDropLimitsSampleBans,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureSampling | FeatureMultiBuffer: xdpDropProgXdpDropLimitsSampleBansFrags,
 }
 
 // featuresOf are the features of policy's program, single-buffer: the
