@@ -48,6 +48,9 @@ type BanTable struct {
 	maps  *banMaps
 	max   int
 	index [2]banIndex // by family: 0 IPv4, 1 IPv6
+	// holders counts the instances beyond the first that hold the table
+	// (ContinueBans); the maps close when the last releases it.
+	holders int
 }
 
 // banMaps are the ban maps of an instance.

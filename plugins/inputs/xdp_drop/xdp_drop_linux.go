@@ -518,6 +518,7 @@ func (x *XDPDrop) instance() *bpf.Instance {
 // the one before is closed: its programs still attached hold their rule maps.
 func (x *XDPDrop) setInstance(in *bpf.Instance) {
 	in.ContinueLimits(x.kernel.in)
+	in.ContinueBans(x.kernel.in)
 	x.closeInstance()
 	x.kernel = kernelSide{in: in, gen: x.files.gen}
 }
