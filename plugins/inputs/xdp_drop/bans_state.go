@@ -84,12 +84,12 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 		}
 		for id := range s.decisions {
 			if !keep[id] {
-				errs = append(errs, s.drop(table, id))
+				errs = append(errs, s.drop(table, id, now))
 			}
 		}
 	}
 	for _, dec := range d.Deleted {
-		errs = append(errs, s.drop(table, dec.ID))
+		errs = append(errs, s.drop(table, dec.ID, now))
 	}
 	for _, dec := range d.New {
 		errs = append(errs, s.add(table, dec, now))
@@ -108,7 +108,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	}
 	end := now.Add(dec.Duration)
 	if old, ok := s.decisions[dec.ID]; ok && old.prefix != dec.Prefix {
-		if err := s.drop(table, dec.ID); err != nil {
+		if err := s.drop(table, dec.ID, now); err != nil {
 			return err
 		}
 	}
@@ -150,13 +150,21 @@ func (s *banState) hold(dec crowdsec.Decision, end time.Time, bp *bannedPrefix) 
 	bp.ids[dec.ID] = struct{}{}
 }
 
-// drop forgets a decision: its prefix is lifted when no other holds it,
-// or banned until the latest end of those that do.
-func (s *banState) drop(table banTable, id int64) error {
+// endSlack is how close to its end a decision that goes counts as
+// expired: the LAPI lists a decision past its end as deleted, as it does
+// one deleted by hand, and the end held here is the LAPI's give or take
+// the latency of a pull.
+const endSlack = time.Second
+
+// drop forgets a decision: its prefix is lifted when no other holds it
+// (counted expired when the decision had reached its end by now, removed
+// otherwise), or banned until the latest end of those that do.
+func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	dec, ok := s.decisions[id]
 	if !ok {
 		return nil
 	}
+	ended := !dec.end.After(now.Add(endSlack))
 	delete(s.decisions, id)
 	bp := s.prefixes[dec.prefix]
 	delete(bp.ids, id)
@@ -165,7 +173,11 @@ func (s *banState) drop(table banTable, id int64) error {
 		if err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
-		s.counts.Removed++
+		if ended {
+			s.counts.Expired++
+		} else {
+			s.counts.Removed++
+		}
 		return nil
 	}
 	var latest time.Time

@@ -83,11 +83,11 @@ func TestBanStateSeveralDecisionsOnePrefix(t *testing.T) {
 	}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[p], "banned until the later end")
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(2, "203.0.113.0/24", 0)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(2, "203.0.113.0/24", 2*time.Hour)}}, now))
 	require.Equal(t, now.Add(time.Hour), table.bans[p], "the later decision deleted: banned until the other's end")
 	require.Empty(t, table.lifts)
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", 0)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now))
 	require.NotContains(t, table.bans, p, "the last decision deleted: lifted")
 	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
 }
@@ -137,7 +137,7 @@ func TestBanStateExpiry(t *testing.T) {
 	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
 	require.Len(t, table.bans, 1)
 	require.Equal(t, int64(1), s.counts.Expired)
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", 0)}}, now.Add(3*time.Second)))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now.Add(3*time.Second)))
 	require.Empty(t, table.lifts)
 	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
 }
@@ -162,4 +162,23 @@ func TestBanStateRefused(t *testing.T) {
 	require.Len(t, table.bans, 2)
 	require.Equal(t, banCounts{Added: 2, Refused: 6}, s.counts)
 	require.Len(t, s.decisions, 2)
+}
+
+// TestBanStateDeletedAtItsEnd: the LAPI lists a decision past its end as
+// deleted, as it does one deleted by hand: when that comes before the
+// sweep, the ban is lifted and counted expired, not removed.
+func TestBanStateDeletedAtItsEnd(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Second),
+		decision(2, "192.0.2.1/32", time.Hour),
+	}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", -time.Millisecond),
+		decision(2, "192.0.2.1/32", -time.Millisecond),
+	}}, now.Add(time.Second)))
+	require.Empty(t, table.bans)
+	require.Equal(t, banCounts{Added: 2, Removed: 1, Expired: 1}, s.counts)
 }
