@@ -307,7 +307,11 @@ func (t *BanTable) count(p netip.Prefix, d int) error {
 		return nil
 	}
 	bits := x.long[b]
-	bits[(n-1)/64] ^= 1 << ((n - 1) % 64)
+	if now == 0 {
+		bits[(n-1)/64] &^= 1 << ((n - 1) % 64)
+	} else {
+		bit(&bits, n)
+	}
 	if bits == [2]uint64{} {
 		delete(x.long, b)
 	} else {

@@ -107,6 +107,7 @@ func TestBansHandedOver(t *testing.T) {
 		o, err := mine.Ban(netip.MustParsePrefix("198.51.101.0/24"), end, 0)
 		require.NoError(t, err)
 		require.Equal(t, BanAdded, o)
+		require.Zero(t, passed(t, q, banFrame("198.51.100.5"), 10))
 		_, err = mine.Lift(netip.MustParsePrefix("198.51.101.0/24"))
 		require.NoError(t, err)
 		require.Zero(t, passed(t, q, banFrame("198.51.100.5"), 10))
