@@ -728,3 +728,7 @@ func (p *Program) closeBanCounters() error {
 	p.banCounters = nil
 	return err
 }
+
+// Bans is the ban table of the program's instance (Instance.Bans): for a
+// program of Load, which has an instance of its own.
+func (p *Program) Bans() (*BanTable, error) { return p.in.Bans() }

@@ -27,7 +27,7 @@ func loadBans(t *testing.T, policy bpf.Policy) *banRig {
 	p, err := bpf.Load(policy)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
-	table, err := bpf.InstanceOf(p).Bans()
+	table, err := p.Bans()
 	require.NoError(t, err)
 	return &banRig{t: t, p: p, table: table}
 }
@@ -265,7 +265,7 @@ func TestBansOff(t *testing.T) {
 	p, err := bpf.Load(bpf.Policy{})
 	require.NoError(t, err)
 	defer p.Close()
-	_, err = bpf.InstanceOf(p).Bans()
+	_, err = p.Bans()
 	require.Error(t, err)
 	c, err := p.BanCounters()
 	require.NoError(t, err)

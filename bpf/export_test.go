@@ -111,6 +111,3 @@ func ProgramVariants() []Features {
 
 // ProgramOf is programOf, for the external tests.
 var ProgramOf = programOf
-
-// InstanceOf is the instance of p.
-func InstanceOf(p *Program) *Instance { return p.in }
