@@ -24,7 +24,9 @@ func stream(t *testing.T, l *LAPI, key string, startup bool) (news, deleted []st
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("stream: HTTP %s", resp.Status)
 	}
-	var body struct{ New, Deleted []struct{ Scope, Value string } }
+	var body struct {
+		New, Deleted []struct{ Scope, Value string }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}
