@@ -310,7 +310,11 @@ func (t *BanTable) count(p netip.Prefix, d int) error {
 		return nil
 	}
 	bits := x.long[b]
-	bits[(n-1)/64] ^= 1 << ((n - 1) % 64)
+	if now == 0 {
+		bits[(n-1)/64] &^= 1 << ((n - 1) % 64)
+	} else {
+		bit(&bits, n)
+	}
 	if bits == [2]uint64{} {
 		delete(x.long, b)
 	} else {
@@ -727,3 +731,7 @@ func (p *Program) closeBanCounters() error {
 	p.banCounters = nil
 	return err
 }
+
+// Bans is the ban table of the program's instance (Instance.Bans): for a
+// program of Load, which has an instance of its own.
+func (p *Program) Bans() (*BanTable, error) { return p.in.Bans() }

@@ -75,21 +75,30 @@ func (in *Instance) bansFingerprint() string {
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
-// adoptBans takes the ban maps at the end of h's descriptors, when h has
-// them, off h, and makes them the instance's ban table when they fit: the
-// bans in force then go on without a gap. It says why not otherwise ("" when
-// h has no ban maps).
-func (in *Instance) adoptBans(h *HandedRules) (adopted bool, why string) {
+// takeBans takes the ban maps' descriptors at the end of h's, and their
+// description, off h; none when h has no ban maps.
+func takeBans(h *HandedRules) (fds []int, fp string, ok bool) {
 	rest, fp, ok := strings.Cut(h.describe, bansMark)
 	if !ok {
-		return false, ""
+		return nil, "", false
 	}
 	h.describe = rest
-	if len(h.fds) < banMapCount {
+	n := min(banMapCount, len(h.fds))
+	fds = h.fds[len(h.fds)-n:]
+	h.fds = h.fds[:len(h.fds)-n]
+	return fds, fp, true
+}
+
+// adoptBans makes the handed ban maps the instance's ban table when they
+// fit: the bans in force then go on without a gap. It owns fds, and says
+// why not otherwise.
+func (in *Instance) adoptBans(fds []int, fp string) (adopted bool, why string) {
+	if len(fds) < banMapCount {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
 		return false, "the ban maps were not all handed over"
 	}
-	fds := h.fds[len(h.fds)-banMapCount:]
-	h.fds = h.fds[:len(h.fds)-banMapCount]
 	const own = ": this instance loads its own ban maps"
 	ms, err := mapsOfFDs(fds)
 	if err != nil {
@@ -155,7 +164,7 @@ func mapsOfFDs(fds []int) ([]*ebpf.Map, error) {
 }
 
 // AdoptRules makes the rule maps a stopping instance handed over this
-// instance's, so that every interface's program shares them with the
+// instance's, and its ban maps (Bans) too when they came and fit, so that every interface's program shares them with the
 // programs taken over in place, when they hold this instance's rules: the
 // same rules (prefixes from files included) for the same program build.
 // The instance then lays its tables out under the handed key, as the maps
@@ -166,12 +175,16 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer h.close()
-	bans, whyBans := in.adoptBans(h)
-	if h.describe == "" && len(h.fds) == 0 {
-		// Ban maps only: the stopping instance had no rule maps.
-		return bans, whyBans
+	banFDs, fp, hasBans := takeBans(h)
+	rules, whyRules := false, ""
+	if !hasBans || h.describe != "" || len(h.fds) > 0 {
+		rules, whyRules = in.adoptRulesLocked(h)
 	}
-	rules, whyRules := in.adoptRulesLocked(h)
+	if !hasBans {
+		return rules, whyRules
+	}
+	// After the rules: their layout is the handed one when adopted.
+	bans, whyBans := in.adoptBans(banFDs, fp)
 	switch {
 	case whyBans == "":
 		return rules || bans, whyRules

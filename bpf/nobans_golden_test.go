@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-
 // noBansDigests are, per program without FeatureBans, the digest of its
 // instructions (with their map references and offsets, as text).
 func noBansDigests(t *testing.T, spec *ebpf.CollectionSpec) string {

@@ -70,3 +70,30 @@ func keptBytes(c *Client, body []byte) int64 {
 	runtime.KeepAlive(d)
 	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
+
+// TestDecodeMemory checks decoding 100,000 decisions allocates and keeps
+// what the package doc states: gathered in blocks, not grown by append.
+func TestDecodeMemory(t *testing.T) {
+	const n = 100_000
+	body := startupAnswer(n)
+	c, err := New(Config{URL: "http://127.0.0.1:8080/", APIKey: "k", MaxDecisions: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d, err := c.decode(bytes.NewReader(body), true)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(d.New) != n {
+		t.Fatalf("decoded %d decisions, err %v; want %d", len(d.New), err, n)
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %.1f MB, kept %.1f MB", float64(allocated)/(1<<20), float64(keptBytes(c, body))/(1<<20))
+	if allocated > 40<<20 {
+		t.Errorf("decoding %d decisions allocated %d bytes, want at most 40 MiB", n, allocated)
+	}
+	if kept := keptBytes(c, body); kept > 20<<20 {
+		t.Errorf("%d decisions keep %d bytes, want at most 20 MiB", n, kept)
+	}
+}

@@ -73,6 +73,7 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 	if err := d.expectDelim('{', "answer"); err != nil {
 		return Delta{}, err
 	}
+	seen := false
 	for d.dec.More() {
 		d.allow()
 		tok, err := d.dec.Token()
@@ -80,6 +81,7 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 			return Delta{}, d.syntax(err)
 		}
 		key, _ := tok.(string)
+		seen = seen || key == "new" || key == "deleted"
 		switch key {
 		case "new":
 			d.delta.New, err = d.list(d.delta.New, true)
@@ -100,6 +102,10 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 	}
 	if err := d.expectDelim('}', "answer"); err != nil {
 		return Delta{}, err
+	}
+	if !seen {
+		// Some other JSON API answered: an empty delta would read as "nothing changed".
+		return Delta{}, errors.New(`answer is not the decisions stream: neither "new" nor "deleted" in it; is url the LAPI's address?`)
 	}
 	return d.delta, nil
 }

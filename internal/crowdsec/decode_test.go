@@ -222,7 +222,8 @@ func TestPullBadAnswers(t *testing.T) {
 		{"null", "application/json", `null`, `answer is not the decisions stream: expected "{", got null`},
 		{"new not a list", "application/json", `{"new":{"id":1}}`, `answer is not the decisions stream: a list of decisions expected, got "{"`},
 		{"new a string", "application/json", `{"new":"x"}`, `answer is not the decisions stream: a list of decisions expected, got a string`},
-		{"message", "application/json", `{"message":"access forbidden"}`, ""},
+		{"other json", "application/json", `{"message":"hello"}`, `answer is not the decisions stream: neither "new" nor "deleted" in it; is url the LAPI's address?`},
+		{"future key", "application/json", `{"new":null,"future":{"x":[1]}}`, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

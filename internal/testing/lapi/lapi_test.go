@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// stream pulls the bouncer stream with key and returns the values of new and deleted.
+// stream pulls the bouncer stream with key and returns new and deleted as "Scope:value".
 func stream(t *testing.T, l *LAPI, key string, startup bool) (news, deleted []string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%sv1/decisions/stream?startup=%t", l.URL(), startup), nil)
@@ -24,15 +24,17 @@ func stream(t *testing.T, l *LAPI, key string, startup bool) (news, deleted []st
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("stream: HTTP %s", resp.Status)
 	}
-	var body struct{ New, Deleted []struct{ Value string } }
+	var body struct {
+		New, Deleted []struct{ Scope, Value string }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range body.New {
-		news = append(news, d.Value)
+		news = append(news, d.Scope+":"+d.Value)
 	}
 	for _, d := range body.Deleted {
-		deleted = append(deleted, d.Value)
+		deleted = append(deleted, d.Scope+":"+d.Value)
 	}
 	return news, deleted
 }
@@ -51,12 +53,12 @@ func TestLAPIStartAddDeleteRestart(t *testing.T) {
 	l.DeleteDecision("192.0.2.1")
 	l.Restart()
 	news, deleted := stream(t, l, key, true)
-	if len(news) != 1 || news[0] != "198.51.100.0/24" || len(deleted) != 1 || deleted[0] != "192.0.2.1" {
-		t.Fatalf("after delete and restart: new %v deleted %v, want new [198.51.100.0/24] deleted [192.0.2.1]", news, deleted)
+	if len(news) != 1 || news[0] != "Range:198.51.100.0/24" || len(deleted) != 1 || deleted[0] != "Ip:192.0.2.1" {
+		t.Fatalf("after delete and restart: new %v deleted %v, want new [Range:198.51.100.0/24] deleted [Ip:192.0.2.1]", news, deleted)
 	}
 }
 
-// TestLAPIImport checks a bulk import reaches a bouncer whole.
+// TestLAPIImport checks a bulk import reaches a bouncer whole, each decision with its scope.
 func TestLAPIImport(t *testing.T) {
 	l := Start(t)
 	key := l.AddBouncer("import")
@@ -71,5 +73,14 @@ func TestLAPIImport(t *testing.T) {
 	news, _ := stream(t, l, key, true)
 	if len(news) != len(ds) {
 		t.Fatalf("startup new holds %d decisions, want %d", len(news), len(ds))
+	}
+	seen := map[string]bool{}
+	for _, n := range news {
+		seen[n] = true
+	}
+	for _, want := range []string{"Ip:10.0.0.0", "Ip:10.0.3.231", "Range:2001:db8::/32"} {
+		if !seen[want] {
+			t.Errorf("decision %s missing from the startup answer", want)
+		}
 	}
 }
