@@ -44,7 +44,8 @@ type bans struct {
 func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 	client, err := crowdsec.New(crowdsec.Config{
 		URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls,
-		MaxDecisions: 2 * set.max,
+		// Both families' bans, beyond max too: those are refused and counted.
+		MaxDecisions: max(crowdsec.DefaultMaxDecisions, 2*set.max),
 	})
 	if err != nil {
 		return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))

@@ -25,10 +25,15 @@ const testBanInterval = 300 * time.Millisecond
 // banPlugin is a plugin on the test veth that drops GRE (which no test
 // sends: every frame passes but for the bans) with bans fed by l.
 func banPlugin(l *lapi.LAPI, key string, b *BansConfig) *XDPDrop {
+	return banPluginAt(l.URL(), key, b)
+}
+
+// banPluginAt is banPlugin with the LAPI at url.
+func banPluginAt(url, key string, b *BansConfig) *XDPDrop {
 	if b == nil {
 		b = &BansConfig{}
 	}
-	b.CrowdSec = &CrowdSecConfig{URL: l.URL(), APIKey: key, Interval: config.Duration(testBanInterval)}
+	b.CrowdSec = &CrowdSecConfig{URL: url, APIKey: key, Interval: config.Duration(testBanInterval)}
 	return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"gre"}, Bans: b, Log: testutil.Logger{}})
 }
 
