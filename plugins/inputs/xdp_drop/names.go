@@ -97,15 +97,17 @@ func escapeBytes(s string, backslash bool) string {
 	return b.String()
 }
 
-func (x *XDPDrop) checkInterfaces() error {
+// checkInterfaces checks interfaces and interface_exclude and returns the
+// selector of their patterns, nil when every interface is named exactly.
+func (x *XDPDrop) checkInterfaces() (filter.Filter, error) {
 	switch {
 	case x.Interfaces == nil:
-		return errors.New(`interfaces is missing; list the interfaces to attach to, e.g. interfaces = ["eth1"] or ["eth*"] (interfaces = [] attaches to nothing)`)
+		return nil, errors.New(`interfaces is missing; list the interfaces to attach to, e.g. interfaces = ["eth1"] or ["eth*"] (interfaces = [] attaches to nothing)`)
 	case len(x.Interfaces) == 0 && len(x.InterfaceExclude) > 0:
-		return errors.New("interface_exclude is set but interfaces is empty; list patterns such as \"eth*\" in interfaces")
+		return nil, errors.New("interface_exclude is set but interfaces is empty; list patterns such as \"eth*\" in interfaces")
 	case len(x.Interfaces) == 0:
 		// The shipped config's default: nothing attached until edited; Start warns.
-		return nil
+		return nil, nil
 	}
 	seen := make(map[string]bool, len(x.Interfaces))
 	var patterns []string
@@ -116,15 +118,15 @@ func (x *XDPDrop) checkInterfaces() error {
 		}
 		switch {
 		case entry == "":
-			return errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
+			return nil, errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
 		case hasControl(entry):
-			return fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", Quote(entry))
 		case len(name) > maxIfaceName && !isPattern(entry):
-			return fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", Quote(entry), maxIfaceName)
+			return nil, fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", Quote(entry), maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
-			return fmt.Errorf("interfaces: %s is not a valid interface name", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is not a valid interface name", Quote(entry))
 		case seen[name]:
-			return fmt.Errorf("interfaces: %s is listed twice; list each interface once", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is listed twice; list each interface once", Quote(entry))
 		}
 		seen[name] = true
 		if isPattern(entry) {
@@ -133,35 +135,35 @@ func (x *XDPDrop) checkInterfaces() error {
 	}
 	for _, p := range patterns {
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", Quote(p), err)
+			return nil, fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	for _, p := range x.InterfaceExclude {
 		if hasControl(p) {
-			return fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", Quote(p))
+			return nil, fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", Quote(p))
 		}
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", Quote(p), err)
+			return nil, fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", Quote(p), err)
 		}
 	}
 	exclude, err := filter.Compile(x.InterfaceExclude)
 	if err != nil {
-		return fmt.Errorf("interface_exclude: %w", err)
+		return nil, fmt.Errorf("interface_exclude: %w", err)
 	}
 	for _, entry := range x.Interfaces {
 		if !isPattern(entry) && exclude != nil && exclude.Match(literalName(entry)) {
-			return fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", Quote(entry))
 		}
 	}
 	if len(patterns) == 0 {
 		if len(x.InterfaceExclude) > 0 {
-			return errors.New("interface_exclude is set but interfaces has no glob pattern to exclude from; use patterns such as \"eth*\"")
+			return nil, errors.New("interface_exclude is set but interfaces has no glob pattern to exclude from; use patterns such as \"eth*\"")
 		}
-		return nil
+		return nil, nil
 	}
-	x.selector, err = filter.NewIncludeExcludeFilter(patterns, x.InterfaceExclude)
+	selector, err := filter.NewIncludeExcludeFilter(patterns, x.InterfaceExclude)
 	if err != nil {
-		return fmt.Errorf("interfaces: %w", err)
+		return nil, fmt.Errorf("interfaces: %w", err)
 	}
-	return nil
+	return selector, nil
 }

@@ -156,7 +156,7 @@ const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end o
 // sampling owns what sample_rate turns on, for every interface: the
 // reader of each program's sampled frames (sampler_linux.go), the capture
 // they are written to (capture.go) and the top sources they become
-// (topsources.go). The plugin makes it in Init and wires the interfaces to it.
+// (topsources.go). The plugin makes it in Init; links wires the interfaces to it.
 type sampling struct {
 	on           bool // sample_rate is set
 	top          int  // top_sources

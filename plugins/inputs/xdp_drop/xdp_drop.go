@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/config"
-	"github.com/influxdata/telegraf/filter"
 	"github.com/influxdata/telegraf/plugins/inputs"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
@@ -50,52 +48,34 @@ type XDPDrop struct {
 	CaptureFiles       int64       `toml:"capture_files"`
 	Rules              []Rule      `toml:"rule"`
 
-	// HandoverInstance names this instance for handover (the binary sets
-	// it from its config file's path): a stopped instance's attachments are
-	// taken over only by a successor with the same name and user.
-	HandoverInstance string `toml:"-"`
-
 	Log telegraf.Logger `toml:"-"`
-	// Observe, set by the console view, reads the counters of an interface
-	// another running xdp_drop holds from its attached program, read-only,
-	// instead of failing to attach; an interface observed once is only
-	// ever observed. Not an option of the config.
-	Observe bool `toml:"-"`
-	// ReadOnly, set by -status with Observe, attaches nothing: an interface
-	// no instance holds is reported so, and a prefix file that does not
-	// read is recorded on its rule rather than failing Init.
-	ReadOnly bool `toml:"-"`
+	// Run is what the binary sets for its run; no option of the config.
+	Run RunOptions `toml:"-"`
 
-	mode   bpf.Mode
-	policy bpf.Policy
-	files  prefixLists // the rules fed from prefix files
-	// kernel is the policy's kernel side (Linux): created at the first
-	// attach of each generation of prefix files, closed by Stop.
-	kernel kernelSide
-	// selector matches the glob patterns of interfaces less
-	// interface_exclude; nil when every interface is named exactly.
-	selector filter.Filter
-
-	// handoff hands the interfaces over on stop and takes them over at
-	// attach (handover_linux.go); made by Init.
-	handoff *handoff
-
-	mu          sync.Mutex
-	ifaces      []*iface
-	nsReported  string          // the namespace error last reported, when no interface carries it
-	literalHint map[string]bool // patterns already warned about an interface named like them
-	lastSeries  int             // series in the last snapshot
-	gathers     uint64          // reconciles done: the number of the current gather
-	// released holds what the programs the last Reconcile released
-	// counted, for the Snapshot that follows.
-	released Snapshot
-	// standing are the series emitted at every gather from attach, also at
-	// zero (standingClasses).
-	standing standingSet
-
+	files prefixLists // the rules fed from prefix files
+	// links owns the interfaces and their programs; Init fills it in.
+	links links
 	// sampling reads the sampled frames, writes the capture and counts the
 	// top sources; made by Init.
 	sampling *sampling
+	mu       sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
+}
+
+// RunOptions are what the binary sets for a run, not options of the config.
+type RunOptions struct {
+	// HandoverInstance names this instance for handover (the binary sets
+	// it from its config file's path): a stopped instance's attachments are
+	// taken over only by a successor with the same name and user.
+	HandoverInstance string
+	// Observe, set by the console view, reads the counters of an interface
+	// another running xdp_drop holds from its attached program, read-only,
+	// instead of failing to attach; an interface observed once is only
+	// ever observed.
+	Observe bool
+	// ReadOnly, set by -status with Observe, attaches nothing: an interface
+	// no instance holds is reported so, and a prefix file that does not
+	// read is recorded on its rule rather than failing Init.
+	ReadOnly bool
 }
 
 // DefaultHandoverTimeout is handover_timeout when it is not set.
@@ -125,12 +105,14 @@ func (x *XDPDrop) Init() error {
 			errs = append(errs, optionError(key, err))
 		}
 	}
-	fail("interfaces", x.checkInterfaces())
+	selector, err := x.checkInterfaces()
+	fail("interfaces", err)
+	x.links.selector = selector
 	switch m := bpf.Mode(x.Mode); m {
 	case "":
-		x.mode = bpf.ModeNative
+		x.links.mode = bpf.ModeNative
 	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
-		x.mode = m
+		x.links.mode = m
 	default:
 		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode)))
 	}
@@ -140,13 +122,13 @@ func (x *XDPDrop) Init() error {
 	policy.PerQueue = x.PerQueue
 	policy.Sample, err = x.parseSampling(x.DryRun)
 	fail(leadingOption(err), err)
-	x.policy = policy
-	x.standing = standingClasses(policy)
+	x.links.policy = policy
+	x.links.standing = standingClasses(policy)
 	if len(policy.Rules) == len(x.Rules) {
-		errs = append(errs, Errors(x.files.Load(x.Rules, &x.policy, x.ReadOnly, x.Log))...)
+		errs = append(errs, Errors(x.files.Load(x.Rules, &x.links.policy, x.Run.ReadOnly, x.Log))...)
 	}
 
-	fail("namespace", x.checkNamespace())
+	fail("namespace", namespace{name: x.Namespace}.check())
 	fail("pin_path", x.checkPinning())
 	switch d := time.Duration(x.HandoverTimeout); {
 	case d < 0:
@@ -157,15 +139,11 @@ func (x *XDPDrop) Init() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	x.handoff = handoffOf(x.HandoverInstance)
-	x.sampling = samplingOf(x, &x.policy, x.Observe)
-
-	x.ifaces = nil
-	for _, name := range x.Interfaces {
-		if !isPattern(name) {
-			x.ifaces = append(x.ifaces, &iface{name: literalName(name)})
-		}
-	}
+	x.sampling = samplingOf(x, &x.links.policy, x.Run.Observe)
+	x.links.wire(x.Log, linkOptions{
+		interfaces: x.Interfaces, pinPath: x.PinPath, keepAttached: x.KeepAttached, replace: x.Replace,
+		perQueue: &x.PerQueue, perCPU: &x.PerCPU, handoverTimeout: &x.HandoverTimeout,
+	}, x.Namespace, x.Run, &x.files, x.sampling)
 	return nil
 }
 
@@ -188,32 +166,6 @@ func (x *XDPDrop) checkPinning() error {
 	return nil
 }
 
-func (x *XDPDrop) checkNamespace() error {
-	switch {
-	case x.Namespace == "":
-		return nil
-	case len(x.Namespace) > maxPath:
-		return fmt.Errorf("namespace = %s is %d bytes long; a path has at most %d", Quote(x.Namespace), len(x.Namespace), maxPath)
-	case !strings.Contains(x.Namespace, "/") && len(x.Namespace) > maxFileName:
-		return fmt.Errorf("namespace = %s is %d bytes long; a name in /var/run/netns has at most %d", Quote(x.Namespace), len(x.Namespace), maxFileName)
-	case strings.ContainsAny(x.Namespace, " \t\n"):
-		return fmt.Errorf("namespace = %s: not a namespace name or path; use a name from /var/run/netns or a path such as /proc/1234/ns/net", Quote(x.Namespace))
-	case strings.Contains(x.Namespace, "/") && !filepath.IsAbs(x.Namespace):
-		return fmt.Errorf("namespace = %s: a path must be absolute, such as /proc/1234/ns/net; a name has no '/'", Quote(x.Namespace))
-	case x.Namespace == "." || x.Namespace == "..":
-		return fmt.Errorf("namespace = %s: not a namespace name", Quote(x.Namespace))
-	}
-	return x.checkNamespaceEntry()
-}
-
 func init() {
 	inputs.Add("xdp_drop", func() telegraf.Input { return New() })
-}
-
-// refreshPrefixFiles puts in force the prefixes of the prefix files that
-// changed since the last gather (prefixLists.Refresh).
-func (x *XDPDrop) refreshPrefixFiles(acc telegraf.Accumulator) {
-	if next, changed := x.files.Refresh(acc, x.policy); changed {
-		x.policy = next
-	}
 }
