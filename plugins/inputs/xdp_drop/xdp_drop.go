@@ -13,6 +13,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 )
 
 //go:embed sample.conf
@@ -139,7 +140,11 @@ func (x *XDPDrop) Init() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	x.sampling = samplingOf(x, &x.links.policy, x.Run.Observe)
+	x.sampling = samplingOf(x.Log, samplingOptions{
+		top: int(x.TopSources), bits4: int(x.TopSourcePrefixV4), bits6: int(x.TopSourcePrefixV6),
+		capturePath: x.CapturePath,
+		capture:     pcapng.Options{MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles)},
+	}, &x.links.policy, x.Run.Observe)
 	x.links.wire(x.Log, linkOptions{
 		interfaces: x.Interfaces, pinPath: x.PinPath, keepAttached: x.KeepAttached, replace: x.Replace,
 		perQueue: &x.PerQueue, perCPU: &x.PerCPU, handoverTimeout: &x.HandoverTimeout,
