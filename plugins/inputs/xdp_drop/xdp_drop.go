@@ -152,6 +152,13 @@ func (x *XDPDrop) Init() error {
 	return nil
 }
 
+// TrustPrefixFiles makes the plugin read prefix files under the trust
+// check for uid (see internal/trust), as the config was read: with raised
+// capabilities, whoever may write a prefix file decides what is dropped.
+func (x *XDPDrop) TrustPrefixFiles(uid int) {
+	x.files.Trust(uid)
+}
+
 // maxPath and maxFileName are PATH_MAX and NAME_MAX less the NUL: no
 // longer path or name opens, and errors that repeat one stay short.
 const (
