@@ -128,7 +128,7 @@ func run() int {
 		plugin.TrustPrefixFiles(trustUID)
 	}
 	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
-	plugin.HandoverInstance = handoverInstance(*configFile)
+	plugin.Run.HandoverInstance = handoverInstance(*configFile)
 
 	if *statusView {
 		return runStatus(plugin, *configFile, *jsonOut, os.Stdout, log)
@@ -138,7 +138,7 @@ func run() int {
 		// The console view promises that Ctrl-C detaches: no handover.
 		plugin.HandoverTimeout = 0
 		// Beside a running instance it shows that instance's counters.
-		plugin.Observe = true
+		plugin.Run.Observe = true
 		if err := plugin.Init(); err != nil {
 			conf.report(log, err)
 			return 1

@@ -103,7 +103,7 @@ type hitStatus struct {
 func runStatus(plugin *xdp_drop.XDPDrop, configFile string, asJSON bool, out io.Writer, log *levelWriter) int {
 	plugin.Log = log
 	plugin.HandoverTimeout = 0
-	plugin.Observe, plugin.ReadOnly = true, true
+	plugin.Run.Observe, plugin.Run.ReadOnly = true, true
 	if err := plugin.Init(); err != nil {
 		log.Errorf("config %s: %v", configFile, err)
 		return 1

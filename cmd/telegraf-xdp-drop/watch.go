@@ -27,7 +27,7 @@ import (
 // per second per interface and protocol, the way samples/bpf/xdp1 printed
 // "proto 17: 20403027 drops/s", and per rule, until SIGINT or SIGTERM; then
 // it detaches. An interface that a running instance holds is observed
-// (plugin.Observe): its counters are read from that instance's program,
+// (plugin.Run.Observe): its counters are read from that instance's program,
 // which is left as it is. One that another tool's program holds, or an
 // instance of another config, ends the view with an error.
 func watch(plugin *xdp_drop.XDPDrop, out io.Writer, interval time.Duration, log *levelWriter) error {

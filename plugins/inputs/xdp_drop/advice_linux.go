@@ -5,6 +5,9 @@ package xdp_drop
 import (
 	"errors"
 	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -55,12 +58,13 @@ func pinDirText(e *bpf.PinDirError) string {
 	return fmt.Sprintf("pin_path: %v", e.Err)
 }
 
-// noteText is what the operator reads of a note Acquire reports.
-func (x *XDPDrop) noteText(n bpf.Note) string {
+// noteText is what the operator reads of a note Acquire reports
+// (keepAttached: the option is set).
+func noteText(n bpf.Note, keepAttached bool) string {
 	switch n.Kind {
 	case bpf.NoteUnpinned:
 		lost := "counters restart at every restart"
-		if x.KeepAttached {
+		if keepAttached {
 			lost += " and nothing keeps it attached while no agent runs (keep_attached)"
 		}
 		return fmt.Sprintf("attaching without pins, so %s: %v", lost, advise(n.Err))
@@ -76,4 +80,57 @@ func (x *XDPDrop) noteText(n bpf.Note) string {
 		return fmt.Sprintf("mounted the BPF filesystem on %s for pin_path", bpf.DefaultBPFFS)
 	}
 	return n.Text
+}
+
+// explain turns a load or attach error into one that says what to do.
+func (l *links) explain(name string, err error) error {
+	var existing *bpf.ExistingProgramError
+	var refused *bpf.NativeRefusedError
+	var live *bpf.LiveOwnerError
+	switch {
+	case errors.As(err, &live) && len(live.Owners) == 0:
+		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
+			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", name, err)
+	case errors.As(err, &live):
+		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
+			"stop that instance, or give each instance interfaces and a pin_path of its own", name, err)
+	case errors.Is(err, unix.EMFILE):
+		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice(l.policy.FDs()))
+	case errors.Is(err, bpf.ErrPermission):
+		exe, _ := os.Executable()
+		if exe == "" {
+			exe = "telegraf-xdp-drop"
+		}
+		// The group and mode first: a binary with these capabilities that
+		// anyone may run lets anyone drop any interface's traffic.
+		return fmt.Errorf("interface %q: %w; run as root or grant them, letting only Telegraf's group run it: "+
+			"chown root:telegraf %s && chmod 0750 %s && setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe, exe, exe)
+	case errors.As(err, &refused) && refused.MTULimited():
+		return fmt.Errorf(`interface %q: %w, or set mode = "generic" (or "auto", which falls back to it)`, name, err)
+	case errors.Is(err, bpf.ErrNativeUnsupported):
+		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
+	case errors.As(err, &existing) && existing.Uninspectable:
+		return fmt.Errorf("interface %q: %w: whose it is cannot be told (another xdp_drop instance's or another tool's), so it is left alone; "+
+			"see it with: bpftool prog show id %d (as root), then stop or detach its owner, or set replace = true to replace it", name, err, existing.ID)
+	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
+		return fmt.Errorf("interface %q: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
+			"it is left alone: stop the other instance; if none runs, set replace = true to replace it", name, err)
+	case errors.As(err, &existing):
+		return fmt.Errorf("interface %q: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", name, err)
+	case l.mode == bpf.ModeOffload:
+		return fmt.Errorf(`interface %q: offload mode failed: %w; few NICs offload XDP with per-CPU maps: use mode = "native"`, name, err)
+	}
+	return fmt.Errorf("interface %q: %w", name, err)
+}
+
+// fdAdvice explains running out of file descriptors: the limit and what
+// each interface needs (perInterface, with the rules' maps).
+func fdAdvice(perInterface int) string {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Sprintf("out of file descriptors: each attached interface holds %d; raise RLIMIT_NOFILE (systemd: LimitNOFILE=)", perInterface)
+	}
+	return fmt.Sprintf("out of file descriptors: RLIMIT_NOFILE is %d (hard limit %d) and each attached interface holds %d; "+
+		"raise the hard limit of the process that starts the binary (systemd: LimitNOFILE= in Telegraf's unit)",
+		lim.Cur, lim.Max, perInterface)
 }

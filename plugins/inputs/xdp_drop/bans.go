@@ -84,12 +84,12 @@ func (x *XDPDrop) initBans() error {
 	if err != nil {
 		return err
 	}
-	x.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
+	x.links.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
 	b, err := newBans(set, x.Log)
 	if err != nil {
 		return err
 	}
-	if x.Observe || x.ReadOnly {
+	if x.Run.Observe || x.Run.ReadOnly {
 		b.feed = nil
 	}
 	x.bans = b

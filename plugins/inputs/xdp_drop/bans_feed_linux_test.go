@@ -191,7 +191,7 @@ func TestBansReloadUnderTraffic(t *testing.T) {
 	dir := handOverInProcess(t, ns, a)
 	b := banPlugin(l, key, nil)
 	require.NoError(t, b.Init())
-	b.handoff.dir = dir
+	b.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })

@@ -40,9 +40,9 @@ func TestBansConfig(t *testing.T) {
 	})
 	p.DryRun = true
 	require.NoError(t, p.Init())
-	require.True(t, p.policy.Bans.On)
-	require.True(t, p.policy.Bans.DryRun, "the plugin's dry_run holds for the bans too")
-	require.Equal(t, 5000, p.policy.Bans.Max)
+	require.True(t, p.links.policy.Bans.On)
+	require.True(t, p.links.policy.Bans.DryRun, "the plugin's dry_run holds for the bans too")
+	require.Equal(t, 5000, p.links.policy.Bans.Max)
 	set := p.bans.set
 	require.Equal(t, testBouncerKey, set.apiKey)
 	require.Equal(t, time.Second, set.interval)
@@ -51,14 +51,14 @@ func TestBansConfig(t *testing.T) {
 
 	p = bansPlugin(&BansConfig{CrowdSec: goodCrowdSec()})
 	require.NoError(t, p.Init())
-	require.Equal(t, DefaultBansMax, p.policy.Bans.Max)
-	require.False(t, p.policy.Bans.DryRun)
+	require.Equal(t, DefaultBansMax, p.links.policy.Bans.Max)
+	require.False(t, p.links.policy.Bans.DryRun)
 	require.Equal(t, DefaultCrowdSecInterval, p.bans.set.interval)
 	require.Equal(t, []string{"ban"}, p.bans.set.types)
 
 	p = withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())
-	require.False(t, p.policy.Bans.On, "without [bans] the programs have no ban code")
+	require.False(t, p.links.policy.Bans.On, "without [bans] the programs have no ban code")
 	require.Nil(t, p.bans)
 }
 

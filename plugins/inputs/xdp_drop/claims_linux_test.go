@@ -97,7 +97,7 @@ func TestPinPathMountsBPFFS(t *testing.T) {
 	require.Contains(t, strings.Join(log.infos, "\n"), "mounted the BPF filesystem on /sys/fs/bpf for pin_path")
 	require.Len(t, acc.Errors, 1)
 	require.ErrorIs(t, acc.Errors[0], bpf.ErrPrivateBPFFS)
-	require.Nil(t, p.ifaces[0].prog, "nothing attached on a private BPF filesystem")
+	require.Nil(t, p.links.ifaces[0].prog, "nothing attached on a private BPF filesystem")
 	require.False(t, dirExists(dir), "the machine's own /sys/fs/bpf holds no %s", dir)
 }
 

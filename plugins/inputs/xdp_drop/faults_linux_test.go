@@ -99,7 +99,7 @@ func TestLinkDetachedFromOutside(t *testing.T) {
 	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
-	oldID := p.ifaces[0].prog.ID()
+	oldID := p.links.ifaces[0].prog.ID()
 
 	require.NoError(t, detachLink(oldID))
 	id, err := ns.XDPProgramID(testns.Dev)
@@ -125,7 +125,7 @@ func TestInterfaceRecreatedBetweenGathers(t *testing.T) {
 	log := &captureLog{}
 	p := withDefaults(&XDPDrop{Interfaces: []string{"xdpt2"}, Drop: []any{"all"}, Log: log})
 	startPlugin(t, ns, p)
-	oldID := p.ifaces[0].prog.ID()
+	oldID := p.links.ifaces[0].prog.ID()
 
 	require.NoError(t, ns.DelLink("xdpt2"))
 	_, _, err = ns.AddVeth("xdpt2", "xdpt3")

@@ -84,14 +84,14 @@ func referencePoints(t *testing.T, p *XDPDrop) []telegraf.Metric {
 		return "drop"
 	}
 	var counters, rules, links []telegraf.Metric
-	for _, ifc := range p.ifaces {
+	for _, ifc := range p.links.ifaces {
 		require.NotNil(t, ifc.prog, "interface %q attached", ifc.name)
 		var sums [bpf.MaxRules]bpf.Counter
-		err := p.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
+		err := p.links.readCounters(ifc, func(queue, cpu int, b *bpf.Block) {
 			for c := range b.Class {
 				for a, n := range b.Class[c] {
 					// The default view adds the standing classes at zero.
-					if n.Packets == 0 && (queue >= 0 || cpu >= 0 || p.standing[c]&(1<<a) == 0) {
+					if n.Packets == 0 && (queue >= 0 || cpu >= 0 || p.links.standing[c]&(1<<a) == 0) {
 						continue
 					}
 					class := bpf.Class(c)
@@ -148,7 +148,7 @@ func BenchmarkAppendClasses(b *testing.B) {
 	var log seriesLog
 	b.ReportAllocs()
 	for b.Loop() {
-		series = x.appendClasses(series[:0], &log, "eth0", &block, "", "")
+		series = x.links.appendClasses(series[:0], &log, "eth0", &block, "", "")
 	}
 }
 

@@ -146,7 +146,7 @@ func handoverOffers(ifaces []*iface, in *bpf.Instance) ([]handover.Offer, []*ifa
 	return offers, names
 }
 
-// taker is what taking over needs of the plugin: its logger, its tracked
+// taker is what taking over needs of links: its logger, its tracked
 // interfaces and its kernel side (made on first use).
 type taker struct {
 	log      telegraf.Logger

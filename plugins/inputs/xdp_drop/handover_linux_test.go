@@ -106,7 +106,7 @@ func TestHandoverForeignDescriptors(t *testing.T) {
 		log := &testutil.CaptureLogger{}
 		x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 		require.NoError(t, x.Init())
-		x.handoff.dir = dir
+		x.links.handoff.dir = dir
 		acc := &testutil.Accumulator{}
 		inNS(t, ns, x, func() error { return x.Start(acc) })
 		t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
@@ -129,7 +129,7 @@ func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
 	log := &testutil.CaptureLogger{}
 	p := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: log})
 	require.NoError(t, p.Init())
-	p.handoff.dir = dir
+	p.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, p, func() error { p.Stop(); return nil }) })
@@ -145,7 +145,7 @@ func successorIgnores(t *testing.T, ns *testns.NS, dir, why string) uint32 {
 	id, err := ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.NotZero(t, id)
-	require.Equal(t, id, uint32(p.ifaces[0].prog.ID()), "attached its own program")
+	require.Equal(t, id, uint32(p.links.ifaces[0].prog.ID()), "attached its own program")
 	return id
 }
 
@@ -184,12 +184,12 @@ func TestHandoverGenericUnderAuto(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Mode: "auto", Drop: []any{"all"}, Log: log})
 	require.NoError(t, x.Init())
-	x.handoff.dir = dir
+	x.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, x, func() error { return x.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, bpf.ModeGeneric, x.ifaces[0].prog.Mode())
+	require.Equal(t, bpf.ModeGeneric, x.links.ifaces[0].prog.Mode())
 	warnings := strings.Join(log.Warnings(), "\n")
 	require.Contains(t, warnings, `mode = "auto" fell back to generic mode (slower): the handed-over attachment is in generic mode`)
 	require.NotContains(t, warnings, "an earlier run fell back to it", "nothing fell back: the earlier run was configured so")
@@ -236,7 +236,7 @@ func TestHandoverSilentHolder(t *testing.T) {
 
 	x := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, Log: testutil.Logger{}})
 	require.NoError(t, x.Init())
-	x.handoff.dir = dir
+	x.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	began := time.Now()
 	inNS(t, ns, x, func() error { return x.Start(acc) })

@@ -52,7 +52,7 @@ func ruleMapIDs(t *testing.T, prog *bpf.Program) []ebpf.MapID {
 // holder's directory. The holder is stopped when the test ends.
 func handOverInProcess(t *testing.T, ns *testns.NS, a *XDPDrop) string {
 	t.Helper()
-	offers, _ := handoverOffers(a.ifaces, a.kernel.in)
+	offers, _ := handoverOffers(a.links.ifaces, a.links.kernel.in)
 	for i := range offers {
 		offers[i].FDs = dupAll(t, offers[i].FDs...)
 	}
@@ -108,25 +108,25 @@ func TestHandoverSharesRuleMaps(t *testing.T) {
 
 	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
-	handedID := a.ifaces[0].prog.ID()
-	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
+	handedID := a.links.ifaces[0].prog.ID()
+	handedMaps := ruleMapIDs(t, a.links.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{"xdpb0", testns.Dev, "xdpc0"}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
-	b.handoff.dir = dir
+	b.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
 	progs := map[string]*bpf.Program{}
-	for _, ifc := range b.ifaces {
+	for _, ifc := range b.links.ifaces {
 		progs[ifc.name] = ifc.prog
 	}
 	require.Equal(t, handedID, progs[testns.Dev].ID(), "the handed-over program kept, counters and all")
 	require.True(t, progs["xdpc0"].MultiBuffer(), "xdpc0's MTU needs the multi-buffer program")
-	for _, ifc := range b.ifaces {
+	for _, ifc := range b.links.ifaces {
 		require.Equal(t, handedMaps, ruleMapIDs(t, ifc.prog), "%s: on the one rule-map set handed over", ifc.name)
 	}
 	var infos []string
@@ -172,13 +172,13 @@ func TestHandoverChangedRulesOwnMaps(t *testing.T) {
 	ns := testns.New(t)
 	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"192.0.2.0/24"}}}, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
-	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
+	handedMaps := ruleMapIDs(t, a.links.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: []Rule{{Name: "block", Action: "drop", SrcPrefix: []string{"198.51.100.0/24"}}}, Log: log})
 	require.NoError(t, b.Init())
-	b.handoff.dir = dir
+	b.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
@@ -188,11 +188,11 @@ func TestHandoverChangedRulesOwnMaps(t *testing.T) {
 		infos = append(infos, e.Text)
 	}
 	require.Contains(t, strings.Join(infos, "\n"), "handover: not taken over the stopped instance's rule maps: the rules or the program version changed: this instance loads its own")
-	own := ruleMapIDs(t, b.ifaces[0].prog)
+	own := ruleMapIDs(t, b.links.ifaces[0].prog)
 	for i := range own {
 		require.NotEqual(t, handedMaps[i], own[i], "a rule-map set of its own")
 	}
-	verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: ipFrame("198.51.100.9", "10.0.0.1", frames.ProtoUDP, 1, 2)})
+	verdict, err := b.links.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: ipFrame("198.51.100.9", "10.0.0.1", frames.ProtoUDP, 1, 2)})
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), verdict, "the new rules in force")
 }
@@ -207,20 +207,20 @@ func TestHandoverPrefixFileSameList(t *testing.T) {
 	rules := []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
 	a := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, a).Errors)
-	handedID := a.ifaces[0].prog.ID()
-	handedMaps := ruleMapIDs(t, a.ifaces[0].prog)
+	handedID := a.links.ifaces[0].prog.ID()
+	handedMaps := ruleMapIDs(t, a.links.ifaces[0].prog)
 	dir := handOverInProcess(t, ns, a)
 
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: testutil.Logger{}})
 	require.NoError(t, b.Init())
-	b.handoff.dir = dir
+	b.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, handedID, b.ifaces[0].prog.ID(), "not swapped: the list is the same")
-	require.Equal(t, handedMaps, ruleMapIDs(t, b.ifaces[0].prog))
-	verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: bothV4})
+	require.Equal(t, handedID, b.links.ifaces[0].prog.ID(), "not swapped: the list is the same")
+	require.Equal(t, handedMaps, ruleMapIDs(t, b.links.ifaces[0].prog))
+	verdict, err := b.links.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: bothV4})
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), verdict, "the list's source dropped")
 }
@@ -255,7 +255,7 @@ func TestHandoverChangedPolicyKeepsBudgets(t *testing.T) {
 				b.DryRun, over = true, "would_drop"
 			}
 			require.NoError(t, b.Init())
-			b.handoff.dir = dir
+			b.links.handoff.dir = dir
 			acc := &testutil.Accumulator{}
 			inNS(t, ns, b, func() error { return b.Start(acc) })
 			t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })

@@ -63,8 +63,8 @@ func TestLimitRuleLive(t *testing.T) {
 				linkMetric(testns.Dev, "native", id),
 			}
 			testutil.RequireMetricsEqual(t, want, acc.GetTelegrafMetrics(), testutil.IgnoreTime(), testutil.SortMetrics())
-			require.NotNil(t, p.policy.Rules[0].Limit)
-			require.Equal(t, uint64(1), p.policy.Rules[0].Limit.Rate)
+			require.NotNil(t, p.links.policy.Rules[0].Limit)
+			require.Equal(t, uint64(1), p.links.policy.Rules[0].Limit.Rate)
 		})
 	}
 }
@@ -94,7 +94,7 @@ func TestLimitRulePrefixFileSwapKeepsBudget(t *testing.T) {
 	acc = &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "the changed file is in force")
+	require.Equal(t, p.files.gen, p.links.ifaces[0].rulesGen, "the changed file is in force")
 
 	send(t, ns, []traffic.Flow{{Name: "a", Frame: a, Count: 12}})
 	acc = gatherUntil(t, ns, p, 24)
@@ -141,15 +141,15 @@ func TestLimitRuleFileFields(t *testing.T) {
 			{Interface: "eth1", Rule: "limited", Action: "drop", Packets: 4, Bytes: 400, Files: true, Prefixes: 2, Loaded: loaded, Error: errText},
 		}
 	}
-	require.Equal(t, series(""), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
+	require.Equal(t, series(""), p.links.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
 
 	writeList(t, path, "192.0.2.0/24", "198.51.100.1/24")
 	acc := &testutil.Accumulator{}
-	p.refreshPrefixFiles(acc)
+	p.links.refreshPrefixFiles(acc)
 	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	bad := "src_prefix_file: " + path + `:2: "198.51.100.1/24" has host bits set; did you mean "198.51.100.0/24"?`
-	require.Equal(t, series(bad), p.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
+	require.Equal(t, series(bad), p.links.appendRules(nil, "eth1", p.files.gen, nil, &rules, &limited))
 }
 
 // TestLimitBudgetSurvivesAttachInSwapGather spends a per-rule ceiling (1
@@ -194,7 +194,7 @@ func TestLimitBudgetSurvivesAttachInSwapGather(t *testing.T) {
 			}
 			acc = &testutil.Accumulator{}
 			inNS(t, ns, p, func() error { return p.Gather(acc) })
-			require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "the changed file is in force")
+			require.Equal(t, p.files.gen, p.links.ifaces[0].rulesGen, "the changed file is in force")
 			if trigger == "glob" {
 				require.Empty(t, acc.Errors)
 				require.True(t, attachedIn(acc, "xdpn0"), "the interface the glob found is attached")

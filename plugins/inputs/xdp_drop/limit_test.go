@@ -22,8 +22,8 @@ func TestInitLimitRules(t *testing.T) {
 		{Rate: 1000, Burst: 2000, PrefixV4: 32, PrefixV6: 64},
 		{Rate: 50, Burst: 50, PrefixV4: 24, PrefixV6: 48},
 		{Rate: 10000, Burst: 10000, PerRule: true, PrefixV4: 32, PrefixV6: 64},
-	}, []*bpf.Limit{p.policy.Rules[0].Limit, p.policy.Rules[1].Limit, p.policy.Rules[2].Limit})
-	for _, r := range p.policy.Rules {
+	}, []*bpf.Limit{p.links.policy.Rules[0].Limit, p.links.policy.Rules[1].Limit, p.links.policy.Rules[2].Limit})
+	for _, r := range p.links.policy.Rules {
 		require.False(t, r.Drop, r.Name)
 	}
 }

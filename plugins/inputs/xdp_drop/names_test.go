@@ -51,8 +51,8 @@ func TestLiteralNamesWithGlobCharacters(t *testing.T) {
 	}
 	p := withDefaults(&XDPDrop{Interfaces: []string{`rt\[0\]`, "eth*"}, Drop: []any{"all"}})
 	require.NoError(t, p.Init())
-	require.Len(t, p.ifaces, 1)
-	require.Equal(t, "rt[0]", p.ifaces[0].name)
+	require.Len(t, p.links.ifaces, 1)
+	require.Equal(t, "rt[0]", p.links.ifaces[0].name)
 
 	p = withDefaults(&XDPDrop{Interfaces: []string{`rt\[0\]`, "rt[0]x"}, InterfaceExclude: []string{`rt\[0\]`}, Drop: []any{"all"}})
 	require.ErrorContains(t, p.Init(), `interfaces: "rt\\[0\\]" is named exactly but also matches interface_exclude`)

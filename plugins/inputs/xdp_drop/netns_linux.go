@@ -4,7 +4,6 @@ package xdp_drop
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -13,18 +12,18 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
-// inNamespace runs f on an OS thread inside the configured network
-// namespace, so that interface lookups and XDP attachment (which the kernel
-// resolves in the caller's namespace) act there. Without a namespace, or
-// when the process is in it already, it runs f directly.
-func (x *XDPDrop) inNamespace(f func() error) error {
-	if x.Namespace == "" {
+// do runs f on an OS thread inside the network namespace, so that
+// interface lookups and XDP attachment (which the kernel resolves in the
+// caller's namespace) act there. Without a namespace, or when the process
+// is in it already, it runs f directly.
+func (n namespace) do(f func() error) error {
+	if n.name == "" {
 		return f()
 	}
-	path := x.namespacePath()
+	path := n.path()
 	target, err := netns.GetFromPath(path)
 	if err != nil {
-		return fmt.Errorf("namespace = %q: %w; create it (ip netns add) or name an existing one", x.Namespace, err)
+		return fmt.Errorf("namespace = %q: %w; create it (ip netns add) or name an existing one", n.name, err)
 	}
 	defer target.Close()
 	if ownNamespace(path) {
@@ -33,35 +32,26 @@ func (x *XDPDrop) inNamespace(f func() error) error {
 
 	return nsthread.Do(func() error {
 		if err := netns.Set(target); err != nil {
-			return fmt.Errorf("enter namespace %q: %w", x.Namespace, err)
+			return fmt.Errorf("enter namespace %q: %w", n.name, err)
 		}
 		return nil
 	}, f)
 }
 
-// namespacePath is the file of the configured network namespace: a name is
-// one of ip netns's.
-func (x *XDPDrop) namespacePath() string {
-	if strings.Contains(x.Namespace, "/") {
-		return x.Namespace
-	}
-	return "/var/run/netns/" + x.Namespace
-}
-
-// checkNamespaceEntry refuses a namespace this process could never enter.
+// checkEntry refuses a namespace this process could never enter.
 // Entering another network namespace (setns) needs CAP_SYS_ADMIN, which the
 // binary's file capabilities rightly leave out; and there is no way around
 // it: an XDP link attaches to an interface of the caller's own namespace,
 // and a netlink request naming another namespace (IFLA_TARGET_NETNSID)
 // moves the caller's interface there instead of addressing one of its own.
-func (x *XDPDrop) checkNamespaceEntry() error {
-	if x.Namespace == "" || trust.HasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(x.namespacePath()) {
+func (n namespace) checkEntry() error {
+	if n.name == "" || trust.HasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(n.path()) {
 		return nil
 	}
 	return fmt.Errorf("namespace = %q: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks "+
 		"(the package grants the binary only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON), and XDP attaches only to the interfaces of the process's own namespace; "+
 		"remove namespace and run a Telegraf instance inside that namespace instead: in its systemd unit (or a drop-in), NetworkNamespacePath=%s",
-		x.Namespace, x.namespacePath())
+		n.name, n.path())
 }
 
 // ownNamespace reports whether path is the network namespace the process

@@ -12,10 +12,10 @@ import (
 )
 
 // observe opens, read-only, the program another process attached to the
-// interface (Observe is set). It reports whether the interface is
+// interface, of the policy the view runs. It reports whether the interface is
 // observed, or why it cannot be; false with no error when no program is
 // attached and the interface was never observed: the caller attaches its own.
-func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
+func (c console) observe(ifc *iface, ifindex int, policy bpf.Policy) (bool, error) {
 	id, err := bpf.XDPProgramID(ifindex)
 	if err != nil {
 		return false, nil // attaching looks it up again and says why
@@ -28,16 +28,16 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 			"its counters show again once one attaches (the console view attaches only to interfaces that are free when it starts)", ifc.name)
 		return true, ifc.err
 	}
-	prog, at, err := bpf.Observe(ifindex, x.policy)
+	prog, at, err := bpf.Observe(ifindex, policy)
 	var foreign *bpf.ExistingProgramError
 	var mismatch *bpf.PolicyMismatchError
 	switch {
 	case errors.As(err, &foreign):
 		ifc.err = fmt.Errorf("interface %q: %w: not xdp_drop's, so there are no counters to show, and it is left alone", ifc.name, err)
 	case errors.As(err, &mismatch):
-		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, advise(err), x.viewFlag())
+		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, advise(err), c.viewFlag())
 	case errors.Is(err, bpf.ErrObserveNeedsSysAdmin):
-		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w: run %s as root (sudo)", ifc.name, err, x.viewFlag())
+		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w: run %s as root (sudo)", ifc.name, err, c.viewFlag())
 	case err != nil:
 		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w", ifc.name, err)
 	}
@@ -55,17 +55,9 @@ func (x *XDPDrop) observe(ifc *iface, ifindex int) (bool, error) {
 		}
 		holders = "attached by process " + strings.Join(names, ", ")
 	}
-	x.Log.Infof("interface %q: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
+	c.log.Infof("interface %q: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
 		ifc.name, prog.ID(), holders)
 	return true, nil
-}
-
-// viewFlag is the flag of the read-only run, for its messages.
-func (x *XDPDrop) viewFlag() string {
-	if x.ReadOnly {
-		return "-status"
-	}
-	return "-watch"
 }
 
 // observer names, briefly, the instance whose program is observed: by the

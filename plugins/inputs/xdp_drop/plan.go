@@ -38,15 +38,15 @@ type PlannedRule struct {
 // the rules with the sizes of their maps. Call it after Init.
 func (x *XDPDrop) Plan() (Plan, error) {
 	var plan Plan
-	for i := range x.policy.Rules {
-		plan.Rules = append(plan.Rules, plannedRule(&x.policy.Rules[i], x.Rules[i].Action))
+	for i := range x.links.policy.Rules {
+		plan.Rules = append(plan.Rules, plannedRule(&x.links.policy.Rules[i], x.Rules[i].Action))
 	}
-	fp, err := bpf.FootprintOf(x.policy)
+	fp, err := bpf.FootprintOf(x.links.policy)
 	if err != nil {
 		return plan, err
 	}
 	plan.Footprint = fp
-	plan.Interfaces, plan.Unmatched, err = x.planInterfaces()
+	plan.Interfaces, plan.Unmatched, err = x.links.planInterfaces()
 	return plan, err
 }
 

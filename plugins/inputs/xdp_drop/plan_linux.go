@@ -13,9 +13,9 @@ import (
 // exactly (present or not) and those each pattern matches now, less
 // interface_exclude and loopback, as discover would, and the patterns that
 // match none.
-func (x *XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) {
+func (l *links) planInterfaces() ([]PlannedInterface, []string, error) {
 	var list []net.Interface
-	err := x.inNamespace(func() error {
+	err := l.ns.do(func() error {
 		var err error
 		list, err = net.Interfaces()
 		if err != nil {
@@ -32,7 +32,7 @@ func (x *XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) {
 	}
 	var out []PlannedInterface
 	named := map[string]bool{}
-	for _, entry := range x.Interfaces {
+	for _, entry := range l.opts.interfaces {
 		if !isPattern(entry) {
 			name := literalName(entry)
 			named[name] = true
@@ -40,7 +40,7 @@ func (x *XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) {
 		}
 	}
 	var unmatched []string
-	for _, entry := range x.Interfaces {
+	for _, entry := range l.opts.interfaces {
 		if !isPattern(entry) {
 			continue
 		}
@@ -50,7 +50,7 @@ func (x *XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) {
 		}
 		matched := false
 		for _, dev := range list {
-			if dev.Flags&net.FlagLoopback != 0 || !pattern.Match(dev.Name) || !x.selector.Match(dev.Name) {
+			if dev.Flags&net.FlagLoopback != 0 || !pattern.Match(dev.Name) || !l.selector.Match(dev.Name) {
 				continue
 			}
 			matched = true

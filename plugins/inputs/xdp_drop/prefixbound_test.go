@@ -24,7 +24,7 @@ func TestSwapMemoryBound(t *testing.T) {
 	p := fileRulePlugin(Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
 	require.NoError(t, p.Init())
 	writeList(t, path, "198.51.100.0/24")
-	p.refreshPrefixFiles(&testutil.Accumulator{})
+	p.links.refreshPrefixFiles(&testutil.Accumulator{})
 	bound := debug.SetMemoryLimit(-1)
 	require.Less(t, bound, before, "a limit while the set is swapped in")
 	p.files.releaseMemory()
@@ -32,7 +32,7 @@ func TestSwapMemoryBound(t *testing.T) {
 
 	debug.SetMemoryLimit(1 << 20)
 	writeList(t, path, "192.0.2.0/24")
-	p.refreshPrefixFiles(&testutil.Accumulator{})
+	p.links.refreshPrefixFiles(&testutil.Accumulator{})
 	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1), "a lower limit is kept")
 	p.files.releaseMemory()
 	require.Equal(t, int64(1<<20), debug.SetMemoryLimit(-1))
@@ -67,12 +67,12 @@ func TestPrefixFileTotals(t *testing.T) {
 	gen := p.files.gen
 	hostList(t, b, 11, 40_001)
 	acc := &testutil.Accumulator{}
-	p.refreshPrefixFiles(acc)
+	p.links.refreshPrefixFiles(acc)
 	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.EqualError(t, acc.Errors[0], `rule "b": dst_prefix_file: with `+b+` the prefix files list 100001 IPv4 prefixes (repeats counted); at most 100000 per family fit: shorten or merge the lists; the last good prefixes stay in force`)
 	require.Equal(t, gen, p.files.gen)
-	require.Len(t, p.policy.Rules[1].DstPrefixes, 40_000)
+	require.Len(t, p.links.policy.Rules[1].DstPrefixes, 40_000)
 	f := p.files.Fields(1, p.files.gen, nil)
 	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(40_000), n)
@@ -103,11 +103,11 @@ func TestPrefixFileListedTotal(t *testing.T) {
 	require.NoError(t, p.Init())
 	writeList(t, b, hostAddrs(half, half)...)
 	acc := &testutil.Accumulator{}
-	p.refreshPrefixFiles(acc)
+	p.links.refreshPrefixFiles(acc)
 	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.EqualError(t, acc.Errors[0], fmt.Sprintf(`rule "lists": src_prefix_file: with %s the prefix files list %d IPv4 prefixes (repeats counted); at most %d per family fit: shorten or merge the lists; the last good prefixes stay in force`, b, 2*half, bpf.MaxPrefixes))
-	require.Len(t, p.policy.Rules[0].SrcPrefixes, half+1, "the set in force stays")
+	require.Len(t, p.links.policy.Rules[0].SrcPrefixes, half+1, "the set in force stays")
 	f := p.files.Fields(0, p.files.gen, nil)
 	n, errText := f.prefixes, f.err
 	require.Equal(t, int64(half+1), n)

@@ -80,7 +80,7 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	}, Log: testutil.Logger{}})
 	acc := startPlugin(t, ns, p)
 	require.Empty(t, acc.Errors)
-	firstID := p.ifaces[0].prog.ID()
+	firstID := p.links.ifaces[0].prog.ID()
 
 	gen, err := txgen.New()
 	require.NoError(t, err)
@@ -136,13 +136,13 @@ func TestPrefixFileSwapLive(t *testing.T) {
 		inNS(t, ns, p, func() error { return p.Gather(acc) })
 		require.Empty(t, acc.Errors, "swap %d", i)
 		require.Equal(t, before+1, p.files.gen, "swap %d: a new set", i)
-		require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "swap %d: in force on the interface", i)
+		require.Equal(t, p.files.gen, p.links.ifaces[0].rulesGen, "swap %d: in force on the interface", i)
 		swaps++
 	}
 	floodOn(sent.Load())
 	stopFlood()
 	require.Equal(t, 20, swaps)
-	require.NotEqual(t, firstID, p.ifaces[0].prog.ID(), "the program was replaced")
+	require.NotEqual(t, firstID, p.links.ifaces[0].prog.ID(), "the program was replaced")
 
 	acc = gatherUntil(t, ns, p, sent.Load())
 	got := classPackets(acc)
@@ -199,11 +199,11 @@ func TestPrefixFileTrust(t *testing.T) {
 	writeList(t, list, "198.51.100.0/24")
 	require.NoError(t, os.Chmod(list, 0o664))
 	acc := &testutil.Accumulator{}
-	p.refreshPrefixFiles(acc)
+	p.links.refreshPrefixFiles(acc)
 	p.files.releaseMemory()
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], "is writable by its group (mode 0664)")
-	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.policy.Rules[0].SrcPrefixes, "the set in force stays")
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, p.links.policy.Rules[0].SrcPrefixes, "the set in force stays")
 }
 
 // TestPrefixFileTrustDirectory: a list refused for its directory, which
@@ -219,7 +219,7 @@ func TestPrefixFileTrustDirectory(t *testing.T) {
 	require.NoError(t, p.Init())
 	refresh := func() *testutil.Accumulator {
 		acc := &testutil.Accumulator{}
-		p.refreshPrefixFiles(acc)
+		p.links.refreshPrefixFiles(acc)
 		p.files.releaseMemory()
 		return acc
 	}
@@ -235,7 +235,7 @@ func TestPrefixFileTrustDirectory(t *testing.T) {
 
 	require.NoError(t, os.Chmod(dir, 0o755))
 	require.Empty(t, refresh().Errors)
-	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, p.policy.Rules[0].SrcPrefixes, "the list is in force")
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, p.links.policy.Rules[0].SrcPrefixes, "the list is in force")
 	errText = p.files.Fields(0, p.files.gen, nil).err
 	require.Empty(t, errText)
 }
@@ -255,7 +255,7 @@ func TestPrefixFileHandover(t *testing.T) {
 	gatherUntil(t, ns, a, 5)
 
 	// a stops: a holder in this process keeps its link for the successor.
-	prog := a.ifaces[0].prog
+	prog := a.links.ifaces[0].prog
 	fds, err := prog.Handed()
 	require.NoError(t, err)
 	require.Len(t, fds, 4, "with rule counters")
@@ -275,7 +275,7 @@ func TestPrefixFileHandover(t *testing.T) {
 	log := &testutil.CaptureLogger{}
 	b := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Rules: rules, Log: log})
 	require.NoError(t, b.Init())
-	b.handoff.dir = dir
+	b.links.handoff.dir = dir
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, b, func() error { return b.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
@@ -285,13 +285,13 @@ func TestPrefixFileHandover(t *testing.T) {
 		infos = append(infos, e.Text)
 	}
 	require.Contains(t, strings.Join(infos, "\n"), "counters continue", "the handed-over program was taken over with its counters")
-	require.NotEqual(t, handedID, b.ifaces[0].prog.ID(), "the files' new set swapped in")
+	require.NotEqual(t, handedID, b.links.ifaces[0].prog.ID(), "the files' new set swapped in")
 
 	for _, c := range []struct {
 		frame []byte
 		want  uint32
 	}{{newV4, 1}, {newV6, 1}, {bothV4, 1}, {ipFrame("198.51.100.9", "10.0.0.1", frames.ProtoUDP, 1, 2), 2}} {
-		verdict, err := b.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: c.frame})
+		verdict, err := b.links.ifaces[0].prog.XDP().Run(&ebpf.RunOptions{Data: c.frame})
 		require.NoError(t, err)
 		require.Equal(t, c.want, verdict, "XDP_DROP (1) for the second list's sources, XDP_PASS (2) for the first's alone")
 	}
@@ -318,7 +318,7 @@ func TestPrefixFileSwapInterfaces(t *testing.T) {
 	}, Log: testutil.Logger{}})
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	before := map[string]ebpf.ProgramID{}
-	for _, ifc := range p.ifaces {
+	for _, ifc := range p.links.ifaces {
 		before[ifc.name] = ifc.prog.ID()
 	}
 
@@ -326,7 +326,7 @@ func TestPrefixFileSwapInterfaces(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 	require.Empty(t, acc.Errors)
-	for i, ifc := range p.ifaces {
+	for i, ifc := range p.links.ifaces {
 		require.NotEqual(t, before[ifc.name], ifc.prog.ID(), "%s: swapped", ifc.name)
 		require.Equal(t, p.files.gen, ifc.rulesGen)
 		for range i + 1 {
@@ -337,7 +337,7 @@ func TestPrefixFileSwapInterfaces(t *testing.T) {
 	}
 	// One set of rule maps in the kernel: the maps every program uses.
 	common := map[ebpf.MapID]int{}
-	for _, ifc := range p.ifaces {
+	for _, ifc := range p.links.ifaces {
 		info, err := ifc.prog.XDP().Info()
 		require.NoError(t, err)
 		ids, ok := info.MapIDs()
@@ -348,7 +348,7 @@ func TestPrefixFileSwapInterfaces(t *testing.T) {
 	}
 	shared := 0
 	for _, n := range common {
-		if n == len(p.ifaces) {
+		if n == len(p.links.ifaces) {
 			shared++
 		}
 	}

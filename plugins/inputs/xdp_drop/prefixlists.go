@@ -70,13 +70,6 @@ type fileStamp struct {
 	mtime, ctime int64
 }
 
-// TrustPrefixFiles makes the plugin read prefix files under the trust
-// check for uid (see internal/trust), as the config was read: with raised
-// capabilities, whoever may write a prefix file decides what is dropped.
-func (x *XDPDrop) TrustPrefixFiles(uid int) {
-	x.files.Trust(uid)
-}
-
 // Trust makes Load and Refresh read the files under the trust check for uid.
 func (pl *prefixLists) Trust(uid int) {
 	pl.trustCheck, pl.trustUID = true, uid

@@ -36,7 +36,7 @@ func TestInitPrefixFiles(t *testing.T) {
 		Rule{Name: "spamhaus", Action: "drop", SrcPrefix: []string{"192.0.2.128/25"}, SrcPrefixFile: []string{drop, edrop}, DstPrefixFile: []string{edrop}},
 	)
 	require.NoError(t, p.Init())
-	r := p.policy.Rules[1]
+	r := p.links.policy.Rules[1]
 	require.Equal(t, mustPrefixes("192.0.2.128/25", "198.51.100.7/32", "203.0.113.0/24", "2001:db8:bad::/48"), r.SrcPrefixes)
 	require.Equal(t, mustPrefixes("198.51.100.7/32", "203.0.113.0/24"), r.DstPrefixes)
 	require.Equal(t, []string{"src_prefix_file " + drop, "src_prefix_file " + edrop, "dst_prefix_file " + edrop}, r.PrefixFiles)
@@ -55,7 +55,7 @@ func TestInitPrefixFiles(t *testing.T) {
 		DstPrefix: []string{"198.51.100.7/32", "203.0.113.0/24"}})
 	require.NoError(t, inTOML.Init())
 	r.PrefixFiles = nil
-	require.Equal(t, inTOML.policy.Rules[0], r)
+	require.Equal(t, inTOML.links.policy.Rules[0], r)
 }
 
 // TestInitPrefixFileErrors: Init refuses a missing or malformed file,
@@ -101,7 +101,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	gen := p.files.gen
 	refresh := func() *testutil.Accumulator {
 		acc := &testutil.Accumulator{}
-		p.refreshPrefixFiles(acc)
+		p.links.refreshPrefixFiles(acc)
 		p.files.releaseMemory() // as a gather's swap does
 		return acc
 	}
@@ -116,7 +116,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	writeList(t, path, "203.0.113.0/24", "198.51.100.0/24")
 	require.Empty(t, refresh().Errors)
 	require.Equal(t, gen+1, p.files.gen, "a new set")
-	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.links.policy.Rules[0].SrcPrefixes)
 	n, errText := fields()
 	require.Equal(t, int64(2), n)
 	require.Empty(t, errText)
@@ -128,7 +128,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	want := `rule "list": src_prefix_file: ` + path + `:2: "192.0.2.1/24" has host bits set; did you mean "192.0.2.0/24"?`
 	require.EqualError(t, acc.Errors[0], want+"; the last good prefixes stay in force")
 	require.Equal(t, gen+1, p.files.gen, "the old set stays")
-	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.links.policy.Rules[0].SrcPrefixes)
 	n, errText = fields()
 	require.Equal(t, int64(2), n)
 	require.Equal(t, strings.TrimPrefix(want, `rule "list": `), errText)
@@ -139,7 +139,7 @@ func TestRefreshPrefixFiles(t *testing.T) {
 	require.Len(t, acc.Errors, 1)
 	require.ErrorContains(t, acc.Errors[0], "no such file or directory; the last good prefixes stay in force")
 	require.Empty(t, refresh().Errors, "reported once")
-	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.policy.Rules[0].SrcPrefixes)
+	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), p.links.policy.Rules[0].SrcPrefixes)
 	_, errText = fields()
 	require.Contains(t, errText, "no such file or directory")
 	require.Equal(t, loaded, p.files.rules[0].cur().loaded, "loaded stands still while the file fails")
@@ -201,7 +201,7 @@ func TestPrefixListsRefreshLeavesPolicy(t *testing.T) {
 		Rule{Name: "mgmt", Action: "pass", SrcPrefix: []string{"192.0.2.0/24"}},
 		Rule{Name: "list", Action: "drop", SrcPrefixFile: []string{path}})
 	require.NoError(t, p.Init())
-	before := p.policy
+	before := p.links.policy
 	gen := p.files.gen
 
 	next, changed := p.files.Refresh(&testutil.Accumulator{}, before)
@@ -218,7 +218,7 @@ func TestPrefixListsRefreshLeavesPolicy(t *testing.T) {
 	require.Equal(t, mustPrefixes("198.51.100.0/24", "203.0.113.0/24"), next.Rules[1].SrcPrefixes)
 	require.Equal(t, before.Rules[0], next.Rules[0], "the rule without files is the same")
 	require.Equal(t, mustPrefixes("203.0.113.0/24"), before.Rules[1].SrcPrefixes, "the policy given stays")
-	require.Equal(t, mustPrefixes("203.0.113.0/24"), p.policy.Rules[1].SrcPrefixes, "the plugin's policy changes only when the plugin puts next in force")
+	require.Equal(t, mustPrefixes("203.0.113.0/24"), p.links.policy.Rules[1].SrcPrefixes, "the plugin's policy changes only when the plugin puts next in force")
 	old := p.files.Fields(1, gen, nil)
 	require.Equal(t, int64(1), old.prefixes, "a program of the generation before holds the set before")
 	require.Equal(t, "the changed prefixes are not in force on this interface: not swapped in yet", old.err)

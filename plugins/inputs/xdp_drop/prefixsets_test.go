@@ -50,7 +50,7 @@ func TestPrefixFileChangeCounts(t *testing.T) {
 	// rule has already from src_prefix.
 	writeList(t, a, slices.Concat(hostAddrs(1, 1000), []string{"192.0.2.0/24"})...)
 	acc := &testutil.Accumulator{}
-	p.refreshPrefixFiles(acc)
+	p.links.refreshPrefixFiles(acc)
 	p.files.releaseMemory()
 	require.Empty(t, acc.Errors)
 	f = p.files.Fields(0, p.files.gen, nil)

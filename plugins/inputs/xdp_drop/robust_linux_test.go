@@ -174,7 +174,7 @@ func TestReplaceStaleOwnProgram(t *testing.T) {
 	ns := testns.New(t)
 	kept := withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"all"}, PinPath: pinDir(t), KeepAttached: true, Log: testutil.Logger{}})
 	startPlugin(t, ns, kept)
-	staleID := kept.ifaces[0].prog.ID()
+	staleID := kept.links.ifaces[0].prog.ID()
 	inNS(t, ns, kept, func() error { kept.Stop(); return nil })
 
 	log := &recordLog{}
@@ -252,10 +252,10 @@ func TestFDsPerInterfaceWithRules(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Empty(t, acc.Errors)
-	require.Equal(t, 2*p.policy.FDs()+p.policy.SharedFDs(), openFDs(t)-before)
-	require.Equal(t, bpf.FDsPerInterface+1, p.policy.FDs())
-	require.Equal(t, 5, p.policy.SharedFDs(), "prefix buckets, exact prefixes, two tries, ports")
-	require.Contains(t, fdAdvice(p.policy.FDs()), "each attached interface holds 5")
+	require.Equal(t, 2*p.links.policy.FDs()+p.links.policy.SharedFDs(), openFDs(t)-before)
+	require.Equal(t, bpf.FDsPerInterface+1, p.links.policy.FDs())
+	require.Equal(t, 5, p.links.policy.SharedFDs(), "prefix buckets, exact prefixes, two tries, ports")
+	require.Contains(t, fdAdvice(p.links.policy.FDs()), "each attached interface holds 5")
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
 }

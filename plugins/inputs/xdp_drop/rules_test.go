@@ -34,12 +34,12 @@ func TestInitRules(t *testing.T) {
 			{Name: "dns-to-resolver", Protocols: []uint8{17, 6}, DstPrefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.53/32")},
 				DstPorts: []bpf.PortRange{{Lo: 53, Hi: 53}, {Lo: 1000, Hi: 1999}, {Lo: 5353, Hi: 5353}}},
 		},
-	}, p.policy)
+	}, p.links.policy)
 
 	// With rules, drop is optional: what no rule matches passes.
 	p = withRules(nil, Rule{Name: "a", Action: "drop", Protocol: []any{"gre"}})
 	require.NoError(t, p.Init())
-	require.Equal(t, bpf.Policy{Rules: []bpf.Rule{{Name: "a", Drop: true, Protocols: []uint8{47}}}}, p.policy)
+	require.Equal(t, bpf.Policy{Rules: []bpf.Rule{{Name: "a", Drop: true, Protocols: []uint8{47}}}}, p.links.policy)
 }
 
 // TestInitRuleErrors: every bad rule is refused naming the rule, the field
@@ -182,7 +182,7 @@ func TestEmptyConditionList(t *testing.T) {
 	}
 	p := decode(t, head+"protocol = [\"tcp\"]\n")
 	require.NoError(t, p.Init(), "fields left out match any value")
-	require.Equal(t, bpf.Rule{Name: "scan", Drop: true, Protocols: []uint8{6}}, p.policy.Rules[1])
+	require.Equal(t, bpf.Rule{Name: "scan", Drop: true, Protocols: []uint8{6}}, p.links.policy.Rules[1])
 }
 
 // TestDocumentedRulesAreValid: the rule examples of docs/rules.md, and the
@@ -225,7 +225,7 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		require.Len(t, conf.Inputs.XDPDrop, 1)
 		p := withDefaults(&conf.Inputs.XDPDrop[0])
 		require.NoError(t, p.Init(), "example %d", i)
-		require.GreaterOrEqual(t, len(p.policy.Rules), 2, "example %d", i)
+		require.GreaterOrEqual(t, len(p.links.policy.Rules), 2, "example %d", i)
 	}
 }
 

@@ -156,7 +156,7 @@ const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end o
 // sampling owns what sample_rate turns on, for every interface: the
 // reader of each program's sampled frames (sampler_linux.go), the capture
 // they are written to (capture.go) and the top sources they become
-// (topsources.go). The plugin makes it in Init and wires the interfaces to it.
+// (topsources.go). The plugin makes it in Init; links wires the interfaces to it.
 type sampling struct {
 	on           bool // sample_rate is set
 	top          int  // top_sources
@@ -171,19 +171,23 @@ type sampling struct {
 	captureErr  string   // why the capture fails, as the last check found
 }
 
+// samplingOptions are the options of the config the sampling follows.
+type samplingOptions struct {
+	top          int // top_sources
+	bits4, bits6 int // top_source_prefix_ipv4, _ipv6
+	capturePath  string
+	capture      pcapng.Options
+}
+
 // samplingOf is the sampling of a policy and the sampling options; a
 // console view beside a running instance (observe) writes no capture.
-func samplingOf(x *XDPDrop, policy *bpf.Policy, observe bool) *sampling {
+func samplingOf(log telegraf.Logger, o samplingOptions, policy *bpf.Policy, observe bool) *sampling {
 	s := &sampling{
-		on: policy.Sample.On(), top: int(x.TopSources),
-		bits4: int(x.TopSourcePrefixV4), bits6: int(x.TopSourcePrefixV6),
-		dryRun: policy.DryRun, log: x.Log,
-		captureOpts: pcapng.Options{
-			MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles),
-		},
+		on: policy.Sample.On(), top: o.top, bits4: o.bits4, bits6: o.bits6,
+		dryRun: policy.DryRun, log: log, captureOpts: o.capture,
 	}
 	if !observe {
-		s.capturePath = x.CapturePath
+		s.capturePath = o.capturePath
 	}
 	for _, r := range policy.Rules {
 		s.rules = append(s.rules, r.Name)

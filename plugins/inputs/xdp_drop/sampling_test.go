@@ -32,16 +32,16 @@ func sampled(set func(p *XDPDrop)) *XDPDrop {
 func TestSamplingDefaults(t *testing.T) {
 	p := sampled(func(*XDPDrop) {})
 	require.NoError(t, p.Init())
-	require.Equal(t, bpf.Sampling{Rate: 1000, Actions: [bpf.ActionCount]bool{bpf.ActionDrop: true}, MaxPerSecond: 10_000, Snaplen: 128}, p.policy.Sample)
+	require.Equal(t, bpf.Sampling{Rate: 1000, Actions: [bpf.ActionCount]bool{bpf.ActionDrop: true}, MaxPerSecond: 10_000, Snaplen: 128}, p.links.policy.Sample)
 
 	p = sampled(func(p *XDPDrop) { p.DryRun, p.SampleActions = true, []string{"would_drop", "pass"} })
 	require.NoError(t, p.Init())
-	require.Equal(t, [bpf.ActionCount]bool{true, true}, p.policy.Sample.Actions)
+	require.Equal(t, [bpf.ActionCount]bool{true, true}, p.links.policy.Sample.Actions)
 
 	off := New()
 	off.Interfaces, off.Drop = []string{"eth1"}, []any{"udp"}
 	require.NoError(t, off.Init())
-	require.False(t, off.policy.Sample.On(), "sample_rate defaults to 0: no sampling code")
+	require.False(t, off.links.policy.Sample.On(), "sample_rate defaults to 0: no sampling code")
 
 	// Off, the defaults written out are accepted.
 	off = New()
@@ -59,7 +59,7 @@ capture_files = 2
 `, off)
 	require.NoError(t, err)
 	require.NoError(t, off.Init())
-	require.False(t, off.policy.Sample.On())
+	require.False(t, off.links.policy.Sample.On())
 }
 
 // TestSamplingTOML: the options decode from TOML as the binary reads them,
@@ -81,7 +81,7 @@ capture_files = 5
 `, p)
 	require.NoError(t, err)
 	require.NoError(t, p.Init())
-	require.Equal(t, bpf.Sampling{Rate: 100, Actions: [bpf.ActionCount]bool{true, true}, MaxPerSecond: 500, Snaplen: 256}, p.policy.Sample)
+	require.Equal(t, bpf.Sampling{Rate: 100, Actions: [bpf.ActionCount]bool{true, true}, MaxPerSecond: 500, Snaplen: 256}, p.links.policy.Sample)
 	require.Equal(t, config.Size(1<<20), p.CaptureMaxSize)
 	require.Equal(t, int64(5), p.CaptureFiles)
 	require.Equal(t, int64(16), p.TopSourcePrefixV4)

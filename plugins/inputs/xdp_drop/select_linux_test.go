@@ -112,7 +112,7 @@ func TestNamespaceOption(t *testing.T) {
 		require.Empty(t, acc.Errors)
 		id, err := ns.XDPProgramID(testns.Dev)
 		require.NoError(t, err)
-		require.Equal(t, uint32(p.ifaces[0].prog.ID()), id)
+		require.Equal(t, uint32(p.links.ifaces[0].prog.ID()), id)
 
 		mix := traffic.Mix()
 		send(t, ns, mix)
@@ -156,7 +156,7 @@ func TestNamespaceDestroyed(t *testing.T) {
 	require.NoError(t, p.Start(acc))
 	defer p.Stop()
 	require.Empty(t, acc.Errors)
-	require.NotNil(t, p.ifaces[0].prog)
+	require.NotNil(t, p.links.ifaces[0].prog)
 
 	require.NoError(t, ns.Delete())
 	deleted = true
@@ -171,7 +171,7 @@ func TestNamespaceDestroyed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.Equal(t, map[string]bool{testns.Dev: false}, linkStates(acc))
-	require.Nil(t, p.ifaces[0].prog, "the detached program is released")
+	require.Nil(t, p.links.ifaces[0].prog, "the detached program is released")
 	require.NotEmpty(t, acc.Errors)
 	require.Contains(t, acc.Errors[0].Error(), "namespace")
 }

@@ -3,7 +3,11 @@
 package xdp_drop
 
 import (
+	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 )
@@ -18,8 +22,8 @@ var (
 // the standing ones (see standingClasses) also at zero; queue and cpu are
 // the optional views' tags ("" when off). log notes the series and marks
 // those it has not seen since the counters were attached.
-func (x *XDPDrop) appendClasses(series []Series, log *seriesLog, name string, b *bpf.Block, queue, cpu string) []Series {
-	standing := &x.standing
+func (l *links) appendClasses(series []Series, log *seriesLog, name string, b *bpf.Block, queue, cpu string) []Series {
+	standing := &l.standing
 	if queue != "" || cpu != "" {
 		// The split views would multiply them by CPUs and queues.
 		standing = &noStanding
@@ -41,7 +45,7 @@ func (x *XDPDrop) appendClasses(series []Series, log *seriesLog, name string, b 
 					Interface: name,
 					Family:    class.Family().String(),
 					Protocol:  ClassProtocol(class),
-					Action:    ActionTag(x.policy.DryRun, bpf.Action(a)),
+					Action:    ActionTag(l.policy.DryRun, bpf.Action(a)),
 					RxQueue:   queue,
 					CPU:       cpu,
 				},
@@ -123,4 +127,114 @@ func (l *seriesLog) reset() {
 	clear(l.seen)
 	l.at = time.Time{}
 	l.gather = 0
+}
+
+// readSeries adds the series of an attached interface to snap; false when
+// it is not attached or its counters could not be read.
+func (l *links) readSeries(acc telegraf.Accumulator, ifc *iface, snap *Snapshot) bool {
+	if ifc.prog == nil {
+		return false
+	}
+	return l.readSeriesFrom(acc, ifc, snap, func(f bpf.BlockFunc) error { return l.readCounters(ifc, f) })
+}
+
+// readSeriesFrom adds the series of the counters read reads to snap; false
+// when they were not read in this gather.
+func (l *links) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Snapshot, read func(bpf.BlockFunc) error) bool {
+	if ifc.series.readIn(l.gathers) {
+		// Attached in place of a program read in this gather: its points
+		// stand for this gather; the new counters are read at the next.
+		return false
+	}
+	name := tagName(ifc.name)
+	ifc.series.viewed([2]bool{*l.opts.perQueue, *l.opts.perCPU})
+	// Every block with traffic is passed once: their rule counters add up.
+	var rules, limited [bpf.MaxRules]bpf.Counter
+	traffic := false
+	err := read(func(queue, cpu int, b *bpf.Block) {
+		traffic = true
+		snap.Series = l.appendClasses(snap.Series, &ifc.series, name, b, queueTag(queue), cpuTag(cpu))
+		for i := range l.policy.Rules {
+			rules[i].Packets += b.Rule[i].Packets
+			rules[i].Bytes += b.Rule[i].Bytes
+			limited[i].Packets += b.Limited[i].Packets
+			limited[i].Bytes += b.Limited[i].Bytes
+		}
+	})
+	if err != nil {
+		l.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		return false
+	}
+	if !traffic && !*l.opts.perQueue && !*l.opts.perCPU {
+		// No block with traffic was passed: the standing series stand at zero.
+		snap.Series = l.appendClasses(snap.Series, &ifc.series, name, &noTraffic, "", "")
+	}
+	ifc.series.read(l.gathers)
+	gen := ifc.rulesGen
+	if ifc.observer != "" {
+		gen = l.files.gen // another instance's: never swapped here
+	}
+	snap.Rules = l.appendRules(snap.Rules, name, gen, ifc.swapErr, &rules, &limited)
+	return true
+}
+
+// appendRules appends one series per rule, also for rules that never
+// matched: the frames each rule decided. A limit rule has two, the frames
+// it passed within budget and those it dropped over it (limited). A rule
+// with prefix files reports the set the interface's program holds, of
+// generation gen (swapErr: why it is not the policy's).
+func (l *links) appendRules(series []RuleSeries, name string, gen uint64, swapErr error, rules, limited *[bpf.MaxRules]bpf.Counter) []RuleSeries {
+	for i, r := range l.policy.Rules {
+		if r.Limit != nil {
+			series = appendLimitRule(series, name, r.Name, l.policy.DryRun, rules[i], limited[i])
+			files := l.files.Fields(i, gen, swapErr)
+			for j := len(series) - 2; j < len(series); j++ {
+				files.put(&series[j])
+			}
+			continue
+		}
+		action := bpf.ActionPass
+		if r.Drop {
+			action = bpf.ActionDrop
+		}
+		s := RuleSeries{
+			Interface: name, Rule: r.Name, Action: ActionTag(l.policy.DryRun, action),
+			Packets: rules[i].Packets, Bytes: rules[i].Bytes,
+		}
+		l.files.Fields(i, gen, swapErr).put(&s)
+		series = append(series, s)
+	}
+	return series
+}
+
+// readCounters reads the counters of an attached interface split as the
+// optional views (per_queue, per_cpu) ask.
+func (l *links) readCounters(ifc *iface, f bpf.BlockFunc) error {
+	switch {
+	case *l.opts.perQueue && *l.opts.perCPU:
+		return ifc.prog.ReadPerQueueCPU(&ifc.counters, f)
+	case *l.opts.perQueue:
+		return ifc.prog.ReadPerQueue(&ifc.counters, f)
+	case *l.opts.perCPU:
+		return ifc.prog.ReadPerCPU(f)
+	}
+	return ifc.prog.ReadSum(&ifc.counters, f)
+}
+
+func cpuTag(cpu int) string {
+	if cpu < 0 {
+		return ""
+	}
+	return strconv.Itoa(cpu)
+}
+
+// queueTag names an RX queue; the last block holds every queue past it.
+func queueTag(queue int) string {
+	switch {
+	case queue < 0:
+		return ""
+	case queue == bpf.QueueSlots-1:
+		return "overflow"
+	}
+	return strconv.Itoa(queue)
 }

@@ -45,17 +45,17 @@ func newGatherer(t *testing.T, x *XDPDrop) *gatherer {
 	x.Interfaces = []string{"eth1"}
 	x.Log = testutil.Logger{}
 	require.NoError(t, x.Init())
-	return &gatherer{x: x, ifc: x.ifaces[0], at: time.Unix(1_700_000_000, 0)}
+	return &gatherer{x: x, ifc: x.links.ifaces[0], at: time.Unix(1_700_000_000, 0)}
 }
 
 // attach is what a successful attach does to the series log.
-func (g *gatherer) attach() { g.ifc.series.attached(g.x.gathers) }
+func (g *gatherer) attach() { g.ifc.series.attached(g.x.links.gathers) }
 
 // gather reads blocks (cpu -1 for the summed view) ten seconds after the
 // last gather and returns the points.
 func (g *gatherer) gather(t *testing.T, blocks map[int]counts) []telegraf.Metric {
 	t.Helper()
-	g.x.gathers++
+	g.x.links.gathers++
 	g.at = g.at.Add(10 * time.Second)
 	var snap Snapshot
 	acc := &testutil.Accumulator{}
@@ -66,7 +66,7 @@ func (g *gatherer) gather(t *testing.T, blocks map[int]counts) []telegraf.Metric
 			}
 		}
 	})
-	g.x.readSeriesFrom(acc, g.ifc, &snap, func(f bpf.BlockFunc) error {
+	g.x.links.readSeriesFrom(acc, g.ifc, &snap, func(f bpf.BlockFunc) error {
 		for _, cpu := range cpus {
 			// As the kernel read does: a block without traffic is not passed.
 			if b := blocks[cpu].block(); *b != (bpf.Block{}) {
@@ -75,7 +75,7 @@ func (g *gatherer) gather(t *testing.T, blocks map[int]counts) []telegraf.Metric
 		}
 		return nil
 	})
-	g.x.stampSnapshot(&snap, g.at)
+	g.x.links.stampSnapshot(&snap, g.at)
 	emitSnapshot(acc, &snap)
 	require.Empty(t, acc.Errors)
 	return acc.GetTelegrafMetrics()
@@ -212,17 +212,17 @@ func TestFirstBurstAfterAttach(t *testing.T) {
 
 	// Detached and attached again in one gather: the old counters' points
 	// stand for it, the new counters are not read then.
-	g.x.gathers++
+	g.x.links.gathers++
 	g.at = g.at.Add(10 * time.Second)
 	var snap Snapshot
 	acc := &testutil.Accumulator{}
 	read := func(c counts) func(bpf.BlockFunc) error {
 		return func(f bpf.BlockFunc) error { f(-1, -1, c.block()); return nil }
 	}
-	g.x.readSeriesFrom(acc, g.ifc, &snap, read(counts{esp4: {pass: 9}, esp6: {pass: 3}}))
-	g.ifc.series.attached(g.x.gathers)
-	g.x.readSeriesFrom(acc, g.ifc, &snap, read(counts{}))
-	g.x.stampSnapshot(&snap, g.at)
+	g.x.links.readSeriesFrom(acc, g.ifc, &snap, read(counts{esp4: {pass: 9}, esp6: {pass: 3}}))
+	g.ifc.series.attached(g.x.links.gathers)
+	g.x.links.readSeriesFrom(acc, g.ifc, &snap, read(counts{}))
+	g.x.links.stampSnapshot(&snap, g.at)
 	emitSnapshot(acc, &snap)
 	require.Len(t, snap.Rules, 0)
 	var esp []string
@@ -238,7 +238,7 @@ func TestFirstBurstAfterAttach(t *testing.T) {
 
 	// Attached again in a later gather than the last read: anew.
 	g.attach()
-	g.x.gathers++ // a gather that found it detached and could not attach
+	g.x.links.gathers++ // a gather that found it detached and could not attach
 	g.attach()
 	points = g.gather(t, map[int]counts{-1: {esp6: {pass: 1}}})
 	require.Empty(t, zeroPoints(points, g.at), "nothing read since the attach: no zero point")
@@ -247,9 +247,9 @@ func TestFirstBurstAfterAttach(t *testing.T) {
 // standingKeys lists a standing set as "family/protocol/action".
 func standingKeys(x *XDPDrop) []string {
 	var out []string
-	for c := range x.standing {
+	for c := range x.links.standing {
 		for a := range bpf.ActionCount {
-			if x.standing[c]&(1<<a) != 0 {
+			if x.links.standing[c]&(1<<a) != 0 {
 				class := bpf.Class(c)
 				out = append(out, class.Family().String()+"/"+ClassProtocol(class)+"/"+ActionTag(x.DryRun, bpf.Action(a)))
 			}

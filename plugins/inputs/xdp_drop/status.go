@@ -37,9 +37,9 @@ type PrefixSource struct {
 func (x *XDPDrop) RulesInForce() []RuleInForce {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	out := make([]RuleInForce, 0, len(x.policy.Rules))
-	for i := range x.policy.Rules {
-		br := &x.policy.Rules[i]
+	out := make([]RuleInForce, 0, len(x.links.policy.Rules))
+	for i := range x.links.policy.Rules {
+		br := &x.links.policy.Rules[i]
 		r := RuleInForce{Name: br.Name, Action: x.Rules[i].Action, Limit: br.Limit}
 		for _, p := range br.Protocols {
 			r.Protocols = append(r.Protocols, protocolTag(p))

@@ -44,7 +44,7 @@ func waitSamplesRead(t *testing.T, p *XDPDrop, frames uint64) {
 	deadline := time.Now().Add(testns.Hang)
 	for {
 		p.mu.Lock()
-		ifc := p.ifaces[0]
+		ifc := p.links.ifaces[0]
 		var c bpf.Counters
 		require.NoError(t, ifc.prog.ReadCounters(&c))
 		var counted uint64
@@ -226,7 +226,7 @@ func TestSamplerRestarts(t *testing.T) {
 	waitSamplesRead(t, p, 10)
 
 	p.mu.Lock()
-	s := p.ifaces[0].tap.sampler
+	s := p.links.ifaces[0].tap.sampler
 	require.NoError(t, s.reader.Close())
 	<-s.done
 	s.mu.Lock()
@@ -345,7 +345,7 @@ func TestHandoverSampling(t *testing.T) {
 	ns := testns.New(t)
 	old := newSampling(1)
 	require.NoError(t, old.Init())
-	prog, err := bpf.Load(old.policy)
+	prog, err := bpf.Load(old.links.policy)
 	require.NoError(t, err)
 	defer prog.Close()
 	require.NoError(t, ns.Attach(testns.Dev, func() error { return prog.Attach(ns.DevIdx, bpf.ModeNative) }))
@@ -364,12 +364,12 @@ func TestHandoverSampling(t *testing.T) {
 
 	x := newSampling(1)
 	require.NoError(t, x.Init())
-	x.handoff.dir = dir // after Init, which sets it
+	x.links.handoff.dir = dir // after Init, which sets it
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, x, func() error { return x.Start(acc) })
 	t.Cleanup(func() { inNS(t, ns, x, func() error { x.Stop(); return nil }) })
 	require.Empty(t, acc.Errors)
-	require.NotEqual(t, oldID, x.ifaces[0].prog.ID(), "a fresh program, with a ring of its own")
+	require.NotEqual(t, oldID, x.links.ifaces[0].prog.ID(), "a fresh program, with a ring of its own")
 	// No gather before the frames: the estimates scale to what was counted since Start.
 	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("198.51.100.7"), 18), 50)
 	waitSamplesRead(t, x, 150)
@@ -429,8 +429,8 @@ func TestFDsPerInterfaceSampling(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Start(acc) })
 	require.Empty(t, acc.Errors)
-	require.NotNil(t, p.ifaces[0].tap.sampler, "the reader starts with the plugin, not at the first gather")
-	require.Equal(t, 2*p.policy.FDs(), openFDs(t)-before)
+	require.NotNil(t, p.links.ifaces[0].tap.sampler, "the reader starts with the plugin, not at the first gather")
+	require.Equal(t, 2*p.links.policy.FDs(), openFDs(t)-before)
 	inNS(t, ns, p, func() error { p.Stop(); return nil })
 	require.Equal(t, before, openFDs(t), "released")
 }
@@ -449,11 +449,11 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 	p.Rules = []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	gatherOnce(t, ns, p)
-	readers := []*sampler{p.ifaces[0].tap.sampler, p.ifaces[1].tap.sampler}
+	readers := []*sampler{p.links.ifaces[0].tap.sampler, p.links.ifaces[1].tap.sampler}
 
 	writeList(t, list, listV2...)
 	gatherOnce(t, ns, p) // swaps
-	require.Equal(t, p.files.gen, p.ifaces[0].rulesGen, "swapped")
+	require.Equal(t, p.files.gen, p.links.ifaces[0].rulesGen, "swapped")
 	sendFrames(t, ns, udpFrameFrom(netip.MustParseAddr("203.0.113.9"), 18), 40)
 	waitSamplesRead(t, p, 40)
 	acc := gatherOnce(t, ns, p)
@@ -463,11 +463,11 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 	require.Equal(t, "203.0.113.0/24", top[0].Fields()[FieldSource])
 	require.Equal(t, uint64(40), top[0].Fields()[FieldPackets])
 	require.Equal(t, "blocklist", top[0].Fields()[FieldRule], "the new list's prefix decided them")
-	for i, ifc := range p.ifaces {
+	for i, ifc := range p.links.ifaces {
 		require.Same(t, readers[i], ifc.tap.sampler, "%s: the same reader", ifc.name)
 	}
 	ring := func(i int) ebpf.MapID {
-		info, err := p.ifaces[i].prog.XDP().Info()
+		info, err := p.links.ifaces[i].prog.XDP().Info()
 		require.NoError(t, err)
 		ids, _ := info.MapIDs()
 		for _, id := range ids {
@@ -479,7 +479,7 @@ func TestSamplingPrefixFileSwap(t *testing.T) {
 				return id
 			}
 		}
-		t.Fatalf("%s: no ring", p.ifaces[i].name)
+		t.Fatalf("%s: no ring", p.links.ifaces[i].name)
 		return 0
 	}
 	require.NotEqual(t, ring(0), ring(1), "a ring per interface")
@@ -666,7 +666,7 @@ func TestTopFirstGather(t *testing.T) {
 	deadline := time.Now().Add(testns.Hang)
 	for {
 		p.mu.Lock()
-		counts, err := p.ifaces[0].prog.SampleCounts()
+		counts, err := p.links.ifaces[0].prog.SampleCounts()
 		p.mu.Unlock()
 		require.NoError(t, err)
 		if counts.Sent == n {

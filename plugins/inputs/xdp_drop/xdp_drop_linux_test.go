@@ -250,7 +250,7 @@ func TestRefusesForeignProgram(t *testing.T) {
 	id, err = ns.XDPProgramID(testns.Dev)
 	require.NoError(t, err)
 	require.NotEqual(t, uint32(otherID), id)
-	require.Equal(t, uint32(p.ifaces[0].prog.ID()), id)
+	require.Equal(t, uint32(p.links.ifaces[0].prog.ID()), id)
 }
 
 func programID(t *testing.T, p *ebpf.Program) ebpf.ProgramID {

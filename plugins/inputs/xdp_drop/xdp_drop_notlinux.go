@@ -23,8 +23,8 @@ type handoff struct{}
 
 func handoffOf(string) *handoff { return &handoff{} }
 
-func (*XDPDrop) checkNamespaceEntry() error { return nil }
+func (namespace) checkEntry() error { return nil }
 
 type kernelSide struct{}
 
-func (*XDPDrop) planInterfaces() ([]PlannedInterface, []string, error) { return nil, nil, errNotLinux }
+func (*links) planInterfaces() ([]PlannedInterface, []string, error) { return nil, nil, errNotLinux }

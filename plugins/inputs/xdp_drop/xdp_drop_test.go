@@ -107,8 +107,8 @@ func TestInitValid(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.plugin
 			require.NoError(t, p.Init())
-			require.Equal(t, c.mode, p.mode)
-			require.Equal(t, c.policy, p.policy)
+			require.Equal(t, c.mode, p.links.mode)
+			require.Equal(t, c.policy, p.links.policy)
 		})
 	}
 }
