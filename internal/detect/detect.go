@@ -160,6 +160,15 @@ func (d *Detector) NewWindow() *Window {
 	return w
 }
 
+// Begin starts the detector's first second at now, when no tick has.
+func (d *Detector) Begin(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last.IsZero() {
+		d.last = now
+	}
+}
+
 // Reading is a window and its interface's exact passed counters now,
 // cumulative (packets and bytes).
 type Reading struct {

@@ -338,3 +338,29 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	}
 }
+
+// TestBeginRatesTheFirstSecond: a window begun at its counters and a
+// detector begun at its start rate the first second: a source over the
+// rate from the start is banned at the tick that makes `for`.
+func TestBeginRatesTheFirstSecond(t *testing.T) {
+	d, err := New(baseConfig())
+	require.NoError(t, err)
+	w := d.NewWindow()
+	now := time.Unix(1_700_000_000, 0)
+	d.Begin(now)
+	w.Begin(1000, 64000)
+	var packets uint64 = 1000
+	for i := 1; i <= 2; i++ {
+		for range 5000 {
+			w.Add(pfx(1), 64, 17)
+		}
+		packets += 500_000
+		now = now.Add(time.Second)
+		ev := d.Tick(now, []Reading{{W: w, Packets: packets, Bytes: packets * 64}})
+		if i == 1 {
+			require.Empty(t, ev)
+		} else {
+			require.Len(t, ev, 1, "banned at the second tick: for = 2s")
+		}
+	}
+}

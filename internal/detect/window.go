@@ -56,6 +56,13 @@ func (w *Window) AddUnsourced(length uint32) {
 // bytes. Read it from the goroutine that ticks.
 func (w *Window) Held() (packets, bytes uint64) { return w.heldPackets, w.heldBytes }
 
+// Begin starts the window's first second at its interface's passed
+// counters now, so the first tick rates it (the tick's goroutine only).
+func (w *Window) Begin(packets, bytes uint64) {
+	w.base = [2]uint64{packets, bytes}
+	w.started = true
+}
+
 // take returns the second's table and totals and starts the next one
 // with the spare table.
 func (w *Window) take() (t *topk.Table, samples, bytes uint64) {
