@@ -24,7 +24,7 @@ type sampler struct {
 	prog    *bpf.Program
 	reader  *bpf.SampleReader
 	done    chan struct{}
-	drained chan struct{} // the reader has read up to want
+	drained chan struct{}  // the reader has read up to want
 	window  *detect.Window // the detection's, nil without
 
 	mu       sync.Mutex
