@@ -38,13 +38,19 @@ func enforce() *bool { f := false; return &f }
 // the kernel's counters.
 func banCounter(t *testing.T, p *XDPDrop, a bpf.BanAction) uint64 {
 	t.Helper()
+	return banCounterOf(t, p, bpf.BanOriginDetect, a)
+}
+
+// banCounterOf is what the bans of origin decided on the test veth.
+func banCounterOf(t *testing.T, p *XDPDrop, origin uint8, a bpf.BanAction) uint64 {
+	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ifc := range p.links.ifaces {
 		if ifc.prog != nil {
 			c, err := ifc.prog.BanCounters()
 			require.NoError(t, err)
-			return c[bpf.BanOriginDetect][a].Packets
+			return c[origin][a].Packets
 		}
 	}
 	return 0
