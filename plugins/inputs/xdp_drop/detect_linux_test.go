@@ -4,11 +4,13 @@ package xdp_drop
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/config"
+	"github.com/influxdata/telegraf/plugins/serializers/influx"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
@@ -31,8 +33,6 @@ func detectPlugin(d *DetectConfig, b *BansConfig) *XDPDrop {
 		Bans: b, Log: testutil.Logger{},
 	})
 }
-
-func enforce() *bool { f := false; return &f }
 
 // banCounter is what the detection's bans decided on the test veth, by
 // the kernel's counters.
@@ -122,12 +122,24 @@ func TestDetectTimeToBan(t *testing.T) {
 	require.GreaterOrEqual(t, field(f, FieldPackets), int64(700))
 	require.Len(t, events, 1)
 	e := events[0]
-	t.Logf("event: %s %v %v", e.Name(), e.Tags(), e.Fields())
+	logLines(t, ban, e)
 	require.Equal(t, map[string]string{TagOrigin: OriginDetect, TagEvent: EventBan}, e.Tags())
 	require.Equal(t, "198.51.100.0/24", e.Fields()[FieldSource])
 	require.Equal(t, int64(600), e.Fields()[FieldDurationS])
 	require.Equal(t, int64(1), e.Fields()[FieldOffence])
 	require.Greater(t, e.Fields()[FieldPPS], 1000.0)
+}
+
+// logLines logs metrics as line protocol, for the docs' samples.
+func logLines(t *testing.T, ms ...telegraf.Metric) {
+	t.Helper()
+	s := &influx.Serializer{SortFields: true}
+	require.NoError(t, s.Init())
+	for _, m := range ms {
+		b, err := s.Serialize(m)
+		require.NoError(t, err)
+		t.Logf("%s", strings.TrimSpace(string(b)))
+	}
 }
 
 // TestDetectDryRun: by default a detection bans nothing: the source's
@@ -210,6 +222,7 @@ func TestDetectGuards(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"192.0.2.7/32": 1, "10.9.0.254/32": 1, "10.9.0.1/32": 1}, sources)
 	ban, _ := gatherDetect(t, ns, p)
+	logLines(t, append(refused, ban)...)
 	require.Equal(t, int64(1), field(ban.Fields(), FieldActive), "the one from elsewhere")
 	require.Equal(t, int64(3), field(ban.Fields(), FieldRefused))
 	sendBanFlows(t, ns,
