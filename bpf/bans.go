@@ -27,7 +27,7 @@ type BanCounts [BanOrigins][banActions]Counter
 // length and masked address, valued by its end on the monotonic clock
 // (bpf_ktime_get_ns), its origin and its kind (ban or allowed prefix); an
 // array of 65,536 buckets per family (IPv4: the first 16 bits; IPv6: the
-// first 32 folded to 16) holds the bitmap of the lengths present in each
+// first 48 folded to 16) holds the bitmap of the lengths present in each
 // bucket, those shorter than the bucket's width in every bucket. A frame's
 // source is probed longest length first: an allowed prefix passes it on to
 // the rules, a ban in force decides it, an expired one is skipped. The
@@ -98,7 +98,7 @@ const (
 	banBuckets = int(xdpDropBanLimitsBAN_BUCKETS)
 	// banWidth is the bucket width per family: shorter prefixes are in
 	// every bucket of it.
-	banWidth4, banWidth6 = 16, 32
+	banWidth4, banWidth6 = 16, 48
 )
 
 func newBanTable(m *banMaps, max int) *BanTable {
@@ -231,7 +231,7 @@ func banBucketOf(p netip.Prefix) uint32 {
 	}
 	a := p.Addr().As16()
 	h := binary.BigEndian.Uint32(a[:4])
-	return (h ^ h>>16) & 0xFFFF
+	return (h ^ h>>16 ^ uint32(binary.BigEndian.Uint16(a[4:6]))) & 0xFFFF
 }
 
 func widthOf(fam int) int {

@@ -169,7 +169,7 @@ func TestBanExpiry(t *testing.T) {
 }
 
 // TestBanShortPrefixes: prefixes shorter than the buckets (IPv4 /16, IPv6
-// /32) ban every address in them, and lifting them clears every bucket.
+// /48) ban every address in them, and lifting them clears every bucket.
 func TestBanShortPrefixes(t *testing.T) {
 	r := loadBans(t, bpf.Policy{})
 	require.Equal(t, bpf.BanAdded, r.ban("10.0.0.0/8", time.Hour, 0))

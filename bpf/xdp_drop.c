@@ -745,7 +745,7 @@ __noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
 	int i, r = BAN_NONE;
 
 	if (v6)
-		idx = BAN_BUCKETS + ((h ^ (h >> 16)) & 0xFFFF);
+		idx = BAN_BUCKETS + ((h ^ (h >> 16) ^ (bpf_ntohl(a1) >> 16)) & 0xFFFF);
 	else
 		idx = h >> 16;
 	b = bpf_map_lookup_elem(&ban_buckets, &idx);

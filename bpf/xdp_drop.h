@@ -132,7 +132,7 @@ struct prefix_slot {
 /*
  * Timed bans of sources: per family, a hash of entries keyed by length and
  * masked address (ban_v4_key, ban_v6_key), and an array of buckets (IPv4:
- * the first 16 bits; IPv6: the first 32 folded to 16; IPv4's first) whose
+ * the first 16 bits; IPv6: the first 48 folded to 16; IPv4's first) whose
  * bitmap has bit len - 1 set for each length present in the bucket, the
  * lengths shorter than the bucket's width in every bucket of the family.
  * A bit array (ban_bloom) filters the entries before the hash: a length is
