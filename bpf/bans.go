@@ -167,6 +167,9 @@ func setBanSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	if !policy.Bans.On {
 		return nil
 	}
+	if err := policy.Bans.check(); err != nil {
+		return err
+	}
 	if err := spec.Variables[xdpDropVarBanDryRun].Set(boolByte(policy.Bans.DryRun)); err != nil {
 		return fmt.Errorf("set %s: %w", xdpDropVarBanDryRun, err)
 	}
@@ -176,7 +179,7 @@ func setBanSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	return nil
 }
 
-// checkBans checks the bans' settings of a policy.
+// check checks the bans' settings of a policy.
 func (c BansConfig) check() error {
 	if c.Max < 0 || c.Max > MaxBanLimit {
 		return fmt.Errorf("bans max %d is out of range: give 1 to %d, or 0 for %d", c.Max, MaxBanLimit, DefaultBanMax)

@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -293,4 +294,13 @@ func TestBanManyLengths(t *testing.T) {
 	c := r.counts()
 	require.Equal(t, uint64(2), c[bpf.BanOriginDetect][bpf.BanDrop].Packets)
 	require.Equal(t, uint64(2), c[bpf.BanOriginCrowdSec][bpf.BanDrop].Packets)
+}
+
+// TestBansMaxChecked: a max out of range is refused at load, naming it.
+func TestBansMaxChecked(t *testing.T) {
+	testns.RequirePrivileged(t)
+	for _, max := range []int{-1, bpf.MaxBanLimit + 1} {
+		_, err := bpf.Load(bpf.Policy{Bans: bpf.BansConfig{On: true, Max: max}})
+		require.ErrorContains(t, err, fmt.Sprintf("bans max %d is out of range: give 1 to %d, or 0 for %d", max, bpf.MaxBanLimit, bpf.DefaultBanMax))
+	}
 }
