@@ -731,11 +731,9 @@ static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr
 
 /*
  * The ban in force on a source address (network order words, a0 alone for
- * IPv4): its origin + 1, 0 when none is or the address is allowed. A
- * function of its own, which the verifier checks once, not once for every
- * path of the rules around it; its arguments are scalars, as it needs.
+ * IPv4): its origin + 1, 0 when none is or the address is allowed.
  */
-__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6)
 {
 	__u32 addr[4] = { a0, a1, a2, a3 };
 	struct ban_value *v = NULL;
@@ -771,17 +769,34 @@ __noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
 }
 
 /*
- * The ban in force on the source of an IP frame of class class whose
- * headers are whole, as ban_lookup gives it.
+ * ban_lookup_inline as a function of its own, which the verifier checks
+ * once, not once for every path of the rules around it (inlined there it
+ * makes too many); its arguments are scalars, as it needs.
  */
-static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class)
+__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+{
+	if (v6)
+		return ban_lookup_inline(a0, a1, a2, a3, 1);
+	return ban_lookup_inline(a0, 0, 0, 0, 0);
+}
+
+/*
+ * The ban in force on the source of an IP frame of class class whose
+ * headers are whole, as ban_lookup gives it: inlined, which saves a call,
+ * in the programs without rules, whose paths are few enough to verify.
+ */
+static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class, const int rules)
 {
 	if (class >= CLASS_IPV6) {
 		struct ipv6hdr *ip6h = nh->l3;
 		__u32 *a = (__u32 *)&ip6h->saddr;
 
+		if (!rules)
+			return ban_lookup_inline(a[0], a[1], a[2], a[3], 1);
 		return ban_lookup(a[0], a[1], a[2], a[3], 1);
 	}
+	if (!rules)
+		return ban_lookup_inline(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
 	return ban_lookup(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
 }
 
@@ -844,7 +859,7 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 		return XDP_PASS;
 	/* Bans, then rules, see IP frames whose headers are whole. */
 	if (bans && class < CLASS_IPV4_TRUNCATED)
-		ban = ban_find(&cur, class);
+		ban = ban_find(&cur, class, rules);
 	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run))
 		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)
