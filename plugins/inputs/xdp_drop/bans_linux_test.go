@@ -9,6 +9,7 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/config"
+	"github.com/influxdata/telegraf/plugins/serializers/influx"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -177,7 +178,17 @@ func TestBansCrowdSec(t *testing.T) {
 	require.Equal(t, int64(1), field(f, FieldRemoved))
 	require.Equal(t, int64(1), field(f, FieldExpired))
 	require.Equal(t, int64(0), field(f, FieldRefused))
-	t.Logf("xdp_drop_ban: %v", f)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	ser := &influx.Serializer{}
+	require.NoError(t, ser.Init())
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == MeasurementBan {
+			line, err := ser.Serialize(m)
+			require.NoError(t, err)
+			t.Logf("%s", line)
+		}
+	}
 }
 
 // TestBansDryRun: with bans.dry_run the frames of a banned source are
