@@ -40,7 +40,7 @@ func (in *Instance) Close() error {
 	}
 	var banErr error
 	if in.bans != nil {
-		banErr = in.bans.maps.Close()
+		banErr = in.bans.release()
 		in.bans = nil
 	}
 	if in.ruleMaps == nil {
