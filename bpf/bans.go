@@ -842,10 +842,11 @@ func (p *Program) banCountersMap() (*ebpf.Map, error) {
 	return nil, errors.New("the program has no ban counters")
 }
 
-// addBanMaps puts the instance's ban maps and the program's ban counters
-// (made the first time) in replace; nothing without bans.
-func (p *Program) addBanMaps(spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
-	shared, err := p.in.banMapsByName()
+// addBanMaps puts the ban maps of in, the program's instance or the one it
+// swaps into, and the program's ban counters (made the first time) in
+// replace; nothing without bans.
+func (p *Program) addBanMaps(in *Instance, spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
+	shared, err := in.banMapsByName()
 	if err != nil || shared == nil {
 		return err
 	}

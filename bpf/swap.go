@@ -56,7 +56,7 @@ func (p *Program) SwapRules(r *Instance) error {
 	replace := shared.byName()
 	maps.Copy(replace, p.objs.maps())
 	maps.Copy(replace, p.samples.byName()) // this interface's ring goes on
-	if err := p.addBanMaps(spec, replace); err != nil {
+	if err := p.addBanMaps(r, spec, replace); err != nil {
 		return err
 	}
 	objs, err := loadVariant(spec, p.multiBuffer, replace)
