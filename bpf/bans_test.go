@@ -343,3 +343,16 @@ func TestBansSwapRules(t *testing.T) {
 	require.Equal(t, xdpPass, r.run(from("203.0.113.7")))
 	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets, "the ban counters go on")
 }
+
+// TestBansMultiBuffer: the multi-buffer variant runs on the same ban maps
+// and counters.
+func TestBansMultiBuffer(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	require.Equal(t, bpf.BanAdded, r.ban("198.51.100.7/32", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.NoError(t, r.p.UseMultiBuffer())
+	require.Equal(t, bpf.FeatureBans|bpf.FeatureMultiBuffer, r.p.Features())
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.Equal(t, xdpPass, r.run(from("198.51.100.8")))
+	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets)
+}
