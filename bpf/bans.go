@@ -54,9 +54,44 @@ type BanTable struct {
 	// holds the words with a bit set.
 	bloomRefs  map[uint32]uint32
 	bloomWords map[uint32]uint64
-	// holders counts the instances beyond the first that hold the table
-	// (ContinueBans); the maps close when the last releases it.
-	holders int
+	// users are the instances sharing the table (ContinueBans): the last
+	// to close it closes the maps.
+	users int
+}
+
+// release lets one instance's use of the table go, closing the maps with
+// the last.
+func (t *BanTable) release() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.users--
+	if t.users > 0 {
+		return nil
+	}
+	return t.maps.Close()
+}
+
+// ContinueBans makes the ban table of prev, when it has one loaded, in's
+// too, so that the bans in force go on in in's programs: for the instance
+// of a new generation of the same policy (SwapRules calls it). Call it
+// before in's first program; it does nothing when in has a table already
+// or no bans.
+func (in *Instance) ContinueBans(prev *Instance) {
+	if in == prev {
+		return
+	}
+	prev.mu.Lock()
+	t := prev.bans
+	prev.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if t == nil || in.bans != nil || !in.policy.Bans.On || in.policy.Bans.max() != t.max {
+		return
+	}
+	t.mu.Lock()
+	t.users++
+	t.mu.Unlock()
+	in.bans = t
 }
 
 // banMaps are the ban maps of an instance.
@@ -107,7 +142,7 @@ const (
 )
 
 func newBanTable(m *banMaps, max int) *BanTable {
-	t := &BanTable{maps: m, max: max, bloomRefs: map[uint32]uint32{}, bloomWords: map[uint32]uint64{}}
+	t := &BanTable{maps: m, max: max, bloomRefs: map[uint32]uint32{}, bloomWords: map[uint32]uint64{}, users: 1}
 	for i := range t.index {
 		t.index[i] = banIndex{entries: map[netip.Prefix]banValue{}, refs: map[uint32]uint32{}, long: map[uint32][2]uint64{}, allow: map[int]int{}}
 	}
@@ -201,11 +236,14 @@ func monoClock() uint64 {
 
 // monoOf is t on the monotonic clock, given the two clocks read together.
 func monoOf(t, wallNow time.Time, monoNow uint64) uint64 {
-	d := t.Sub(wallNow)
-	if d < 0 && uint64(-d) > monoNow {
+	d := t.Sub(wallNow) // saturates at about 292 years
+	if d >= 0 {
+		return monoNow + uint64(d)
+	}
+	if uint64(-d) > monoNow {
 		return 0
 	}
-	return uint64(int64(monoNow) + int64(d))
+	return monoNow - uint64(-d)
 }
 
 // family is 0 for IPv4, 1 for IPv6.
@@ -664,7 +702,11 @@ func (t *BanTable) Entries() []BanEntry {
 			if v.allow {
 				continue
 			}
-			end := wallNow.Add(time.Duration(int64(v.end) - int64(monoNow))).Round(0)
+			left := time.Duration(math.MaxInt64)
+			if v.end-monoNow < math.MaxInt64 || v.end < monoNow {
+				left = time.Duration(int64(v.end - monoNow))
+			}
+			end := wallNow.Add(left).Round(0)
 			out = append(out, BanEntry{Prefix: p, End: end, Origin: v.origin})
 		}
 	}
@@ -800,10 +842,11 @@ func (p *Program) banCountersMap() (*ebpf.Map, error) {
 	return nil, errors.New("the program has no ban counters")
 }
 
-// addBanMaps puts the instance's ban maps and the program's ban counters
-// (made the first time) in replace; nothing without bans.
-func (p *Program) addBanMaps(spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
-	shared, err := p.in.banMapsByName()
+// addBanMaps puts the ban maps of in, the program's instance or the one it
+// swaps into, and the program's ban counters (made the first time) in
+// replace; nothing without bans.
+func (p *Program) addBanMaps(in *Instance, spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
+	shared, err := in.banMapsByName()
 	if err != nil || shared == nil {
 		return err
 	}

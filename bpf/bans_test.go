@@ -304,3 +304,55 @@ func TestBansMaxChecked(t *testing.T) {
 		require.ErrorContains(t, err, fmt.Sprintf("bans max %d is out of range: give 1 to %d, or 0 for %d", max, bpf.MaxBanLimit, bpf.DefaultBanMax))
 	}
 }
+
+// TestBansSwapRules: a swap of the rules' prefixes keeps the bans in
+// force: the new program runs on the same ban maps, whose table the new
+// instance shares, and a policy with other bans is not swapped into.
+func TestBansSwapRules(t *testing.T) {
+	testns.RequirePrivileged(t)
+	ns := testns.New(t)
+	withBans := func(list ...string) bpf.Policy {
+		p := swapPolicy(list...)
+		p.Bans = bpf.BansConfig{On: true}
+		return p
+	}
+	p, err := bpf.Load(withBans("198.51.100.0/24"))
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeGeneric) }))
+	table, err := p.Bans()
+	require.NoError(t, err)
+	_, err = table.Ban(netip.MustParsePrefix("203.0.113.7/32"), time.Now().Add(time.Hour), bpf.BanOriginDetect)
+	require.NoError(t, err)
+	r := &banRig{t: t, p: p, table: table}
+	require.Equal(t, xdpDrop, r.run(from("203.0.113.7")))
+
+	other := withBans("192.0.2.0/24")
+	other.Bans.DryRun = true
+	require.ErrorContains(t, p.SwapRules(compile(t, other)), "the drop policy differs")
+
+	next := compile(t, withBans("192.0.2.0/24"))
+	require.NoError(t, p.SwapRules(next))
+	require.Equal(t, xdpDrop, r.run(from("203.0.113.7")), "the ban stays in force across the swap")
+	mine, err := next.Bans()
+	require.NoError(t, err)
+	require.Same(t, table, mine)
+	ok, err := mine.Lift(netip.MustParsePrefix("203.0.113.7/32"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, xdpPass, r.run(from("203.0.113.7")))
+	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets, "the ban counters go on")
+}
+
+// TestBansMultiBuffer: the multi-buffer variant runs on the same ban maps
+// and counters.
+func TestBansMultiBuffer(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	require.Equal(t, bpf.BanAdded, r.ban("198.51.100.7/32", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.NoError(t, r.p.UseMultiBuffer())
+	require.Equal(t, bpf.FeatureBans|bpf.FeatureMultiBuffer, r.p.Features())
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.Equal(t, xdpPass, r.run(from("198.51.100.8")))
+	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets)
+}
