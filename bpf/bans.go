@@ -27,7 +27,7 @@ type BanCounts [BanOrigins][banActions]Counter
 // length and masked address, valued by its end on the monotonic clock
 // (bpf_ktime_get_ns), its origin and its kind (ban or allowed prefix); an
 // array of 65,536 buckets per family (IPv4: the first 16 bits; IPv6: the
-// first 32 folded to 16) holds the bitmap of the lengths present in each
+// first 48 folded to 16) holds the bitmap of the lengths present in each
 // bucket, those shorter than the bucket's width in every bucket. A frame's
 // source is probed longest length first: an allowed prefix passes it on to
 // the rules, a ban in force decides it, an expired one is skipped. The
@@ -36,11 +36,13 @@ type BanCounts [BanOrigins][banActions]Counter
 // cleared, so the program never misses an entry it should see.
 //
 // Memory: the hashes are preallocated for Max bans plus MaxBanAllow allowed
-// prefixes per family. Worst case per entry in the kernel: 96 bytes for
-// IPv4 and 112 for IPv6 (hash element, key and value, rounded, and the
-// hash's bucket heads), plus 2 MiB of bucket bitmaps for both families; user
-// space keeps about 100 bytes more per entry. For the default Max of
-// 100,000 that is about 25 MB of kernel memory (Memory measures it).
+// prefixes per family. Worst case per entry in the kernel: 104 bytes for
+// IPv4 and 120 for IPv6 (a hash element of 72 or 88 bytes, and its share of
+// the hash's bucket heads, 16 bytes each and a power of two of them: up to
+// 32 bytes), plus 5 MiB whatever Max (4 MiB of buckets, 1 MiB of filter);
+// user space keeps about 150 bytes more per entry. For the default Max of
+// 100,000 the kernel accounts 28.1 MB (Memory measures it; 48.3 MB for
+// 200,000, 8.9 MB for 1).
 //
 // A BanTable is safe for concurrent use.
 type BanTable struct {
@@ -48,9 +50,48 @@ type BanTable struct {
 	maps  *banMaps
 	max   int
 	index [2]banIndex // by family: 0 IPv4, 1 IPv6
-	// holders counts the instances beyond the first that hold the table
-	// (ContinueBans); the maps close when the last releases it.
-	holders int
+	// bloomRefs counts the entries of each bit of ban_bloom, bloomWords
+	// holds the words with a bit set.
+	bloomRefs  map[uint32]uint32
+	bloomWords map[uint32]uint64
+	// users are the instances sharing the table (ContinueBans): the last
+	// to close it closes the maps.
+	users int
+}
+
+// release lets one instance's use of the table go, closing the maps with
+// the last.
+func (t *BanTable) release() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.users--
+	if t.users > 0 {
+		return nil
+	}
+	return t.maps.Close()
+}
+
+// ContinueBans makes the ban table of prev, when it has one loaded, in's
+// too, so that the bans in force go on in in's programs: for the instance
+// of a new generation of the same policy (SwapRules calls it). Call it
+// before in's first program; it does nothing when in has a table already
+// or no bans.
+func (in *Instance) ContinueBans(prev *Instance) {
+	if in == prev {
+		return
+	}
+	prev.mu.Lock()
+	t := prev.bans
+	prev.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if t == nil || in.bans != nil || !in.policy.Bans.On || in.policy.Bans.max() != t.max {
+		return
+	}
+	t.mu.Lock()
+	t.users++
+	t.mu.Unlock()
+	in.bans = t
 }
 
 // banMaps are the ban maps of an instance.
@@ -58,12 +99,13 @@ type banMaps struct {
 	V4      *ebpf.Map `ebpf:"ban_v4"`
 	V6      *ebpf.Map `ebpf:"ban_v6"`
 	Buckets *ebpf.Map `ebpf:"ban_buckets"`
+	Bloom   *ebpf.Map `ebpf:"ban_bloom"`
 }
 
-func (m *banMaps) ordered() []*ebpf.Map { return []*ebpf.Map{m.V4, m.V6, m.Buckets} }
+func (m *banMaps) ordered() []*ebpf.Map { return []*ebpf.Map{m.V4, m.V6, m.Buckets, m.Bloom} }
 
 func (m *banMaps) byName() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{xdpDropMapBanV4: m.V4, xdpDropMapBanV6: m.V6, xdpDropMapBanBuckets: m.Buckets}
+	return map[string]*ebpf.Map{xdpDropMapBanV4: m.V4, xdpDropMapBanV6: m.V6, xdpDropMapBanBuckets: m.Buckets, xdpDropMapBanBloom: m.Bloom}
 }
 
 func (m *banMaps) Close() error {
@@ -96,11 +138,11 @@ const (
 	banBuckets = int(xdpDropBanLimitsBAN_BUCKETS)
 	// banWidth is the bucket width per family: shorter prefixes are in
 	// every bucket of it.
-	banWidth4, banWidth6 = 16, 32
+	banWidth4, banWidth6 = 16, 48
 )
 
 func newBanTable(m *banMaps, max int) *BanTable {
-	t := &BanTable{maps: m, max: max}
+	t := &BanTable{maps: m, max: max, bloomRefs: map[uint32]uint32{}, bloomWords: map[uint32]uint64{}, users: 1}
 	for i := range t.index {
 		t.index[i] = banIndex{entries: map[netip.Prefix]banValue{}, refs: map[uint32]uint32{}, long: map[uint32][2]uint64{}, allow: map[int]int{}}
 	}
@@ -165,6 +207,9 @@ func setBanSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	if !policy.Bans.On {
 		return nil
 	}
+	if err := policy.Bans.check(); err != nil {
+		return err
+	}
 	if err := spec.Variables[xdpDropVarBanDryRun].Set(boolByte(policy.Bans.DryRun)); err != nil {
 		return fmt.Errorf("set %s: %w", xdpDropVarBanDryRun, err)
 	}
@@ -174,7 +219,7 @@ func setBanSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	return nil
 }
 
-// checkBans checks the bans' settings of a policy.
+// check checks the bans' settings of a policy.
 func (c BansConfig) check() error {
 	if c.Max < 0 || c.Max > MaxBanLimit {
 		return fmt.Errorf("bans max %d is out of range: give 1 to %d, or 0 for %d", c.Max, MaxBanLimit, DefaultBanMax)
@@ -191,11 +236,14 @@ func monoClock() uint64 {
 
 // monoOf is t on the monotonic clock, given the two clocks read together.
 func monoOf(t, wallNow time.Time, monoNow uint64) uint64 {
-	d := t.Sub(wallNow)
-	if d < 0 && uint64(-d) > monoNow {
+	d := t.Sub(wallNow) // saturates at about 292 years
+	if d >= 0 {
+		return monoNow + uint64(d)
+	}
+	if uint64(-d) > monoNow {
 		return 0
 	}
-	return uint64(int64(monoNow) + int64(d))
+	return monoNow - uint64(-d)
 }
 
 // family is 0 for IPv4, 1 for IPv6.
@@ -229,7 +277,7 @@ func banBucketOf(p netip.Prefix) uint32 {
 	}
 	a := p.Addr().As16()
 	h := binary.BigEndian.Uint32(a[:4])
-	return (h ^ h>>16) & 0xFFFF
+	return (h ^ h>>16 ^ uint32(binary.BigEndian.Uint16(a[4:6]))) & 0xFFFF
 }
 
 func widthOf(fam int) int {
@@ -253,11 +301,29 @@ func (x *banIndex) shortBits() [2]uint64 {
 	return b
 }
 
+// bucketValue is a bucket of the lengths of bits: listed longest first
+// when they fit, else in the bitmap alone.
+func bucketValue(bits [2]uint64) xdpDropBanBucket {
+	b := xdpDropBanBucket{Bits: bits}
+	for n := 128; n >= 1; n-- {
+		if bits[(n-1)/64]&(1<<((n-1)%64)) == 0 {
+			continue
+		}
+		if int(b.N) == len(b.Lens) {
+			b.N = uint8(xdpDropBanLimitsBAN_LENS_OVERFLOW)
+			break
+		}
+		b.Lens[b.N] = uint8(n)
+		b.N++
+	}
+	return b
+}
+
 // writeBucket writes bucket b of family fam as the index has it.
 func (t *BanTable) writeBucket(fam int, b uint32) error {
 	x := &t.index[fam]
 	v, s := x.long[b], x.shortBits()
-	val := xdpDropBanBucket{Bits: [2]uint64{v[0] | s[0], v[1] | s[1]}}
+	val := bucketValue([2]uint64{v[0] | s[0], v[1] | s[1]})
 	key := uint32(fam*banBuckets) + b
 	if err := t.maps.Buckets.Update(key, &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write ban bucket %d: %w", key, err)
@@ -275,7 +341,7 @@ func (t *BanTable) writeAllBuckets(fam int) error {
 	for b := range keys {
 		keys[b] = uint32(fam*banBuckets + b)
 		v := x.long[uint32(b)]
-		vals[b].Bits = [2]uint64{v[0] | s[0], v[1] | s[1]}
+		vals[b] = bucketValue([2]uint64{v[0] | s[0], v[1] | s[1]})
 	}
 	if _, err := t.maps.Buckets.BatchUpdate(keys, vals, nil); err != nil {
 		return fmt.Errorf("write ban buckets: %w", err)
@@ -323,6 +389,62 @@ func (t *BanTable) count(p netip.Prefix, d int) error {
 	return t.writeBucket(fam, b)
 }
 
+// Multipliers of ban_bloom's hash, as BAN_HASH_K* of the program.
+const (
+	banHashK0 = 0x9E3779B97F4A7C15
+	banHashK1 = 0xC2B2AE3D27D4EB4F
+	banHashK2 = 0x165667B19E3779F9
+	banHashK3 = 0xD6E8FEB86659FD93
+	banHashK4 = 0xFF51AFD7ED558CCD
+)
+
+// bloomBit is the bit of p in ban_bloom, as ban_maybe hashes it.
+func bloomBit(p netip.Prefix) uint32 {
+	var x uint64
+	switch k := kernelKey(p).(type) {
+	case *xdpDropBanV4Key:
+		x = (uint64(k.Len)<<32 | uint64(k.Addr)) * banHashK0
+	case *xdpDropBanV6Key:
+		x = uint64(k.Len|uint32(xdpDropBanLimitsBAN_KEY_V6))*banHashK0 + uint64(k.Addr[0])*banHashK1 +
+			uint64(k.Addr[1])*banHashK2 + uint64(k.Addr[2])*banHashK3 + uint64(k.Addr[3])*banHashK4
+		x ^= x >> 32
+		x *= banHashK0
+	}
+	return uint32(x >> (64 - xdpDropBanLimitsBAN_BLOOM_BITS))
+}
+
+// bloom adds d (1 or -1) to the entries of p's bit in ban_bloom, writing
+// its word when the bit changes.
+func (t *BanTable) bloom(p netip.Prefix, d int) error {
+	b := bloomBit(p)
+	was := t.bloomRefs[b]
+	now := uint32(int(was) + d)
+	if now == 0 {
+		delete(t.bloomRefs, b)
+	} else {
+		t.bloomRefs[b] = now
+	}
+	if (was == 0) == (now == 0) {
+		return nil
+	}
+	word := b >> 6
+	w := t.bloomWords[word]
+	if now == 0 {
+		w &^= 1 << (b & 63)
+	} else {
+		w |= 1 << (b & 63)
+	}
+	if w == 0 {
+		delete(t.bloomWords, word)
+	} else {
+		t.bloomWords[word] = w
+	}
+	if err := t.maps.Bloom.Update(word, w, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write ban filter word %d: %w", word, err)
+	}
+	return nil
+}
+
 // kernelKey is p's key in its family's hash.
 func kernelKey(p netip.Prefix) any {
 	if p.Addr().Is4() {
@@ -366,6 +488,9 @@ func (t *BanTable) put(p netip.Prefix, v banValue) error {
 		return nil
 	}
 	x.adjust(v, 1, p)
+	if err := t.bloom(p, 1); err != nil {
+		return err
+	}
 	return t.count(p, 1)
 }
 
@@ -391,6 +516,9 @@ func (t *BanTable) remove(p netip.Prefix) error {
 		return nil
 	}
 	if err := t.count(p, -1); err != nil {
+		return err
+	}
+	if err := t.bloom(p, -1); err != nil {
 		return err
 	}
 	delete(x.entries, p)
@@ -574,7 +702,11 @@ func (t *BanTable) Entries() []BanEntry {
 			if v.allow {
 				continue
 			}
-			end := wallNow.Add(time.Duration(int64(v.end) - int64(monoNow))).Round(0)
+			left := time.Duration(math.MaxInt64)
+			if v.end-monoNow < math.MaxInt64 || v.end < monoNow {
+				left = time.Duration(int64(v.end - monoNow))
+			}
+			end := wallNow.Add(left).Round(0)
 			out = append(out, BanEntry{Prefix: p, End: end, Origin: v.origin})
 		}
 	}
@@ -611,6 +743,9 @@ func (t *BanTable) rebuild() error {
 		bv := banValue{end: v.End, origin: v.Origin, allow: v.Kind == uint8(xdpDropBanLimitsBAN_KIND_ALLOW)}
 		x.entries[p] = bv
 		x.adjust(bv, 1, p)
+		bb := bloomBit(p)
+		t.bloomRefs[bb]++
+		t.bloomWords[bb>>6] |= 1 << (bb & 63)
 		n := p.Bits()
 		if n < widthOf(family(p)) {
 			x.short[n]++
@@ -641,6 +776,15 @@ func (t *BanTable) rebuild() error {
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read handed-over IPv6 bans: %w", err)
+	}
+	words := uint32(1) << (xdpDropBanLimitsBAN_BLOOM_BITS - 6)
+	keys := make([]uint32, words)
+	vals := make([]uint64, words)
+	for i := range keys {
+		keys[i], vals[i] = uint32(i), t.bloomWords[uint32(i)]
+	}
+	if _, err := t.maps.Bloom.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("write ban filter: %w", err)
 	}
 	for fam := range t.index {
 		if err := t.writeAllBuckets(fam); err != nil {
@@ -698,10 +842,11 @@ func (p *Program) banCountersMap() (*ebpf.Map, error) {
 	return nil, errors.New("the program has no ban counters")
 }
 
-// addBanMaps puts the instance's ban maps and the program's ban counters
-// (made the first time) in replace; nothing without bans.
-func (p *Program) addBanMaps(spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
-	shared, err := p.in.banMapsByName()
+// addBanMaps puts the ban maps of in, the program's instance or the one it
+// swaps into, and the program's ban counters (made the first time) in
+// replace; nothing without bans.
+func (p *Program) addBanMaps(in *Instance, spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
+	shared, err := in.banMapsByName()
 	if err != nil || shared == nil {
 		return err
 	}

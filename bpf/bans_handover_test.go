@@ -129,3 +129,23 @@ func TestBansHandedOver(t *testing.T) {
 		require.Contains(t, why, "the bans' max or the program version changed")
 	}
 }
+
+// TestBanCountersFoundOnProgram: a program taken over in place, whose ban
+// counters were not handed by descriptor, reads them through the program.
+func TestBanCountersFoundOnProgram(t *testing.T) {
+	testns.RequirePrivileged(t)
+	p, err := Load(Policy{Bans: BansConfig{On: true}})
+	require.NoError(t, err)
+	defer p.Close()
+	table, err := p.Bans()
+	require.NoError(t, err)
+	_, err = table.Ban(netip.MustParsePrefix("198.51.100.5/32"), time.Now().Add(time.Hour), BanOriginDetect)
+	require.NoError(t, err)
+	require.Zero(t, passed(t, p, banFrame("198.51.100.5"), 7))
+	taken := &Program{in: p.in, objs: objects{Prog: p.objs.Prog}}
+	c, err := taken.BanCounters()
+	require.NoError(t, err)
+	defer taken.closeBanCounters()
+	require.Equal(t, uint64(7), c[BanOriginDetect][BanDrop].Packets)
+	require.Equal(t, uint64(7*len(banFrame("198.51.100.5"))), c[BanOriginDetect][BanDrop].Bytes)
+}

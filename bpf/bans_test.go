@@ -1,6 +1,7 @@
 package bpf_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -169,7 +170,7 @@ func TestBanExpiry(t *testing.T) {
 }
 
 // TestBanShortPrefixes: prefixes shorter than the buckets (IPv4 /16, IPv6
-// /32) ban every address in them, and lifting them clears every bucket.
+// /48) ban every address in them, and lifting them clears every bucket.
 func TestBanShortPrefixes(t *testing.T) {
 	r := loadBans(t, bpf.Policy{})
 	require.Equal(t, bpf.BanAdded, r.ban("10.0.0.0/8", time.Hour, 0))
@@ -270,4 +271,88 @@ func TestBansOff(t *testing.T) {
 	c, err := p.BanCounters()
 	require.NoError(t, err)
 	require.Zero(t, c)
+}
+
+// TestBanManyLengths: a bucket with more lengths than its list holds is
+// probed through its bitmap, longest first, for both families.
+func TestBanManyLengths(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	for n := 17; n <= 32; n++ {
+		require.Equal(t, bpf.BanAdded, r.ban(netip.PrefixFrom(netip.MustParseAddr("10.1.0.0"), n).String(), time.Hour, 0))
+	}
+	for n := 97; n <= 128; n++ {
+		require.Equal(t, bpf.BanAdded, r.ban(netip.PrefixFrom(netip.MustParseAddr("2001:db8::"), n).String(), time.Hour, 0))
+	}
+	require.Equal(t, bpf.BanAdded, r.ban("10.1.192.0/20", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, bpf.BanAdded, r.ban("2001:db8::1:0:0/100", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, xdpDrop, r.run(from("10.1.200.1")))
+	require.Equal(t, xdpDrop, r.run(from("10.1.0.0")))
+	require.Equal(t, xdpPass, r.run(from("10.1.130.1")))
+	require.Equal(t, xdpDrop, r.run(from("2001:db8::1:0:5")))
+	require.Equal(t, xdpDrop, r.run(from("2001:db8::")))
+	require.Equal(t, xdpPass, r.run(from("2001:db8::2:0:5")))
+	c := r.counts()
+	require.Equal(t, uint64(2), c[bpf.BanOriginDetect][bpf.BanDrop].Packets)
+	require.Equal(t, uint64(2), c[bpf.BanOriginCrowdSec][bpf.BanDrop].Packets)
+}
+
+// TestBansMaxChecked: a max out of range is refused at load, naming it.
+func TestBansMaxChecked(t *testing.T) {
+	testns.RequirePrivileged(t)
+	for _, max := range []int{-1, bpf.MaxBanLimit + 1} {
+		_, err := bpf.Load(bpf.Policy{Bans: bpf.BansConfig{On: true, Max: max}})
+		require.ErrorContains(t, err, fmt.Sprintf("bans max %d is out of range: give 1 to %d, or 0 for %d", max, bpf.MaxBanLimit, bpf.DefaultBanMax))
+	}
+}
+
+// TestBansSwapRules: a swap of the rules' prefixes keeps the bans in
+// force: the new program runs on the same ban maps, whose table the new
+// instance shares, and a policy with other bans is not swapped into.
+func TestBansSwapRules(t *testing.T) {
+	testns.RequirePrivileged(t)
+	ns := testns.New(t)
+	withBans := func(list ...string) bpf.Policy {
+		p := swapPolicy(list...)
+		p.Bans = bpf.BansConfig{On: true}
+		return p
+	}
+	p, err := bpf.Load(withBans("198.51.100.0/24"))
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeGeneric) }))
+	table, err := p.Bans()
+	require.NoError(t, err)
+	_, err = table.Ban(netip.MustParsePrefix("203.0.113.7/32"), time.Now().Add(time.Hour), bpf.BanOriginDetect)
+	require.NoError(t, err)
+	r := &banRig{t: t, p: p, table: table}
+	require.Equal(t, xdpDrop, r.run(from("203.0.113.7")))
+
+	other := withBans("192.0.2.0/24")
+	other.Bans.DryRun = true
+	require.ErrorContains(t, p.SwapRules(compile(t, other)), "the drop policy differs")
+
+	next := compile(t, withBans("192.0.2.0/24"))
+	require.NoError(t, p.SwapRules(next))
+	require.Equal(t, xdpDrop, r.run(from("203.0.113.7")), "the ban stays in force across the swap")
+	mine, err := next.Bans()
+	require.NoError(t, err)
+	require.Same(t, table, mine)
+	ok, err := mine.Lift(netip.MustParsePrefix("203.0.113.7/32"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, xdpPass, r.run(from("203.0.113.7")))
+	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets, "the ban counters go on")
+}
+
+// TestBansMultiBuffer: the multi-buffer variant runs on the same ban maps
+// and counters.
+func TestBansMultiBuffer(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	require.Equal(t, bpf.BanAdded, r.ban("198.51.100.7/32", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.NoError(t, r.p.UseMultiBuffer())
+	require.Equal(t, bpf.FeatureBans|bpf.FeatureMultiBuffer, r.p.Features())
+	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
+	require.Equal(t, xdpPass, r.run(from("198.51.100.8")))
+	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets)
 }

@@ -64,7 +64,7 @@ func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 const bansMark = "|bans:"
 
 // banMapCount is how many maps banMaps holds.
-const banMapCount = 3
+const banMapCount = 4
 
 // bansFingerprint names the layout of the ban maps: the program build's
 // and the sizes the policy gives them.
@@ -104,7 +104,7 @@ func (in *Instance) adoptBans(fds []int, fp string) (adopted bool, why string) {
 	if err != nil {
 		return false, "not ban maps: " + err.Error() + own
 	}
-	m := &banMaps{V4: ms[0], V6: ms[1], Buckets: ms[2]}
+	m := &banMaps{V4: ms[0], V6: ms[1], Buckets: ms[2], Bloom: ms[3]}
 	switch {
 	case !in.policy.Bans.On:
 		why = "this instance has no bans"

@@ -70,7 +70,7 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	for name, m := range counters {
 		replace[name] = m
 	}
-	if err := p.addBanMaps(spec, replace); err != nil {
+	if err := p.addBanMaps(in, spec, replace); err != nil {
 		return nil, err
 	}
 	if p.samples, err = newSampleMaps(spec, in.policy.Sample); err != nil {

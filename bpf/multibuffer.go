@@ -94,7 +94,7 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	for name, m := range p.samples.byName() {
 		replace[name] = m
 	}
-	if err := p.addBanMaps(spec, replace); err != nil {
+	if err := p.addBanMaps(p.in, spec, replace); err != nil {
 		return nil, err
 	}
 	objs, err := loadVariant(spec, true, replace)

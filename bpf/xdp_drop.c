@@ -202,6 +202,13 @@ struct {
 	__uint(max_entries, 2 * BAN_BUCKETS);
 } ban_buckets SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1 << (BAN_BLOOM_BITS - 6));
+} ban_bloom SEC(".maps");
+
 /* The interface's frames bans decided; its own, as counters are. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -613,103 +620,183 @@ static __always_inline __u32 ban_top(__u64 x)
 	return ban_debruijn[(x * RULE_DEBRUIJN) >> 58];
 }
 
+/* Multipliers of ban_bloom's hash, odd; the loader hashes alike. */
+#define BAN_HASH_K0 0x9E3779B97F4A7C15ULL
+#define BAN_HASH_K1 0xC2B2AE3D27D4EB4FULL
+#define BAN_HASH_K2 0x165667B19E3779F9ULL
+#define BAN_HASH_K3 0xD6E8FEB86659FD93ULL
+#define BAN_HASH_K4 0xFF51AFD7ED558CCDULL
+
 /*
- * Probes the lengths of the bitmap w (bit i: length base + i + 1) longest
- * first for an entry containing addr: an allowed prefix ends the search
- * (*allowed), a ban in force is returned, an expired one skipped. The
+ * Whether ban_bloom has the bit of an entry of length len (| BAN_KEY_V6)
+ * and masked address key (as in the hash's keys): when not, no entry is.
+ * The hash is fixed: a set of bans built to collide costs lookups, never
+ * a wrong verdict.
+ */
+static __always_inline int ban_maybe(__u32 len, const __u32 *key, int v6)
+{
+	__u64 x;
+	__u32 idx;
+	__u64 *w;
+
+	/* IPv4: one multiply of length and address; IPv6: the words' products summed and folded. */
+	if (v6) {
+		x = len * BAN_HASH_K0 + key[0] * BAN_HASH_K1 + key[1] * BAN_HASH_K2 + key[2] * BAN_HASH_K3 +
+		    key[3] * BAN_HASH_K4;
+		x ^= x >> 32;
+		x *= BAN_HASH_K0;
+	} else {
+		x = ((__u64)len << 32 | key[0]) * BAN_HASH_K0;
+	}
+	x >>= 64 - BAN_BLOOM_BITS;
+	idx = x >> 6;
+	w = bpf_map_lookup_elem(&ban_bloom, &idx);
+	return w && (*w >> (x & 63)) & 1;
+}
+
+/* What probing one length found. */
+enum ban_probe_result {
+	BAN_NONE = 0,
+	BAN_ALLOWED,
+	BAN_FOUND,
+};
+
+/*
+ * Probes length len for an entry containing addr: an allowed prefix, a ban
+ * in force (in *found), or nothing (an expired ban counts as nothing). The
  * clock is read once, at the first ban found.
  */
-static __always_inline struct ban_value *ban_probe(__u64 w, __u32 base, const __u32 *addr, int v6, __u64 *now,
-						   int *allowed)
+static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, struct ban_value **found)
 {
-	int i;
+	struct ban_value *v;
+
+	if (v6) {
+		struct ban_v6_key k = { .len = len };
+		int j;
+
+#pragma unroll
+		for (j = 0; j < 4; j++) {
+			int bits = (int)len - 32 * j;
+			__u32 m = bits >= 32 ? 0xFFFFFFFF : bits <= 0 ? 0 : ~0U << (32 - bits);
+
+			k.addr[j] = addr[j] & bpf_htonl(m);
+		}
+		if (!ban_maybe(len | BAN_KEY_V6, k.addr, 1))
+			return BAN_NONE;
+		v = bpf_map_lookup_elem(&ban_v6, &k);
+	} else {
+		__u32 m = len >= 32 ? 0xFFFFFFFF : ~0U << (32 - len);
+		struct ban_v4_key k = { .len = len, .addr = addr[0] & bpf_htonl(m) };
+
+		if (!ban_maybe(len, &k.addr, 0))
+			return BAN_NONE;
+		v = bpf_map_lookup_elem(&ban_v4, &k);
+	}
+	if (!v)
+		return BAN_NONE;
+	if (v->kind == BAN_KIND_ALLOW)
+		return BAN_ALLOWED;
+	/* The coarse clock, CLOCK_MONOTONIC_COARSE: a ban may last a tick longer, not a call's cost more. */
+	if (!*now)
+		*now = bpf_ktime_get_coarse_ns();
+	if (v->end <= *now)
+		return BAN_NONE;
+	*found = v;
+	return BAN_FOUND;
+}
+
+/*
+ * Probes the lengths of the bitmap w (bit i: length base + i + 1) longest
+ * first: the first allowed prefix or ban in force decides.
+ */
+static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr, int v6, __u64 *now,
+					  struct ban_value **found)
+{
+	int i, r;
 
 #pragma clang loop unroll(disable)
 	for (i = 0; i < 64; i++) {
-		struct ban_value *v;
-		__u32 bit, len;
+		__u32 bit;
 
 		if (!w)
 			break;
 		bit = ban_top(w);
 		w &= ~(1ULL << bit);
-		len = base + bit + 1;
-		if (v6) {
-			struct ban_v6_key k = { .len = len };
-			int j;
-
-#pragma unroll
-			for (j = 0; j < 4; j++) {
-				int bits = (int)len - 32 * j;
-				__u32 m = bits >= 32 ? 0xFFFFFFFF : bits <= 0 ? 0 : ~0U << (32 - bits);
-
-				k.addr[j] = addr[j] & bpf_htonl(m);
-			}
-			v = bpf_map_lookup_elem(&ban_v6, &k);
-		} else {
-			__u32 m = len >= 32 ? 0xFFFFFFFF : ~0U << (32 - len);
-			struct ban_v4_key k = { .len = len, .addr = addr[0] & bpf_htonl(m) };
-
-			v = bpf_map_lookup_elem(&ban_v4, &k);
-		}
-		if (!v)
-			continue;
-		if (v->kind == BAN_KIND_ALLOW) {
-			*allowed = 1;
-			return NULL;
-		}
-		if (!*now)
-			*now = bpf_ktime_get_ns();
-		if (v->end > *now)
-			return v;
+		r = ban_probe_len(base + bit + 1, addr, v6, now, found);
+		if (r != BAN_NONE)
+			return r;
 	}
-	return NULL;
+	return BAN_NONE;
 }
 
 /*
  * The ban in force on a source address (network order words, a0 alone for
- * IPv4): its origin + 1, 0 when none is or the address is allowed. A
- * function of its own, which the verifier checks once, not once for every
- * path of the rules around it; its arguments are scalars, as it needs.
+ * IPv4): its origin + 1, 0 when none is or the address is allowed.
  */
-__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6)
 {
 	__u32 addr[4] = { a0, a1, a2, a3 };
+	struct ban_value *v = NULL;
 	struct ban_bucket *b;
-	struct ban_value *v;
 	__u64 now = 0;
-	int allowed = 0;
 	__u32 idx, h = bpf_ntohl(a0);
+	int i, r = BAN_NONE;
 
 	if (v6)
-		idx = BAN_BUCKETS + ((h ^ (h >> 16)) & 0xFFFF);
+		idx = BAN_BUCKETS + ((h ^ (h >> 16) ^ (bpf_ntohl(a1) >> 16)) & 0xFFFF);
 	else
 		idx = h >> 16;
 	b = bpf_map_lookup_elem(&ban_buckets, &idx);
 	if (!b)
 		return 0;
-	if (v6) {
-		v = ban_probe(b->bits[1], 64, addr, 1, &now, &allowed);
-		if (!v && !allowed)
-			v = ban_probe(b->bits[0], 0, addr, 1, &now, &allowed);
+	if (b->n != BAN_LENS_OVERFLOW) {
+#pragma clang loop unroll(disable)
+		for (i = 0; i < BAN_BUCKET_LENS; i++) {
+			if (i >= b->n)
+				break;
+			r = ban_probe_len(b->lens[i], addr, v6, &now, &v);
+			if (r != BAN_NONE)
+				break;
+		}
+	} else if (v6) {
+		r = ban_probe_bits(b->bits[1], 64, addr, 1, &now, &v);
+		if (r == BAN_NONE)
+			r = ban_probe_bits(b->bits[0], 0, addr, 1, &now, &v);
 	} else {
-		v = ban_probe(b->bits[0], 0, addr, 0, &now, &allowed);
+		r = ban_probe_bits(b->bits[0], 0, addr, 0, &now, &v);
 	}
-	return v ? (v->origin & (BAN_ORIGINS - 1)) + 1 : 0;
+	return r == BAN_FOUND && v ? (v->origin & (BAN_ORIGINS - 1)) + 1 : 0;
+}
+
+/*
+ * ban_lookup_inline as a function of its own, which the verifier checks
+ * once, not once for every path of the rules around it (inlined there it
+ * makes too many); its arguments are scalars, as it needs.
+ */
+__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+{
+	if (v6)
+		return ban_lookup_inline(a0, a1, a2, a3, 1);
+	return ban_lookup_inline(a0, 0, 0, 0, 0);
 }
 
 /*
  * The ban in force on the source of an IP frame of class class whose
- * headers are whole, as ban_lookup gives it.
+ * headers are whole, as ban_lookup gives it: inlined, which saves a call,
+ * in the programs without rules, whose paths are few enough to verify.
  */
-static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class)
+static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class, const int rules)
 {
 	if (class >= CLASS_IPV6) {
 		struct ipv6hdr *ip6h = nh->l3;
 		__u32 *a = (__u32 *)&ip6h->saddr;
 
+		if (!rules)
+			return ban_lookup_inline(a[0], a[1], a[2], a[3], 1);
 		return ban_lookup(a[0], a[1], a[2], a[3], 1);
 	}
+	if (!rules)
+		return ban_lookup_inline(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
 	return ban_lookup(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
 }
 
@@ -772,7 +859,7 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 		return XDP_PASS;
 	/* Bans, then rules, see IP frames whose headers are whole. */
 	if (bans && class < CLASS_IPV4_TRUNCATED)
-		ban = ban_find(&cur, class);
+		ban = ban_find(&cur, class, rules);
 	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run))
 		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)

@@ -29,6 +29,8 @@ type xdpDropBanBlock struct {
 type xdpDropBanBucket struct {
 	_    structs.HostLayout
 	Bits [2]uint64
+	N    uint8
+	Lens [15]uint8
 }
 
 type xdpDropBanLimits uint32
@@ -41,6 +43,10 @@ const (
 	xdpDropBanLimitsBAN_ACTION_DROP       xdpDropBanLimits = 0
 	xdpDropBanLimitsBAN_ACTION_WOULD_DROP xdpDropBanLimits = 1
 	xdpDropBanLimitsBAN_ACTIONS           xdpDropBanLimits = 2
+	xdpDropBanLimitsBAN_BLOOM_BITS        xdpDropBanLimits = 23
+	xdpDropBanLimitsBAN_KEY_V6            xdpDropBanLimits = 256
+	xdpDropBanLimitsBAN_BUCKET_LENS       xdpDropBanLimits = 15
+	xdpDropBanLimitsBAN_LENS_OVERFLOW     xdpDropBanLimits = 255
 )
 
 type xdpDropBanV4Key struct {
@@ -231,6 +237,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	xdpDropMapBanBloom                      = "ban_bloom"
 	xdpDropMapBanBuckets                    = "ban_buckets"
 	xdpDropMapBanCounters                   = "ban_counters"
 	xdpDropMapBanV4                         = "ban_v4"
@@ -375,6 +382,7 @@ type xdpDropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
+	BanBloom      *ebpf.MapSpec `ebpf:"ban_bloom"`
 	BanBuckets    *ebpf.MapSpec `ebpf:"ban_buckets"`
 	BanCounters   *ebpf.MapSpec `ebpf:"ban_counters"`
 	BanV4         *ebpf.MapSpec `ebpf:"ban_v4"`
@@ -449,6 +457,7 @@ func (o *xdpDropObjects) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
+	BanBloom      *ebpf.Map `ebpf:"ban_bloom"`
 	BanBuckets    *ebpf.Map `ebpf:"ban_buckets"`
 	BanCounters   *ebpf.Map `ebpf:"ban_counters"`
 	BanV4         *ebpf.Map `ebpf:"ban_v4"`
@@ -468,6 +477,7 @@ type xdpDropMaps struct {
 
 func (m *xdpDropMaps) Close() error {
 	return _XdpDropClose(
+		m.BanBloom,
 		m.BanBuckets,
 		m.BanCounters,
 		m.BanV4,

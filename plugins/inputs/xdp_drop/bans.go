@@ -146,6 +146,9 @@ func parseBans(c *BansConfig, dryRun bool, uid int) (*bansSettings, error) {
 		}
 	}
 	s.allow = uniquePrefixes(s.allow)
+	if v4, v6 := familyCounts(s.allow); max(v4, v6) > bpf.MaxBanAllow {
+		fail(keyAllowPrefix, fmt.Errorf("bans.allow_prefix and allow_prefix_file allow %s IPv4 and %s IPv6 prefixes; at most %s a family fit the ban maps: merge them into wider prefixes", Thousands(uint64(v4)), Thousands(uint64(v6)), Thousands(bpf.MaxBanAllow)))
+	}
 	switch {
 	case c.Max == 0:
 	case c.Max < 0 || c.Max > MaxBansMax:

@@ -220,3 +220,39 @@ func TestBansReloadUnderTraffic(t *testing.T) {
 	require.Zero(t, leaked, "frames from the banned source that reached the stack")
 	require.Equal(t, int(sentOther.Load()), passed, "frames from the other source all passed")
 }
+
+// TestBansSurvivePrefixFileChange: a changed prefix file makes a new
+// generation of the kernel side; an interface that appears in the same
+// gather is attached on it before the others are swapped onto it. The bans
+// in force go on in both: frames from the banned source are dropped on the
+// old interface after the swap and on the new one, and a ban added after
+// the change is in force.
+func TestBansSurvivePrefixFileChange(t *testing.T) {
+	l := lapi.Start(t)
+	key := l.AddBouncer("xdp-drop-test")
+	l.AddDecision("203.0.113.0/24", time.Hour)
+	ns := testns.New(t)
+	list := t.TempDir() + "/drop.txt"
+	writeList(t, list, "192.0.2.0/24")
+	p := banPlugin(l, key, nil)
+	p.Interfaces = append(p.Interfaces, "xdpb0")
+	p.Rules = []Rule{{Name: "blocklist", Action: "drop", SrcPrefixFile: []string{list}}}
+	acc := startPlugin(t, ns, p)
+	require.Len(t, acc.Errors, 1, "xdpb0 is not there yet: %v", acc.Errors)
+	waitBans(t, ns, p, "the startup pull in force", func(f map[string]any) bool { return field(f, FieldActive) == 1 })
+	oldID, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+
+	writeList(t, list, "192.0.2.0/24", "198.51.100.0/24")
+	_, peerB, err := ns.AddVeth("xdpb0", "xdpb0p")
+	require.NoError(t, err)
+	inNS(t, ns, p, func() error { return p.Gather(&testutil.Accumulator{}) })
+	newID, err := ns.XDPProgramID(testns.Dev)
+	require.NoError(t, err)
+	require.NotEqual(t, oldID, newID, "the changed file swapped in")
+	sendBanFlows(t, ns, banFlow{"203.0.113.5", 5, 0}, banFlow{"198.51.100.1", 2, 0}, banFlow{"10.1.1.1", 3, 3})
+	sendOn(t, ns, "xdpb0", peerB, banFlow{"203.0.113.5", 4, 0}, banFlow{"10.1.1.1", 2, 2})
+	l.AddDecision("10.2.2.2", time.Hour)
+	waitBans(t, ns, p, "a ban added after the change", func(f map[string]any) bool { return field(f, FieldActive) == 2 })
+	sendBanFlows(t, ns, banFlow{"10.2.2.2", 3, 0})
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/config"
+	"github.com/influxdata/telegraf/plugins/serializers/influx"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -37,7 +38,7 @@ func banPluginAt(url, key string, b *BansConfig) *XDPDrop {
 	return withDefaults(&XDPDrop{Interfaces: []string{testns.Dev}, Drop: []any{"gre"}, Bans: b, Log: testutil.Logger{}})
 }
 
-// banPoint gathers once and returns the interface's xdp_drop_ban point's
+// banPoint gathers once and returns the test veth's xdp_drop_ban point's
 // fields and tags; it fails the test when there is not exactly one.
 func banPoint(t *testing.T, ns *testns.NS, p *XDPDrop) (map[string]any, map[string]string) {
 	t.Helper()
@@ -45,7 +46,7 @@ func banPoint(t *testing.T, ns *testns.NS, p *XDPDrop) (map[string]any, map[stri
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 	var found []telegraf.Metric
 	for _, m := range acc.GetTelegrafMetrics() {
-		if m.Name() == MeasurementBan {
+		if m.Name() == MeasurementBan && m.Tags()[TagInterface] == testns.Dev {
 			found = append(found, m)
 		}
 	}
@@ -95,7 +96,13 @@ func (f banFlow) frame() []byte { return ipFrame(f.src, "10.9.0.1", frames.Proto
 // the stack behind the veth, flow by flow, exactly.
 func sendBanFlows(t *testing.T, ns *testns.NS, flows ...banFlow) {
 	t.Helper()
-	sock, err := ns.OpenPacketSocket(testns.Dev)
+	sendOn(t, ns, testns.Dev, ns.PeerIdx, flows...)
+}
+
+// sendOn is sendBanFlows on interface dev, whose peer is peer.
+func sendOn(t *testing.T, ns *testns.NS, dev string, peer int, flows ...banFlow) {
+	t.Helper()
+	sock, err := ns.OpenPacketSocket(dev)
 	require.NoError(t, err)
 	defer sock.Close()
 	gen, err := txgen.New()
@@ -103,7 +110,7 @@ func sendBanFlows(t *testing.T, ns *testns.NS, flows ...banFlow) {
 	defer gen.Close()
 	passed := 0
 	for _, f := range flows {
-		require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, f.frame(), f.count) }))
+		require.NoError(t, ns.Do(func() error { return gen.Send(peer, f.frame(), f.count) }))
 		passed += f.passed
 	}
 	seen, err := sock.Receive(passed, testns.Hang)
@@ -177,7 +184,17 @@ func TestBansCrowdSec(t *testing.T) {
 	require.Equal(t, int64(1), field(f, FieldRemoved))
 	require.Equal(t, int64(1), field(f, FieldExpired))
 	require.Equal(t, int64(0), field(f, FieldRefused))
-	t.Logf("xdp_drop_ban: %v", f)
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	ser := &influx.Serializer{}
+	require.NoError(t, ser.Init())
+	for _, m := range acc.GetTelegrafMetrics() {
+		if m.Name() == MeasurementBan {
+			line, err := ser.Serialize(m)
+			require.NoError(t, err)
+			t.Logf("%s", line)
+		}
+	}
 }
 
 // TestBansDryRun: with bans.dry_run the frames of a banned source are

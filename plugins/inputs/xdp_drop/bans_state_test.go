@@ -2,6 +2,7 @@ package xdp_drop
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -181,4 +182,36 @@ func TestBanStateDeletedAtItsEnd(t *testing.T) {
 	}}, now.Add(time.Second)))
 	require.Empty(t, table.bans)
 	require.Equal(t, banCounts{Added: 2, Removed: 1, Expired: 1}, s.counts)
+}
+
+// nopBanTable puts every ban in force and holds nothing: the state's own
+// memory is what is measured.
+type nopBanTable struct{}
+
+func (nopBanTable) Ban(netip.Prefix, time.Time) (banOutcome, error) { return banAdded, nil }
+func (nopBanTable) Lift(netip.Prefix) error                         { return nil }
+func (nopBanTable) Expire(time.Time) (int, error)                   { return 0, nil }
+func (nopBanTable) InForce() ([]netip.Prefix, error)                { return nil, nil }
+
+// TestBanStateMemory: the decisions held cost at most maxBanStateBytes a
+// ban, the figure the README's worst case adds to the kernel's.
+func TestBanStateMemory(t *testing.T) {
+	const n, maxBanStateBytes = 200_000, 200
+	d := crowdsec.Delta{Startup: true}
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		d.New = append(d.New, crowdsec.Decision{ID: int64(i + 1), Prefix: netip.PrefixFrom(a, 32), Duration: time.Hour})
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := newBanState()
+	require.NoError(t, s.apply(nopBanTable{}, d, time.Now()))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perBan := (after.HeapAlloc - before.HeapAlloc) / n
+	t.Logf("%d bytes a ban", perBan)
+	require.LessOrEqual(t, perBan, uint64(maxBanStateBytes))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(d) // the answer is the feed's, not counted here
 }

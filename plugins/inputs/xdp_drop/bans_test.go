@@ -12,6 +12,8 @@ import (
 	"github.com/influxdata/telegraf/plugins/common/tls"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
 )
 
 const testBouncerKey = "b0uncerK3yS3cret"
@@ -71,6 +73,12 @@ func TestBansConfigRefused(t *testing.T) {
 	dir := t.TempDir()
 	badAllow := filepath.Join(dir, "allow.txt")
 	require.NoError(t, os.WriteFile(badAllow, []byte("192.0.2.0/24\nnot-a-prefix\n"), 0o600))
+	manyAllowed := filepath.Join(dir, "many.txt")
+	var lines []byte
+	for i := 0; i <= bpf.MaxBanAllow; i++ {
+		lines = fmt.Appendf(lines, "10.%d.%d.0/24\n", i>>8, i&0xff)
+	}
+	require.NoError(t, os.WriteFile(manyAllowed, lines, 0o600))
 	emptyKey := filepath.Join(dir, "empty.key")
 	require.NoError(t, os.WriteFile(emptyKey, []byte("\n"), 0o600))
 	with := func(f func(b *BansConfig)) *BansConfig {
@@ -101,6 +109,7 @@ func TestBansConfigRefused(t *testing.T) {
 		{"max too large", "bans.max", "bans.max = 1000001 is out of range", with(func(b *BansConfig) { b.Max = MaxBansMax + 1 })},
 		{"allow prefix", "bans.allow_prefix", `bans.allow_prefix: "192.0.2.300/24" is not an address prefix`, with(func(b *BansConfig) { b.AllowPrefix = []string{"192.0.2.300/24"} })},
 		{"allow file line", "bans.allow_prefix_file", "bans.allow_prefix_file: " + badAllow + `:2: "not-a-prefix" is not an address prefix or address`, with(func(b *BansConfig) { b.AllowPrefixFile = []string{badAllow} })},
+		{"allow too many", "bans.allow_prefix", "bans.allow_prefix and allow_prefix_file allow 16,385 IPv4 and 0 IPv6 prefixes; at most 16,384 a family fit the ban maps", with(func(b *BansConfig) { b.AllowPrefixFile = []string{manyAllowed} })},
 		{"allow file relative", "bans.allow_prefix_file", `bans.allow_prefix_file: "allow.txt" is not an absolute path`, with(func(b *BansConfig) { b.AllowPrefixFile = []string{"allow.txt"} })},
 		{"tls ca missing", "bans.crowdsec.tls_ca", "bans.crowdsec: tls_ca, tls_cert, tls_key: ", with(func(b *BansConfig) {
 			b.CrowdSec.URL = "https://lapi:8080/"
