@@ -14,6 +14,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/handover"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // iface is one configured or matched interface and, when attached, its program.
@@ -186,7 +187,7 @@ func unknownInterface(name string) error {
 	e := &notFoundError{name: name}
 	if list, err := net.Interfaces(); err == nil {
 		for _, i := range list {
-			e.here = append(e.here, tagName(i.Name))
+			e.here = append(e.here, quote.Tag(i.Name))
 		}
 	}
 	sort.Strings(e.here)

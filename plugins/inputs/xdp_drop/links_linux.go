@@ -16,6 +16,7 @@ import (
 	"github.com/influxdata/telegraf/filter"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // start attaches to every configured interface, after opening the capture
@@ -194,7 +195,7 @@ func (l *links) removePins(name string) {
 	}
 	if len(left) > 0 {
 		for i := range left {
-			left[i] = tagName(left[i])
+			left[i] = quote.Tag(left[i])
 		}
 		l.log.Infof("interface %q: unpinned its counters; left %q in place, holding %s that xdp_drop did not pin", name, dir, strings.Join(left, ", "))
 	}
@@ -241,7 +242,7 @@ func (l *links) discover(acc telegraf.Accumulator) {
 			continue
 		}
 		l.ifaces = append(l.ifaces, &iface{name: dev.Name, matched: true})
-		added = append(added, tagName(dev.Name))
+		added = append(added, quote.Tag(dev.Name))
 	}
 	if len(added) > 0 {
 		l.log.Debugf("interfaces matched: %s", strings.Join(added, ", "))
@@ -320,7 +321,7 @@ func (l *links) report(acc telegraf.Accumulator, ifc *iface, err error) {
 
 // link is the attachment state of an interface.
 func (l *links) link(ifc *iface) Link {
-	lk := Link{Interface: tagName(ifc.name), Mode: string(l.mode)}
+	lk := Link{Interface: quote.Tag(ifc.name), Mode: string(l.mode)}
 	switch {
 	case ifc.prog != nil:
 		lk.Attached = true
@@ -335,7 +336,7 @@ func (l *links) link(ifc *iface) Link {
 		lk.ProgramID = int64(ifc.prog.ID())
 		lk.Fallback = fellBack(l.mode, ifc.prog)
 	case ifc.err != nil:
-		lk.Error = Printable(firstLine(ifc.err))
+		lk.Error = quote.Line(firstLine(ifc.err))
 	}
 	return lk
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
@@ -124,7 +125,7 @@ func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log
 				}
 				if nfiles++; nfiles > MaxPrefixFiles {
 					fail(f.key, fmt.Errorf("%s: %s is prefix file %d of the rules; at most %d fit an instance: merge the lists into fewer files",
-						f.key, Quote(path), nfiles, MaxPrefixFiles))
+						f.key, quote.Value(path), nfiles, MaxPrefixFiles))
 					bad = true
 					continue
 				}
