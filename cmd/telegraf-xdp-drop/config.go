@@ -205,13 +205,13 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 			continue
 		}
 		if want, ok := foldMatch(optionKeys, key[2]); ok {
-			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %q (%s); did you mean %q?", key[:3].String(), why, want)})
+			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key[:3].String()), why, quote.Value(want))})
 			continue
 		}
 		if len(key) == 4 && key[2] == "rule" {
 			if want, ok := foldMatch(ruleKeys, key[3]); ok {
 				n, label := ruleWithKey(rules, md, section, key[3])
-				refuse(key, &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %q (%s); did you mean %q?", label, key[3], why, want)})
+				refuse(key, &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s (%s); did you mean %s?", label, quote.Value(key[3]), why, quote.Value(want))})
 			}
 		}
 	}

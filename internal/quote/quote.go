@@ -31,6 +31,16 @@ func Value(s string) string {
 	return fmt.Sprintf("%s…(%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
+// List is a list of values as a message repeats it, each as Value quotes
+// it: ["eth1" "eth*"], as %q writes a []string.
+func List(values []string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = Value(v)
+	}
+	return "[" + strings.Join(quoted, " ") + "]"
+}
+
 // Rune is one character of a value as a message names it: 'B', '\x00'.
 func Rune(r rune) string {
 	return strconv.QuoteRune(r)

@@ -21,6 +21,10 @@ func TestValue(t *testing.T) {
 	for _, s := range []string{"", "eth0", `a"b\c`, "wlän0", "x\x00\t\n\u009b\xff", v} {
 		require.Equal(t, fmt.Sprintf("%q", s), Value(s), "as %%q up to 128 bytes")
 	}
+	for _, l := range [][]string{nil, {}, {"eth1"}, {"eth1", "rt*", "x\x1b\xff"}} {
+		require.Equal(t, fmt.Sprintf("%q", l), List(l), "as %%q writes a []string")
+	}
+	require.Equal(t, `["a" "`+v+`"…(129 bytes)]`, List([]string{"a", v + "b"}), "each clipped")
 	require.Equal(t, `'B'`, Rune('B'))
 	require.Equal(t, `'\x00'`, Rune(0))
 }

@@ -79,7 +79,7 @@ func suggest(name string) string {
 			if k == "icmp" && strings.Contains(l, "6") {
 				return `; did you mean "ipv6-icmp"?`
 			}
-			return fmt.Sprintf("; did you mean %q?", k)
+			return fmt.Sprintf("; did you mean %s?", quote.Value(k))
 		}
 	}
 	if _, err := strconv.Atoi(name); err == nil {

@@ -98,7 +98,7 @@ func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log
 			continue
 		}
 		hasFiles = true
-		label := fmt.Sprintf("rule %q", r.Name)
+		label := "rule " + quote.Value(r.Name)
 		if checkRuleName(r.Name, i+1) != nil {
 			label = fmt.Sprintf("rule %d", i+1)
 		}
@@ -323,7 +323,7 @@ func (pl *prefixLists) markLoaded(now time.Time) {
 // readsAgain clears the error of a file whose contents are in force again.
 func (pl *prefixLists) readsAgain(fr *fileRule, pf *prefixFile) {
 	if pf.err != nil {
-		pl.log.Infof("rule %q: %s %s loads again", fr.name, pf.key, pf.path)
+		pl.log.Infof("rule %s: %s %s loads again", quote.Value(fr.name), pf.key, pf.path)
 		pf.err = nil
 	}
 }
@@ -347,6 +347,6 @@ func (pl *prefixLists) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, 
 	same := pf.err != nil && pf.err.Error() == err.Error()
 	pf.err = err
 	if !same {
-		acc.AddError(fmt.Errorf("rule %q: %w; the last good prefixes stay in force", fr.name, err))
+		acc.AddError(fmt.Errorf("rule %s: %w; the last good prefixes stay in force", quote.Value(fr.name), err))
 	}
 }

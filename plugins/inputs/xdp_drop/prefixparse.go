@@ -155,7 +155,7 @@ func parsePrefix(s, notPrefix string) (netip.Prefix, error) {
 		return p, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", quote.Value(s))
 	}
 	if m := p.Masked(); m != p {
-		return p, fmt.Errorf("%s has host bits set; did you mean %q?", quote.Value(s), m.String())
+		return p, fmt.Errorf("%s has host bits set; did you mean %s?", quote.Value(s), quote.Value(m.String()))
 	}
 	return p, nil
 }

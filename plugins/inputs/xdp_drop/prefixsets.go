@@ -185,7 +185,7 @@ func (pl *prefixLists) noteInForce(held uint64) {
 			}
 			set.logged = true
 			if i == len(fr.sets)-1 {
-				pl.log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, quote.Thousands(uint64(set.prefixes)))
+				pl.log.Infof("rule %s: %s: +%d −%d, %s in force", quote.Value(fr.name), filesNamed(set.files), set.added, set.removed, quote.Thousands(uint64(set.prefixes)))
 			}
 		}
 		if i := fr.heldAt(held); i > 0 {

@@ -58,7 +58,7 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 		errs = append(errs, Errors(err)...)
 		if first, ok := names[r.Name]; ok && r.Name != "" {
 			errs = append(errs, &OptionError{Rule: i + 1, Key: "name",
-				Err: fmt.Errorf("rule %q: name is used by rule %d already; names must be unique", r.Name, first)})
+				Err: fmt.Errorf("rule %s: name is used by rule %d already; names must be unique", quote.Value(r.Name), first)})
 		} else if !ok {
 			names[r.Name] = i + 1
 		}
@@ -82,7 +82,7 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 // checks across fields are made when the fields they look at read.
 func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	var out bpf.Rule
-	label := fmt.Sprintf("rule %q", r.Name)
+	label := "rule " + quote.Value(r.Name)
 	var errs []error
 	if err := checkRuleName(r.Name, n); err != nil {
 		errs = append(errs, &OptionError{Rule: n, Key: "name", Err: err})
@@ -166,7 +166,7 @@ func checkRuleName(name string, n int) error {
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("rule %d: name %s holds %q; %s", n, quote.Value(name), c, rule)
+			return fmt.Errorf("rule %d: name %s holds %s; %s", n, quote.Value(name), quote.Rune(c), rule)
 		}
 	}
 	return nil

@@ -163,7 +163,7 @@ func (l *links) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Snaps
 		}
 	})
 	if err != nil {
-		l.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		l.report(acc, ifc, fmt.Errorf("interface %s: %w", quote.Value(ifc.name), err))
 		return false
 	}
 	if !traffic && !*l.opts.perQueue && !*l.opts.perCPU {
