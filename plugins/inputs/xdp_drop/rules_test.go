@@ -269,14 +269,3 @@ func TestLongValuesClipped(t *testing.T) {
 		})
 	}
 }
-
-// TestQuote: a value is quoted as %q quotes it; past 128 bytes it is cut at
-// a character's start and its length follows.
-func TestQuote(t *testing.T) {
-	require.Equal(t, `"dns"`, Quote("dns"))
-	require.Equal(t, `"eth\x1b[1m\xff"`, Quote("eth\x1b[1m\xff"))
-	v := strings.Repeat("a", 128)
-	require.Equal(t, `"`+v+`"`, Quote(v))
-	require.Equal(t, `"`+v+`"…(129 bytes)`, Quote(v+"b"))
-	require.Equal(t, `"`+v[:127]+`"…(129 bytes)`, Quote(v[:127]+"é"), "not within a character")
-}
