@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func (p *Program) attachNative(ifindex int) error {
 func (p *Program) attach(ifindex int, mode Mode) error {
 	flags, ok := modeFlags(mode)
 	if !ok {
-		return fmt.Errorf("unknown XDP mode %q", mode)
+		return fmt.Errorf("unknown XDP mode %s", quote.Value(string(mode)))
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.Prog, Interface: ifindex, Flags: flags})
 	if err != nil {

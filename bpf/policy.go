@@ -9,6 +9,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Mode is the XDP attach mode.
@@ -149,11 +151,7 @@ func (p Policy) fingerprint() string {
 		if r.Limit != nil {
 			fmt.Fprintf(h, "limit %+v\n", *r.Limit)
 		}
-		if len(r.PrefixFiles) > 0 {
-			fmt.Fprintf(h, "rule %q %v %v files %q %v %v\n", r.Name, r.Drop, r.Protocols, r.PrefixFiles, r.SrcPorts, r.DstPorts)
-			continue
-		}
-		fmt.Fprintf(h, "rule %q %v %v %v %v %v %v\n", r.Name, r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
+		h.Write([]byte(r.fingerprintLine()))
 	}
 	if p.PerQueue {
 		h.Write([]byte("per_queue"))
@@ -169,4 +167,19 @@ func (p Policy) fingerprint() string {
 		fmt.Fprintf(h, "bans %v\n", p.Bans.DryRun)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// fingerprintLine is a rule as the fingerprint reads it. Names and paths
+// are quoted whole with strconv.Quote, never clipped as a message clips
+// them, and byte for byte as before: counters pinned by an earlier version
+// continue only under the same fingerprint.
+func (r Rule) fingerprintLine() string {
+	if len(r.PrefixFiles) > 0 {
+		files := make([]string, len(r.PrefixFiles))
+		for i, f := range r.PrefixFiles {
+			files[i] = strconv.Quote(f)
+		}
+		return fmt.Sprintf("rule %s %v %v files [%s] %v %v\n", strconv.Quote(r.Name), r.Drop, r.Protocols, strings.Join(files, " "), r.SrcPorts, r.DstPorts)
+	}
+	return fmt.Sprintf("rule %s %v %v %v %v %v %v\n", strconv.Quote(r.Name), r.Drop, r.Protocols, r.SrcPrefixes, r.DstPrefixes, r.SrcPorts, r.DstPorts)
 }

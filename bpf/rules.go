@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // MaxRules is the number of rules a policy may have.
@@ -120,7 +122,7 @@ func compileRulesUnder(rules []Rule, key hashKey) (*ruleTables, error) {
 	for i := range rules {
 		r := &rules[i]
 		if err := r.check(); err != nil {
-			return nil, fmt.Errorf("rule %q %w", r.Name, err)
+			return nil, fmt.Errorf("rule %s %w", quote.Value(r.Name), err)
 		}
 		bit := uint64(1) << i
 		if len(r.Protocols) == 0 {

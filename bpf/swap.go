@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // CompileRules returns the instance of policy with its rules compiled
@@ -102,7 +104,7 @@ func sameCounting(cur, next Policy) error {
 		if a.Name != b.Name || a.Drop != b.Drop || !slices.Equal(a.Protocols, b.Protocols) ||
 			!slices.Equal(a.SrcPorts, b.SrcPorts) || !slices.Equal(a.DstPorts, b.DstPorts) || !slices.Equal(a.PrefixFiles, b.PrefixFiles) ||
 			(a.Limit == nil) != (b.Limit == nil) || a.Limit != nil && *a.Limit != *b.Limit {
-			return fmt.Errorf("rule %d (%q) differs in more than its prefixes", i+1, a.Name)
+			return fmt.Errorf("rule %d (%s) differs in more than its prefixes", i+1, quote.Value(a.Name))
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Handed is what a stopping instance handed over for one interface: the
@@ -245,7 +246,7 @@ func verifyHanded(o *handedObjects, ifindex int) (ebpf.ProgramID, error) {
 	}
 	id, _ := pinfo.ID()
 	if pinfo.Type != ebpf.XDP || pinfo.Name != ProgramName {
-		return 0, &ForeignError{Reason: fmt.Sprintf("program %d is %s %q, not XDP %q", id, pinfo.Type, pinfo.Name, ProgramName)}
+		return 0, &ForeignError{Reason: fmt.Sprintf("program %d is %s %s, not XDP %s", id, pinfo.Type, quote.Value(pinfo.Name), quote.Value(ProgramName))}
 	}
 	if info.Program != id {
 		return 0, &ForeignError{Reason: fmt.Sprintf("link %d runs program %d, not the handed-over program %d", info.ID, info.Program, id)}

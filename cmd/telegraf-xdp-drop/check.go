@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -74,11 +75,11 @@ func warnPlan(log *levelWriter, conf *loadedConfig, plugin *xdp_drop.XDPDrop, pl
 	}
 	for _, ifc := range plan.Interfaces {
 		if !ifc.Present {
-			log.Warnf("%s: interfaces: %s is not present now%s; it is attached once it appears", where, xdp_drop.Quote(ifc.Name), inNamespace(plugin))
+			log.Warnf("%s: interfaces: %s is not present now%s; it is attached once it appears", where, quote.Value(ifc.Name), inNamespace(plugin))
 		}
 	}
 	for _, p := range plan.Unmatched {
-		log.Warnf("%s: interfaces: the pattern %s matches no interface now%s; interfaces it matches later are attached at the gather after they appear", where, xdp_drop.Quote(p), inNamespace(plugin))
+		log.Warnf("%s: interfaces: the pattern %s matches no interface now%s; interfaces it matches later are attached at the gather after they appear", where, quote.Value(p), inNamespace(plugin))
 	}
 }
 
@@ -86,7 +87,7 @@ func inNamespace(plugin *xdp_drop.XDPDrop) string {
 	if plugin.Namespace == "" {
 		return ""
 	}
-	return " in namespace " + xdp_drop.Quote(plugin.Namespace)
+	return " in namespace " + quote.Value(plugin.Namespace)
 }
 
 // printPlan writes what a start would attach.
@@ -95,7 +96,7 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	w.line("config %s: valid; nothing attached (-check)", path)
 	ns := "this process's network namespace"
 	if plugin.Namespace != "" {
-		ns = "namespace " + xdp_drop.Quote(plugin.Namespace)
+		ns = "namespace " + quote.Value(plugin.Namespace)
 	}
 	mode := plugin.Mode
 	if mode == "" {
@@ -111,12 +112,12 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	for _, ifc := range plan.Interfaces {
 		how := "named"
 		if ifc.Pattern != "" {
-			how = "matched by " + xdp_drop.Quote(ifc.Pattern)
+			how = "matched by " + quote.Value(ifc.Pattern)
 		}
 		if !ifc.Present {
 			how += ", not present now"
 		}
-		w.line("  %-15s %s", xdp_drop.Printable(ifc.Name), how)
+		w.line("  %-15s %s", quote.Line(ifc.Name), how)
 	}
 	policy := "pass"
 	if len(plugin.Drop) > 0 {
@@ -135,8 +136,8 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	fp := plan.Footprint
 	if len(plan.Rules) > 0 {
 		w.line("rule maps (once, shared by every interface): %s prefixes (%s IPv4, %s IPv6): %s buckets, %s exact-prefix slots, trie entries %s IPv4 and %s IPv6, %s port masks, %s limiter cells",
-			xdp_drop.Thousands(uint64(fp.PrefixesV4+fp.PrefixesV6)), xdp_drop.Thousands(uint64(fp.PrefixesV4)), xdp_drop.Thousands(uint64(fp.PrefixesV6)), xdp_drop.Thousands(uint64(fp.PrefixBuckets)), xdp_drop.Thousands(uint64(fp.ExactSlots)),
-			xdp_drop.Thousands(uint64(fp.TrieV4)), xdp_drop.Thousands(uint64(fp.TrieV6)), xdp_drop.Thousands(uint64(fp.PortMasks)), xdp_drop.Thousands(uint64(fp.LimitCells)))
+			quote.Thousands(uint64(fp.PrefixesV4+fp.PrefixesV6)), quote.Thousands(uint64(fp.PrefixesV4)), quote.Thousands(uint64(fp.PrefixesV6)), quote.Thousands(uint64(fp.PrefixBuckets)), quote.Thousands(uint64(fp.ExactSlots)),
+			quote.Thousands(uint64(fp.TrieV4)), quote.Thousands(uint64(fp.TrieV6)), quote.Thousands(uint64(fp.PortMasks)), quote.Thousands(uint64(fp.LimitCells)))
 	}
 	perIface := uint64(cpus)*fp.PerCPU + fp.Ring
 	ring := ""
@@ -162,7 +163,7 @@ func ruleSizes(r xdp_drop.PlannedRule) string {
 		v4, v6 int
 	}{{"src", r.SrcV4, r.SrcV6}, {"dst", r.DstV4, r.DstV6}} {
 		if d.v4+d.v6 > 0 {
-			parts = append(parts, fmt.Sprintf("%s prefixes %s IPv4 + %s IPv6", d.dir, xdp_drop.Thousands(uint64(d.v4)), xdp_drop.Thousands(uint64(d.v6))))
+			parts = append(parts, fmt.Sprintf("%s prefixes %s IPv4 + %s IPv6", d.dir, quote.Thousands(uint64(d.v4)), quote.Thousands(uint64(d.v6))))
 		}
 	}
 	if r.PrefixFiles > 0 {
@@ -175,7 +176,7 @@ func ruleSizes(r xdp_drop.PlannedRule) string {
 		parts = append(parts, plural(r.DstPorts, "dst_port entry"))
 	}
 	if r.Rate > 0 {
-		parts = append(parts, fmt.Sprintf("rate %s/s burst %s", xdp_drop.Thousands(uint64(r.Rate)), xdp_drop.Thousands(uint64(r.Burst))))
+		parts = append(parts, fmt.Sprintf("rate %s/s burst %s", quote.Thousands(uint64(r.Rate)), quote.Thousands(uint64(r.Burst))))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -186,9 +187,9 @@ func plural(n int, thing string) string {
 	case n == 1:
 		return "1 " + thing
 	case strings.HasSuffix(thing, "y"):
-		return fmt.Sprintf("%s %sies", xdp_drop.Thousands(uint64(n)), strings.TrimSuffix(thing, "y"))
+		return fmt.Sprintf("%s %sies", quote.Thousands(uint64(n)), strings.TrimSuffix(thing, "y"))
 	}
-	return fmt.Sprintf("%s %ss", xdp_drop.Thousands(uint64(n)), thing)
+	return fmt.Sprintf("%s %ss", quote.Thousands(uint64(n)), thing)
 }
 
 type planWriter struct{ out io.Writer }

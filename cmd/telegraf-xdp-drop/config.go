@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
@@ -122,16 +123,16 @@ func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, er
 func unknownKey(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive, key toml.Key) error {
 	if len(key) < 2 || key[0] != "inputs" || key[1] != "xdp_drop" {
 		// Outside the section, where no line of it tells where.
-		return fmt.Errorf("unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", xdp_drop.Quote(key.String()))
+		return fmt.Errorf("unknown section or key %s: this file holds only one [[inputs.xdp_drop]] section (agent and output settings belong in Telegraf's config)", quote.Value(key.String()))
 	}
 	if len(key) == 4 && key[2] == "rule" {
 		n, label := ruleWithKey(rules, md, section, key[3])
-		return &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s; a rule takes %s", label, xdp_drop.Quote(key[3]), ruleOptions)}
+		return &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s; a rule takes %s", label, quote.Value(key[3]), ruleOptions)}
 	}
 	if table, ok := subTable(key); ok {
-		return &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s; [inputs.xdp_drop.%s] takes %s", xdp_drop.Quote(key.String()), table, strings.Join(tableKeys[table], ", "))}
+		return &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s; [inputs.xdp_drop.%s] takes %s", quote.Value(key.String()), table, strings.Join(tableKeys[table], ", "))}
 	}
-	return &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s; [[inputs.xdp_drop]] takes %s", xdp_drop.Quote(key.String()), options)}
+	return &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s; [[inputs.xdp_drop]] takes %s", quote.Value(key.String()), options)}
 }
 
 // decodeError names the rule a type error is in, by position and name, as
@@ -155,7 +156,7 @@ func decodeError(md toml.MetaData, section toml.Primitive, err error) error {
 		}
 		if md.PrimitiveDecode(p, &named) == nil {
 			if name, ok := named.Name.(string); ok {
-				label += " (" + xdp_drop.Quote(name) + ")"
+				label += " (" + quote.Value(name) + ")"
 			}
 		}
 		m := typeErrorText.FindStringSubmatch(oneLine(rerr).Error())
@@ -207,26 +208,26 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 	}
 	for _, key := range md.Keys() {
 		if key[0] != "inputs" && strings.EqualFold(key[0], "inputs") {
-			refuse(key, fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", xdp_drop.Quote(key.String()), why))
+			refuse(key, fmt.Errorf("unknown section or key %s (%s); did you mean [[inputs.xdp_drop]]?", quote.Value(key.String()), why))
 			continue
 		}
 		if len(key) < 3 || key[0] != "inputs" || key[1] != "xdp_drop" {
 			continue
 		}
 		if want, ok := foldMatch(optionKeys, key[2]); ok {
-			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %q (%s); did you mean %q?", key[:3].String(), why, want)})
+			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key[:3].String()), why, quote.Value(want))})
 			continue
 		}
 		if table, ok := subTable(key); ok {
 			if want, ok := foldMatch(tableKeys[table], key[len(key)-1]); ok {
-				refuse(key, &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %q (%s); did you mean %q?", key.String(), why, want)})
+				refuse(key, &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key.String()), why, quote.Value(want))})
 			}
 			continue
 		}
 		if len(key) == 4 && key[2] == "rule" {
 			if want, ok := foldMatch(ruleKeys, key[3]); ok {
 				n, label := ruleWithKey(rules, md, section, key[3])
-				refuse(key, &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %q (%s); did you mean %q?", label, key[3], why, want)})
+				refuse(key, &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s (%s); did you mean %s?", label, quote.Value(key[3]), why, quote.Value(want))})
 			}
 		}
 	}
@@ -272,7 +273,7 @@ func ruleWithKey(rules []xdp_drop.Rule, md toml.MetaData, section toml.Primitive
 				continue
 			}
 			if i < len(rules) && rules[i].Name != "" {
-				return i + 1, "rule " + xdp_drop.Quote(rules[i].Name)
+				return i + 1, "rule " + quote.Value(rules[i].Name)
 			}
 			return i + 1, fmt.Sprintf("rule %d", i+1)
 		}

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // quoting is where in the TOML document a $VAR stands.
@@ -172,7 +174,7 @@ func expandString(content string, q quoting, start int) (string, error) {
 // of quoting q, or an error when that string cannot hold it.
 func quotedValue(name, value string, q quoting, line int) (string, error) {
 	if !utf8.ValidString(value) {
-		return "", fmt.Errorf("line %d: $%s holds %s, which is not UTF-8, and a TOML file can hold only UTF-8", line, name, showValue(value))
+		return "", fmt.Errorf("line %d: $%s holds %s, which is not UTF-8, and a TOML file can hold only UTF-8", line, name, quote.Value(value))
 	}
 	switch q {
 	case basic, multiBasic:
@@ -180,12 +182,12 @@ func quotedValue(name, value string, q quoting, line int) (string, error) {
 	case literal:
 		if strings.ContainsFunc(value, func(r rune) bool { return r == '\'' || isControl(r) }) {
 			return "", fmt.Errorf("line %d: $%s holds %s, with a ' or a control character, which %s cannot hold; "+
-				"use a \"…\" string there, where values are escaped", line, name, showValue(value), q)
+				"use a \"…\" string there, where values are escaped", line, name, quote.Value(value), q)
 		}
 	case multiLiteral:
 		if strings.Contains(value, "'''") || strings.ContainsFunc(value, func(r rune) bool { return r != '\n' && isControl(r) }) {
 			return "", fmt.Errorf("line %d: $%s holds %s, with ''' or a control character, which %s cannot hold; "+
-				"use a \"\"\"…\"\"\" string there, where values are escaped", line, name, showValue(value), q)
+				"use a \"\"\"…\"\"\" string there, where values are escaped", line, name, quote.Value(value), q)
 		}
 	}
 	return value, nil
@@ -203,7 +205,7 @@ func bareValue(name string, line int) (string, error) {
 	}
 	if !scalar.MatchString(value) {
 		return "", fmt.Errorf("line %d: $%s stands outside any string, where only a number or true/false is taken, and holds %s; quote it (\"$%s\") where a string is meant",
-			line, name, showValue(value), name)
+			line, name, quote.Value(value), name)
 	}
 	return value, nil
 }
@@ -267,9 +269,4 @@ func escapeBasic(value string) string {
 		}
 	}
 	return b.String()
-}
-
-// showValue quotes a variable's value for a message, clipped.
-func showValue(value string) string {
-	return fmt.Sprintf("%q", clip(value, 40))
 }

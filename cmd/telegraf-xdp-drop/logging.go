@@ -11,7 +11,7 @@ import (
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/logger"
 
-	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // levelWriter prints log messages the way inputs.execd reads a child's
@@ -32,7 +32,7 @@ func (w *levelWriter) print(level telegraf.LogLevel, args ...any) {
 	defer w.mu.Unlock()
 	for _, line := range strings.Split(msg, "\n") {
 		// A name or path in the line may hold escape sequences: none reaches the terminal.
-		fmt.Fprintf(w.out, "%s %s\n", level.Indicator(), xdp_drop.Printable(line))
+		fmt.Fprintf(w.out, "%s %s\n", level.Indicator(), quote.Line(line))
 	}
 }
 

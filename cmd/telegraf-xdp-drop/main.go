@@ -17,6 +17,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/common/shim"
 
 	"github.com/xdp-drop/xdp_drop/internal/handover"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 func main() {
@@ -127,7 +128,7 @@ func run() int {
 	if trustUID != noTrustCheck {
 		plugin.TrustPrefixFiles(trustUID)
 	}
-	log.Debugf("config %s: interfaces %q, mode %q, drop %v", *configFile, plugin.Interfaces, plugin.Mode, plugin.Drop)
+	log.Debugf("config %s: interfaces %s, mode %s, drop %v", *configFile, quote.List(plugin.Interfaces), quote.Value(plugin.Mode), plugin.Drop)
 	plugin.Run.HandoverInstance = handoverInstance(*configFile)
 
 	if *statusView {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -317,7 +318,7 @@ func clipMiddle(s string, w int) string {
 // number formats n with thousands separators when that fits in w columns,
 // else with three significant digits and an SI prefix (1.23G, 18.4E).
 func number(n uint64, w int) string {
-	if s := xdp_drop.Thousands(n); len(s) <= w {
+	if s := quote.Thousands(n); len(s) <= w {
 		return s
 	}
 	return short(float64(n))

@@ -29,7 +29,7 @@ const config = `# The demo's policy: drop UDP and ICMP (v4 and v6), pass and cou
 # two rules, checked first, decide some frames against it; the heaviest sources of
 # what is dropped are sampled.
 [[inputs.xdp_drop]]
-  interfaces = [%q]
+  interfaces = ["%s"]
   drop = ["udp", "icmp", "ipv6-icmp"]
   ## No successor comes: release the interface at once on stop.
   handover_timeout = "0s"
@@ -97,6 +97,7 @@ func run() error {
 	}
 
 	confPath := filepath.Join(dir, "xdp_drop.conf")
+	// testns.Dev is a plain name of the demo's own: no TOML escaping is needed.
 	conf := fmt.Sprintf(config, testns.Dev)
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return err

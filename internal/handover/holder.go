@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/signame"
 )
 
@@ -142,9 +143,9 @@ func (h *Holder) releaseAll(why, whyTaking string) {
 	defer h.mu.Unlock()
 	for k, hd := range h.held {
 		if hd.taking {
-			h.Log.Infof("interface %q: %s", hd.offer.Interface, whyTaking)
+			h.Log.Infof("interface %s: %s", quote.Value(hd.offer.Interface), whyTaking)
 		} else {
-			h.Log.Infof("interface %q: %s", hd.offer.Interface, why)
+			h.Log.Infof("interface %s: %s", quote.Value(hd.offer.Interface), why)
 		}
 		h.drop(k, hd)
 	}
@@ -232,7 +233,7 @@ func (h *Holder) serve(hd *held) {
 func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
 	defer c.Close()
 	if _, err := peerAllowed(c); err != nil {
-		h.Log.Warnf("interface %q: refused a handover request: %v", hd.offer.Interface, err)
+		h.Log.Warnf("interface %s: refused a handover request: %v", quote.Value(hd.offer.Interface), err)
 		return false
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -267,7 +268,7 @@ func (h *Holder) handle(hd *held, c *net.UnixConn) bool {
 	h.mu.Unlock()
 	if err != nil || !ans.Accept {
 		if ans.Refuse != "" {
-			h.Log.Warnf("interface %q: the successor refused the handover: %s; still held", hd.offer.Interface, ans.Refuse)
+			h.Log.Warnf("interface %s: the successor refused the handover: %s; still held", quote.Value(hd.offer.Interface), ans.Refuse)
 		}
 		return false
 	}
@@ -290,7 +291,7 @@ func (h *Holder) releaseUnmanaged(manages []Key, netns uint64) []string {
 	var released []string
 	for k, hd := range h.held {
 		if k.NetNS == netns && !managed[k] {
-			h.Log.Infof("interface %q: released at once: the successor does not manage it", hd.offer.Interface)
+			h.Log.Infof("interface %s: released at once: the successor does not manage it", quote.Value(hd.offer.Interface))
 			released = append(released, hd.offer.Interface)
 			h.drop(k, hd)
 		}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // advised is a bpf error worded for the operator, with the options and
@@ -48,10 +49,10 @@ func advise(err error) error {
 func pinDirText(e *bpf.PinDirError) string {
 	switch e.Reason {
 	case bpf.PinDirPrivate:
-		return fmt.Sprintf("pin_path = %q: %v: counters would not survive a restart and keep_attached could keep nothing; "+
-			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", e.Root, e.Err)
+		return fmt.Sprintf("pin_path = %s: %v: counters would not survive a restart and keep_attached could keep nothing; "+
+			"run the binary in the host's mount namespace (not under ip netns exec) and reach the interfaces with the namespace option, or leave pin_path unset", quote.Value(e.Root), e.Err)
 	case bpf.PinRootNotDir:
-		return fmt.Sprintf("pin_path = %q: %v; set pin_path to a directory (created if missing), e.g. %q", e.Root, e.Err, bpf.DefaultBPFFS+"/xdp_drop")
+		return fmt.Sprintf("pin_path = %s: %v; set pin_path to a directory (created if missing), e.g. %s", quote.Value(e.Root), e.Err, quote.Value(bpf.DefaultBPFFS+"/xdp_drop"))
 	case bpf.PinDirNotOurs:
 		return fmt.Sprintf("pin_path: %v; it is not ours, so it is left alone: move it, or choose another pin_path", e.Err)
 	}
@@ -89,13 +90,13 @@ func (l *links) explain(name string, err error) error {
 	var live *bpf.LiveOwnerError
 	switch {
 	case errors.As(err, &live) && len(live.Owners) == 0:
-		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
-			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", name, err)
+		return fmt.Errorf("interface %s: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
+			"run as root to see the owner, stop the other instance, or, if it is a link kept by a stopped one, remove that pin", quote.Value(name), err)
 	case errors.As(err, &live):
-		return fmt.Errorf("interface %q: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
-			"stop that instance, or give each instance interfaces and a pin_path of its own", name, err)
+		return fmt.Errorf("interface %s: %w; an interface is never taken from a running xdp_drop, even with replace = true, so it is left alone: "+
+			"stop that instance, or give each instance interfaces and a pin_path of its own", quote.Value(name), err)
 	case errors.Is(err, unix.EMFILE):
-		return fmt.Errorf("interface %q: %w; %s", name, err, fdAdvice(l.policy.FDs()))
+		return fmt.Errorf("interface %s: %w; %s", quote.Value(name), err, fdAdvice(l.policy.FDs()))
 	case errors.Is(err, bpf.ErrPermission):
 		exe, _ := os.Executable()
 		if exe == "" {
@@ -103,24 +104,24 @@ func (l *links) explain(name string, err error) error {
 		}
 		// The group and mode first: a binary with these capabilities that
 		// anyone may run lets anyone drop any interface's traffic.
-		return fmt.Errorf("interface %q: %w; run as root or grant them, letting only Telegraf's group run it: "+
-			"chown root:telegraf %s && chmod 0750 %s && setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", name, err, exe, exe, exe)
+		return fmt.Errorf("interface %s: %w; run as root or grant them, letting only Telegraf's group run it: "+
+			"chown root:telegraf %s && chmod 0750 %s && setcap cap_bpf,cap_net_admin,cap_perfmon+ep %s", quote.Value(name), err, exe, exe, exe)
 	case errors.As(err, &refused) && refused.MTULimited():
-		return fmt.Errorf(`interface %q: %w, or set mode = "generic" (or "auto", which falls back to it)`, name, err)
+		return fmt.Errorf(`interface %s: %w, or set mode = "generic" (or "auto", which falls back to it)`, quote.Value(name), err)
 	case errors.Is(err, bpf.ErrNativeUnsupported):
-		return fmt.Errorf(`interface %q: %w; set mode = "generic" or mode = "auto"`, name, err)
+		return fmt.Errorf(`interface %s: %w; set mode = "generic" or mode = "auto"`, quote.Value(name), err)
 	case errors.As(err, &existing) && existing.Uninspectable:
-		return fmt.Errorf("interface %q: %w: whose it is cannot be told (another xdp_drop instance's or another tool's), so it is left alone; "+
-			"see it with: bpftool prog show id %d (as root), then stop or detach its owner, or set replace = true to replace it", name, err, existing.ID)
+		return fmt.Errorf("interface %s: %w: whose it is cannot be told (another xdp_drop instance's or another tool's), so it is left alone; "+
+			"see it with: bpftool prog show id %d (as root), then stop or detach its owner, or set replace = true to replace it", quote.Value(name), err, existing.ID)
 	case errors.As(err, &existing) && existing.Name == bpf.ProgramName:
-		return fmt.Errorf("interface %q: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
-			"it is left alone: stop the other instance; if none runs, set replace = true to replace it", name, err)
+		return fmt.Errorf("interface %s: %w: an xdp_drop program that another running instance owns, or one left pinned or attached by hand; "+
+			"it is left alone: stop the other instance; if none runs, set replace = true to replace it", quote.Value(name), err)
 	case errors.As(err, &existing):
-		return fmt.Errorf("interface %q: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", name, err)
+		return fmt.Errorf("interface %s: %w; it is not ours, so it is left alone: set replace = true to replace it, or detach it first", quote.Value(name), err)
 	case l.mode == bpf.ModeOffload:
-		return fmt.Errorf(`interface %q: offload mode failed: %w; few NICs offload XDP with per-CPU maps: use mode = "native"`, name, err)
+		return fmt.Errorf(`interface %s: offload mode failed: %w; few NICs offload XDP with per-CPU maps: use mode = "native"`, quote.Value(name), err)
 	}
-	return fmt.Errorf("interface %q: %w", name, err)
+	return fmt.Errorf("interface %s: %w", quote.Value(name), err)
 }
 
 // fdAdvice explains running out of file descriptors: the limit and what

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/handover"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // iface is one configured or matched interface and, when attached, its program.
@@ -60,7 +61,7 @@ func (l *links) attach(ifc *iface) error {
 		}
 	}
 	if l.console.readOnly {
-		ifc.err = fmt.Errorf("interface %q: no xdp_drop instance holds it: no XDP program is attached, and this read-only run attaches none", ifc.name)
+		ifc.err = fmt.Errorf("interface %s: no xdp_drop instance holds it: no XDP program is attached, and this read-only run attaches none", quote.Value(ifc.name))
 		return ifc.err
 	}
 	want := bpf.Want{
@@ -109,7 +110,7 @@ func (l *links) release(ifc *iface, why error) {
 	}
 	l.sampling.stop(&ifc.tap)
 	if err := ifc.prog.Close(); err != nil {
-		l.log.Errorf("interface %q: detach: %v", ifc.name, err)
+		l.log.Errorf("interface %s: detach: %v", quote.Value(ifc.name), err)
 	}
 	ifc.prog = nil
 	ifc.err = why
@@ -120,7 +121,7 @@ func (l *links) logNotes(name string, notes []bpf.Note) {
 	for _, n := range notes {
 		text := noteText(n, l.opts.keepAttached)
 		if !n.Instance {
-			text = fmt.Sprintf("interface %q: %s", name, text)
+			text = fmt.Sprintf("interface %s: %s", quote.Value(name), text)
 		}
 		if n.Warn {
 			l.log.Warnf("%s", text)
@@ -164,11 +165,11 @@ type notFoundError struct {
 func (e *notFoundError) Error() string {
 	switch {
 	case e.removedID != 0:
-		return fmt.Sprintf("interface %q not found: it was removed, and program id %d with it; it is attached again once it appears", e.name, e.removedID)
+		return fmt.Sprintf("interface %s not found: it was removed, and program id %d with it; it is attached again once it appears", quote.Value(e.name), e.removedID)
 	case e.midAttach:
-		return fmt.Sprintf("interface %q not found: it was removed while it was being attached; it is attached once it appears again", e.name)
+		return fmt.Sprintf("interface %s not found: it was removed while it was being attached; it is attached once it appears again", quote.Value(e.name))
 	}
-	return fmt.Sprintf("interface %q not found (interfaces here: %s); it is attached once it appears", e.name, strings.Join(e.here, ", "))
+	return fmt.Sprintf("interface %s not found (interfaces here: %s); it is attached once it appears", quote.Value(e.name), strings.Join(e.here, ", "))
 }
 
 // gone says how a matched interface went away, for the log.
@@ -186,7 +187,7 @@ func unknownInterface(name string) error {
 	e := &notFoundError{name: name}
 	if list, err := net.Interfaces(); err == nil {
 		for _, i := range list {
-			e.here = append(e.here, tagName(i.Name))
+			e.here = append(e.here, quote.Tag(i.Name))
 		}
 	}
 	sort.Strings(e.here)

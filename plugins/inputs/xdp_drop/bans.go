@@ -14,6 +14,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/common/tls"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
@@ -147,7 +148,7 @@ func parseBans(c *BansConfig, dryRun bool, uid int) (*bansSettings, error) {
 	}
 	s.allow = uniquePrefixes(s.allow)
 	if v4, v6 := familyCounts(s.allow); max(v4, v6) > bpf.MaxBanAllow {
-		fail(keyAllowPrefix, fmt.Errorf("bans.allow_prefix and allow_prefix_file allow %s IPv4 and %s IPv6 prefixes; at most %s a family fit the ban maps: merge them into wider prefixes", Thousands(uint64(v4)), Thousands(uint64(v6)), Thousands(bpf.MaxBanAllow)))
+		fail(keyAllowPrefix, fmt.Errorf("bans.allow_prefix and allow_prefix_file allow %s IPv4 and %s IPv6 prefixes; at most %s a family fit the ban maps: merge them into wider prefixes", quote.Thousands(uint64(v4)), quote.Thousands(uint64(v6)), quote.Thousands(bpf.MaxBanAllow)))
 	}
 	switch {
 	case c.Max == 0:
@@ -201,7 +202,7 @@ func (s *bansSettings) parseCrowdSec(c *CrowdSecConfig, uid int) []error {
 	if err != nil {
 		fail(keyTLS, fmt.Errorf("bans.crowdsec: tls_ca, tls_cert, tls_key: %w", err))
 	} else if s.tls != nil && u != nil && u.Scheme == "http" && c.Enable == nil {
-		fail(keyTLS, fmt.Errorf("bans.crowdsec: TLS options are set but url = %s is http; use an https:// url, or remove the tls_ options", Quote(c.URL)))
+		fail(keyTLS, fmt.Errorf("bans.crowdsec: TLS options are set but url = %s is http; use an https:// url, or remove the tls_ options", quote.Value(c.URL)))
 	}
 	return errs
 }
@@ -215,15 +216,15 @@ func checkLAPIURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil || hasControl(raw):
-		return nil, fmt.Errorf("bans.crowdsec.url = %s is not a URL%s", Quote(raw), want)
+		return nil, fmt.Errorf("bans.crowdsec.url = %s is not a URL%s", quote.Value(raw), want)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("bans.crowdsec.url = %s: the scheme must be http or https%s", Quote(raw), want)
+		return nil, fmt.Errorf("bans.crowdsec.url = %s: the scheme must be http or https%s", quote.Value(raw), want)
 	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("bans.crowdsec.url = %s has no host%s", Quote(raw), want)
+		return nil, fmt.Errorf("bans.crowdsec.url = %s has no host%s", quote.Value(raw), want)
 	case u.User != nil:
-		return nil, fmt.Errorf("bans.crowdsec.url = %s holds credentials; the LAPI takes the bouncer's key: set api_key_file", Quote(u.Redacted()))
+		return nil, fmt.Errorf("bans.crowdsec.url = %s holds credentials; the LAPI takes the bouncer's key: set api_key_file", quote.Value(u.Redacted()))
 	case u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("bans.crowdsec.url = %s has a query or fragment; give the LAPI's base address%s", Quote(raw), want)
+		return nil, fmt.Errorf("bans.crowdsec.url = %s has a query or fragment; give the LAPI's base address%s", quote.Value(raw), want)
 	}
 	return u, nil
 }
@@ -240,7 +241,7 @@ func readAPIKey(c *CrowdSecConfig, uid int) (string, error) {
 		return c.APIKey, checkAPIKey("bans.crowdsec.api_key", c.APIKey)
 	}
 	if !strings.HasPrefix(c.APIKeyFile, "/") || hasControl(c.APIKeyFile) || len(c.APIKeyFile) > maxPath {
-		return "", fmt.Errorf("bans.crowdsec.api_key_file = %s is not an absolute path; write it from /, such as \"/etc/telegraf-xdp-drop/crowdsec.key\"", Quote(c.APIKeyFile))
+		return "", fmt.Errorf("bans.crowdsec.api_key_file = %s is not an absolute path; write it from /, such as \"/etc/telegraf-xdp-drop/crowdsec.key\"", quote.Value(c.APIKeyFile))
 	}
 	f, _, err := trust.OpenRegular(c.APIKeyFile, uid, "api_key_file")
 	if err != nil {
@@ -282,9 +283,9 @@ func checkDecisionTypes(types []string) ([]string, error) {
 	for _, t := range types {
 		switch {
 		case t == "" || len(t) > 64 || strings.IndexFunc(t, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0:
-			return nil, fmt.Errorf(`bans.crowdsec.types: %s is not a decision type; list types such as "ban"`, Quote(t))
+			return nil, fmt.Errorf(`bans.crowdsec.types: %s is not a decision type; list types such as "ban"`, quote.Value(t))
 		case seen[t]:
-			return nil, fmt.Errorf("bans.crowdsec.types: %s is listed twice; list each type once", Quote(t))
+			return nil, fmt.Errorf("bans.crowdsec.types: %s is listed twice; list each type once", quote.Value(t))
 		}
 		seen[t] = true
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // banFeed is where decisions come from: the CrowdSec stream client.
@@ -314,7 +315,7 @@ func (b *bans) appendCrowdSec(out []BanSeries, ifaces []*iface) []BanSeries {
 			continue
 		}
 		s := BanSeries{
-			Interface: tagName(ifc.name), Origin: OriginCrowdSec, Action: action,
+			Interface: quote.Tag(ifc.name), Origin: OriginCrowdSec, Action: action,
 			Active: c.Active, Added: c.Added, Removed: c.Removed, Expired: c.Expired,
 			Refused: c.Refused, Synced: c.Synced, Error: c.Error,
 		}
@@ -322,7 +323,7 @@ func (b *bans) appendCrowdSec(out []BanSeries, ifaces []*iface) []BanSeries {
 			s.Packets = counts[bpf.BanOriginCrowdSec][a].Packets
 			s.Bytes = counts[bpf.BanOriginCrowdSec][a].Bytes
 		} else if s.Error == "" {
-			s.Error = Printable(firstLine(fmt.Errorf("read the ban counters: %w", err)))
+			s.Error = quote.Line(firstLine(fmt.Errorf("read the ban counters: %w", err)))
 		}
 		out = append(out, s)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // captureRetry is how long after a failure the capture is not tried
@@ -165,7 +166,7 @@ func (s *sampling) closeCapture() {
 		return
 	}
 	if err := s.capture.close(); err != nil {
-		s.log.Errorf("capture_path = %s: %v", Quote(s.capturePath), err)
+		s.log.Errorf("capture_path = %s: %v", quote.Value(s.capturePath), err)
 	}
 	s.capture = nil
 }
@@ -180,12 +181,12 @@ func (s *sampling) checkCapture(acc telegraf.Accumulator) {
 	}
 	failing, report, resumed := s.capture.gathered()
 	if report != nil {
-		acc.AddError(fmt.Errorf("capture_path = %s: %w; the filter goes on, the sampled frames are counted in xdp_drop_link's capture_lost, and the capture is tried again every second", Quote(s.capturePath), report))
+		acc.AddError(fmt.Errorf("capture_path = %s: %w; the filter goes on, the sampled frames are counted in xdp_drop_link's capture_lost, and the capture is tried again every second", quote.Value(s.capturePath), report))
 	}
 	if resumed > 0 {
-		s.log.Infof("capture_path = %s: writing again, after %d sampled frames not written", Quote(s.capturePath), resumed)
+		s.log.Infof("capture_path = %s: writing again, after %d sampled frames not written", quote.Value(s.capturePath), resumed)
 	}
-	s.captureErr = Printable(failing)
+	s.captureErr = quote.Line(failing)
 }
 
 // forget drops what the capture counted of an interface gone for good.

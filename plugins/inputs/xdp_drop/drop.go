@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // parsePolicy turns the drop option and the rules into a policy. With
@@ -50,7 +51,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			n, ok := lookupProtocol(v)
 			if !ok {
-				return bpf.Policy{}, fmt.Errorf("drop: %s is not an IP protocol name; %s%s", Quote(v), accepted, suggest(v))
+				return bpf.Policy{}, fmt.Errorf("drop: %s is not an IP protocol name; %s%s", quote.Value(v), accepted, suggest(v))
 			}
 			proto = n
 		case int64:
@@ -59,7 +60,7 @@ func ParseDrop(drop []any) (bpf.Policy, error) {
 			}
 			proto = uint8(v)
 		default:
-			return bpf.Policy{}, fmt.Errorf("drop: %s (%T) is neither a protocol name nor a number; %s", quoteAny(item), item, accepted)
+			return bpf.Policy{}, fmt.Errorf("drop: %s (%T) is neither a protocol name nor a number; %s", quote.Value(fmt.Sprint(item)), item, accepted)
 		}
 		if seen[proto] {
 			return bpf.Policy{}, fmt.Errorf("drop: protocol %s (%d) is listed twice", protocolTag(proto), proto)
@@ -78,7 +79,7 @@ func suggest(name string) string {
 			if k == "icmp" && strings.Contains(l, "6") {
 				return `; did you mean "ipv6-icmp"?`
 			}
-			return fmt.Sprintf("; did you mean %q?", k)
+			return fmt.Sprintf("; did you mean %s?", quote.Value(k))
 		}
 	}
 	if _, err := strconv.Atoi(name); err == nil {

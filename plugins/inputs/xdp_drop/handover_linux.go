@@ -12,6 +12,7 @@ import (
 	"github.com/influxdata/telegraf"
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/handover"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // handoff is the instance's side of handover: where its sockets are, and
@@ -99,11 +100,11 @@ func (h *handoff) handOver(log telegraf.Logger, timeout time.Duration, ifaces []
 			continue
 		}
 		if errs[i] != nil {
-			log.Warnf("interface %q: not held for handover: %v; released at once", ifc.name, errs[i])
+			log.Warnf("interface %s: not held for handover: %v; released at once", quote.Value(ifc.name), errs[i])
 			continue
 		}
-		log.Infof("interface %q: held for handover, program id %d (process %d; released after %s if no successor takes it over)",
-			ifc.name, ifc.prog.ID(), pid, timeout)
+		log.Infof("interface %s: held for handover, program id %d (process %d; released after %s if no successor takes it over)",
+			quote.Value(ifc.name), ifc.prog.ID(), pid, timeout)
 	}
 }
 
@@ -196,11 +197,11 @@ func (h *handoff) take(ifc *iface, key handover.Key, tk taker) *bpf.Handed {
 		return nil
 	}
 	if errors.Is(err, handover.ErrHolderGone) {
-		tk.log.Infof("interface %q: %v; attaching afresh", ifc.name, err)
+		tk.log.Infof("interface %s: %v; attaching afresh", quote.Value(ifc.name), err)
 		return nil
 	}
 	if err != nil {
-		tk.log.Warnf("interface %q: could not take over from a stopped instance: %v", ifc.name, err)
+		tk.log.Warnf("interface %s: could not take over from a stopped instance: %v", quote.Value(ifc.name), err)
 		return nil
 	}
 	if t == nil {
@@ -250,7 +251,7 @@ func (h *handoff) takeRules(tk taker) {
 
 func logReleased(log telegraf.Logger, names []string) {
 	for _, n := range names {
-		log.Infof("interface %q: released at once by the stopped instance's handover: this instance does not manage it", n)
+		log.Infof("interface %s: released at once by the stopped instance's handover: this instance does not manage it", quote.Value(n))
 	}
 }
 
@@ -270,10 +271,10 @@ func managedKeys(ifaces []*iface, netns uint64) []handover.Key {
 // answer still holds the interface.
 func stuckError(name string, err error, stuck *handover.StuckError) error {
 	if stuck.PID == 0 {
-		return fmt.Errorf("interface %q: %w; %v: let it run or end it (it is not visible from here), and this instance takes the interface over or attaches afresh at the next gather", name, err, stuck)
+		return fmt.Errorf("interface %s: %w; %v: let it run or end it (it is not visible from here), and this instance takes the interface over or attaches afresh at the next gather", quote.Value(name), err, stuck)
 	}
-	return fmt.Errorf("interface %q: %w; %v: kill -CONT %d lets this instance take the interface over in place at the next gather, kill -KILL %d releases it at once",
-		name, err, stuck, stuck.PID, stuck.PID)
+	return fmt.Errorf("interface %s: %w; %v: kill -CONT %d lets this instance take the interface over in place at the next gather, kill -KILL %d releases it at once",
+		quote.Value(name), err, stuck, stuck.PID, stuck.PID)
 }
 
 // awaitOffer waits, during Start only, for a stopping instance that still

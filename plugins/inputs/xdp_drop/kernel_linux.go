@@ -12,6 +12,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // kernelSide holds the plugin instance's bpf.Instance, of the policy its
@@ -128,9 +129,9 @@ func (l *links) swapPrefixes(acc telegraf.Accumulator) {
 		if ifc.swapErr != nil {
 			ifc.swapErr, ifc.reported = nil, "" // a failure again is news
 		}
-		l.log.Infof("interface %q: prefix files swapped in, program id %d (was %d)", ifc.name, ifc.prog.ID(), olds[i])
+		l.log.Infof("interface %s: prefix files swapped in, program id %d (was %d)", quote.Value(ifc.name), ifc.prog.ID(), olds[i])
 		if note := ifc.prog.PrefixNote(); note != "" {
-			l.log.Warnf("interface %q: %s", ifc.name, note)
+			l.log.Warnf("interface %s: %s", quote.Value(ifc.name), note)
 		}
 	}
 }
@@ -139,7 +140,7 @@ func (l *links) swapPrefixes(acc telegraf.Accumulator) {
 // interface, for its rule points, and reports it once.
 func (l *links) swapFailed(acc telegraf.Accumulator, ifc *iface, err error) {
 	ifc.swapErr = errors.New(firstLine(err))
-	l.report(acc, ifc, fmt.Errorf("interface %q: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", ifc.name, err))
+	l.report(acc, ifc, fmt.Errorf("interface %s: put the changed prefix files in force: %w; the previous prefixes stay in force, tried again at the next gather", quote.Value(ifc.name), err))
 }
 
 // oldestHeld is the oldest generation of rule prefixes the program of an

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Defaults of a limit rule's source grouping: a host for IPv4, a subnet
@@ -25,7 +26,7 @@ func parseLimit(r *Rule, out *bpf.Rule) error {
 			{"limit_prefix_ipv4", r.LimitPrefixIPv4 != nil}, {"limit_prefix_ipv6", r.LimitPrefixIPv6 != nil},
 		} {
 			if k.given {
-				return fmt.Errorf(`%s is a limit's; it needs action = "limit" (this rule's action is %s): leave %s out or make the rule a limit rule`, k.key, Quote(r.Action), k.key)
+				return fmt.Errorf(`%s is a limit's; it needs action = "limit" (this rule's action is %s): leave %s out or make the rule a limit rule`, k.key, quote.Value(r.Action), k.key)
 			}
 		}
 		return nil
@@ -49,7 +50,7 @@ func parseLimit(r *Rule, out *bpf.Rule) error {
 	case "rule":
 		l.PerRule = true
 	default:
-		return fmt.Errorf(`per = %s is not known; use per = "source" (each source its own budget) or per = "rule" (one budget for all the rule matches)`, Quote(r.Per))
+		return fmt.Errorf(`per = %s is not known; use per = "source" (each source its own budget) or per = "rule" (one budget for all the rule matches)`, quote.Value(r.Per))
 	}
 	for _, p := range []struct {
 		key   string
@@ -77,7 +78,7 @@ func parseLimit(r *Rule, out *bpf.Rule) error {
 func limitNumber(key string, v any, lo, hi uint64, unit string) (uint64, error) {
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("%s = %s (%T) is not a whole number; give %s as a number of %s, %d-%d", key, quoteAny(v), v, key, unit, lo, hi)
+		return 0, fmt.Errorf("%s = %s (%T) is not a whole number; give %s as a number of %s, %d-%d", key, quote.Value(fmt.Sprint(v)), v, key, unit, lo, hi)
 	}
 	if n < int64(lo) || uint64(n) > hi {
 		return 0, fmt.Errorf("%s = %d is out of range; %s is %d-%d %s", key, n, key, lo, hi, unit)

@@ -16,6 +16,7 @@ import (
 	"github.com/influxdata/telegraf/filter"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // start attaches to every configured interface, after opening the capture
@@ -92,7 +93,7 @@ func (l *links) startSamplers(acc telegraf.Accumulator) {
 			continue
 		}
 		if err := l.sampling.start(&ifc.tap, ifc.name, ifc.prog, &ifc.counters); err != nil {
-			l.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+			l.report(acc, ifc, fmt.Errorf("interface %s: %w", quote.Value(ifc.name), err))
 		}
 	}
 }
@@ -167,17 +168,17 @@ func (l *links) releaseDetached(acc telegraf.Accumulator, ifc *iface, snap *Snap
 		return
 	}
 	if ifc.observer != "" {
-		l.log.Infof("interface %q: the observed program id %d is no longer attached: %v; its counters show again once an instance attaches one", ifc.name, ifc.prog.ID(), err)
-		l.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		l.log.Infof("interface %s: the observed program id %d is no longer attached: %v; its counters show again once an instance attaches one", quote.Value(ifc.name), ifc.prog.ID(), err)
+		l.release(ifc, fmt.Errorf("interface %s: %w", quote.Value(ifc.name), err))
 		return
 	}
 	if removed && ifc.matched {
 		// Removed and created again: churn among matched interfaces.
-		l.log.Infof("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
+		l.log.Infof("interface %s: program id %d no longer attached: %v; attaching again", quote.Value(ifc.name), ifc.prog.ID(), err)
 	} else {
-		l.log.Warnf("interface %q: program id %d no longer attached: %v; attaching again", ifc.name, ifc.prog.ID(), err)
+		l.log.Warnf("interface %s: program id %d no longer attached: %v; attaching again", quote.Value(ifc.name), ifc.prog.ID(), err)
 	}
-	l.release(ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+	l.release(ifc, fmt.Errorf("interface %s: %w", quote.Value(ifc.name), err))
 	if removed && l.opts.pinPath != "" && ifc.observer == "" {
 		// A new interface of that name starts from zero, like without pins.
 		l.removePins(ifc.name)
@@ -190,13 +191,13 @@ func (l *links) removePins(name string) {
 	dir := filepath.Join(l.opts.pinPath, name)
 	left, err := bpf.RemovePins(dir)
 	if err != nil {
-		l.log.Warnf("interface %q: %v", name, err)
+		l.log.Warnf("interface %s: %v", quote.Value(name), err)
 	}
 	if len(left) > 0 {
 		for i := range left {
-			left[i] = tagName(left[i])
+			left[i] = quote.Tag(left[i])
 		}
-		l.log.Infof("interface %q: unpinned its counters; left %q in place, holding %s that xdp_drop did not pin", name, dir, strings.Join(left, ", "))
+		l.log.Infof("interface %s: unpinned its counters; left %s in place, holding %s that xdp_drop did not pin", quote.Value(name), quote.Value(dir), strings.Join(left, ", "))
 	}
 }
 
@@ -241,7 +242,7 @@ func (l *links) discover(acc telegraf.Accumulator) {
 			continue
 		}
 		l.ifaces = append(l.ifaces, &iface{name: dev.Name, matched: true})
-		added = append(added, tagName(dev.Name))
+		added = append(added, quote.Tag(dev.Name))
 	}
 	if len(added) > 0 {
 		l.log.Debugf("interfaces matched: %s", strings.Join(added, ", "))
@@ -262,7 +263,7 @@ func (l *links) hintLiteral(name string) {
 	}
 	l.literalHint[name] = true
 	escaped := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(name)
-	l.log.Warnf("interfaces: %q is a glob pattern, which does not match the interface named %q; to name that interface, escape the glob characters: '%s'", name, name, escaped)
+	l.log.Warnf("interfaces: %s is a glob pattern, which does not match the interface named %s; to name that interface, escape the glob characters: '%s'", quote.Value(name), quote.Value(name), escaped)
 }
 
 // forgetVanished releases interfaces found by a pattern that have gone
@@ -289,7 +290,7 @@ func (l *links) stop() {
 	}
 	for _, ifc := range l.ifaces {
 		if ifc.prog != nil && ifc.prog.Kept() {
-			l.log.Infof("interface %q: left attached (keep_attached), program id %d", ifc.name, ifc.prog.ID())
+			l.log.Infof("interface %s: left attached (keep_attached), program id %d", quote.Value(ifc.name), ifc.prog.ID())
 		}
 		l.release(ifc, errors.New("stopped"))
 	}
@@ -312,7 +313,7 @@ func (l *links) report(acc telegraf.Accumulator, ifc *iface, err error) {
 	ifc.reported = key
 	if nf != nil && ifc.matched {
 		// Interfaces a pattern matches come and go: no fault.
-		l.log.Infof("interface %q: %s; tracked again when a pattern matches it", ifc.name, nf.gone())
+		l.log.Infof("interface %s: %s; tracked again when a pattern matches it", quote.Value(ifc.name), nf.gone())
 		return
 	}
 	acc.AddError(err)
@@ -320,7 +321,7 @@ func (l *links) report(acc telegraf.Accumulator, ifc *iface, err error) {
 
 // link is the attachment state of an interface.
 func (l *links) link(ifc *iface) Link {
-	lk := Link{Interface: tagName(ifc.name), Mode: string(l.mode)}
+	lk := Link{Interface: quote.Tag(ifc.name), Mode: string(l.mode)}
 	switch {
 	case ifc.prog != nil:
 		lk.Attached = true
@@ -335,7 +336,7 @@ func (l *links) link(ifc *iface) Link {
 		lk.ProgramID = int64(ifc.prog.ID())
 		lk.Fallback = fellBack(l.mode, ifc.prog)
 	case ifc.err != nil:
-		lk.Error = Printable(firstLine(ifc.err))
+		lk.Error = quote.Line(firstLine(ifc.err))
 	}
 	return lk
 }

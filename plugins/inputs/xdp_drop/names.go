@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/influxdata/telegraf/filter"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // maxIfaceName is IFNAMSIZ less the terminating NUL.
@@ -49,54 +48,6 @@ func hasControl(s string) bool {
 	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
 }
 
-// tagName is an interface name as line protocol carries it: valid UTF-8
-// without control characters, losslessly. Bytes that are not UTF-8, control
-// characters (C0, DEL and C1) and the backslash become \xNN; every other
-// name is unchanged.
-func tagName(name string) string {
-	return escapeBytes(name, true)
-}
-
-// Printable is a line of text (a log line, an error field) as it may reach
-// a terminal: bytes that are not UTF-8 and control characters other than
-// tab become \xNN, as in the interface tag, so no escape sequence in an
-// interface name or a path acts on the terminal. Backslashes stay, so that
-// text quoted with %q is unchanged.
-func Printable(line string) string {
-	return escapeBytes(line, false)
-}
-
-// escapeBytes writes the bytes of s that are not UTF-8, its control
-// characters (but tab, unless backslash) and, when backslash is set, its
-// backslashes as \xNN.
-func escapeBytes(s string, backslash bool) string {
-	escape := func(r rune, size int) bool {
-		return r == utf8.RuneError && size <= 1 || unicode.IsControl(r) && (r != '\t' || backslash) || backslash && r == '\\'
-	}
-	clean := true
-	for i := 0; i < len(s) && clean; {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		clean = !escape(r, size)
-		i += size
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if !escape(r, size) {
-			b.WriteString(s[i : i+size])
-		} else {
-			for j := i; j < i+size; j++ {
-				fmt.Fprintf(&b, `\x%02x`, s[j])
-			}
-		}
-		i += size
-	}
-	return b.String()
-}
-
 // checkInterfaces checks interfaces and interface_exclude and returns the
 // selector of their patterns, nil when every interface is named exactly.
 func (x *XDPDrop) checkInterfaces() (filter.Filter, error) {
@@ -120,13 +71,13 @@ func (x *XDPDrop) checkInterfaces() (filter.Filter, error) {
 		case entry == "":
 			return nil, errors.New(`interfaces has an empty name; list interface names, e.g. interfaces = ["eth1"]`)
 		case hasControl(entry):
-			return nil, fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s holds a NUL or control character, which no interface name can; list names as ip link shows them", quote.Value(entry))
 		case len(name) > maxIfaceName && !isPattern(entry):
-			return nil, fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", Quote(entry), maxIfaceName)
+			return nil, fmt.Errorf("interfaces: %s is longer than the %d characters an interface name can have", quote.Value(entry), maxIfaceName)
 		case strings.ContainsAny(name, "/ \t\n:") || name == "." || name == "..":
-			return nil, fmt.Errorf("interfaces: %s is not a valid interface name", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is not a valid interface name", quote.Value(entry))
 		case seen[name]:
-			return nil, fmt.Errorf("interfaces: %s is listed twice; list each interface once", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is listed twice; list each interface once", quote.Value(entry))
 		}
 		seen[name] = true
 		if isPattern(entry) {
@@ -135,15 +86,15 @@ func (x *XDPDrop) checkInterfaces() (filter.Filter, error) {
 	}
 	for _, p := range patterns {
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return nil, fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", Quote(p), err)
+			return nil, fmt.Errorf("interfaces: %s is not a valid glob pattern: %v", quote.Value(p), err)
 		}
 	}
 	for _, p := range x.InterfaceExclude {
 		if hasControl(p) {
-			return nil, fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", Quote(p))
+			return nil, fmt.Errorf("interface_exclude: %s holds a NUL or control character, which no interface name can", quote.Value(p))
 		}
 		if _, err := filter.Compile([]string{p}); err != nil {
-			return nil, fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", Quote(p), err)
+			return nil, fmt.Errorf("interface_exclude: %s is not a valid glob pattern: %v", quote.Value(p), err)
 		}
 	}
 	exclude, err := filter.Compile(x.InterfaceExclude)
@@ -152,7 +103,7 @@ func (x *XDPDrop) checkInterfaces() (filter.Filter, error) {
 	}
 	for _, entry := range x.Interfaces {
 		if !isPattern(entry) && exclude != nil && exclude.Match(literalName(entry)) {
-			return nil, fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", Quote(entry))
+			return nil, fmt.Errorf("interfaces: %s is named exactly but also matches interface_exclude; remove one of the two", quote.Value(entry))
 		}
 	}
 	if len(patterns) == 0 {

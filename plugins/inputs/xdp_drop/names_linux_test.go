@@ -60,18 +60,3 @@ func TestInterfaceNamesEscaped(t *testing.T) {
 	require.Contains(t, text, `xdp_drop_link field: interface "nosuch0" not found `+here)
 	require.Equal(t, map[string]bool{shown: true, "nosuch0": false}, linkStates(acc))
 }
-
-// TestPrintable: control characters but tab and bytes that are not UTF-8
-// become \xNN; backslashes stay, so text quoted with %q is unchanged.
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{
-		"interface \"eth1\": attached":   "interface \"eth1\": attached",
-		"left /sys/fs/bpf/x\x1b[2J\xff":  `left /sys/fs/bpf/x\x1b[2J\xff`,
-		"a\tb\rc\x00d\u009be\x7f":        `a` + "\t" + `b\x0dc\x00d\xc2\x9be\x7f`,
-		fmt.Sprintf("%q", "x\x1b\xff\\"): `"x\x1b\xff\\"`,
-		"wlän0 \\ ok":                    "wlän0 \\ ok",
-	} {
-		require.Equal(t, want, Printable(in), "%q", in)
-	}
-	require.Equal(t, `rt\xc2\x9b\x5c`, tagName("rt\u009b\\"), "C1 controls too")
-}

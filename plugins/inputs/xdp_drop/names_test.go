@@ -2,7 +2,6 @@ package xdp_drop
 
 import (
 	"testing"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -58,25 +57,4 @@ func TestLiteralNamesWithGlobCharacters(t *testing.T) {
 	require.ErrorContains(t, p.Init(), `interfaces: "rt\\[0\\]" is named exactly but also matches interface_exclude`)
 	p = withDefaults(&XDPDrop{Interfaces: []string{`abcdefghijklmn\*`}, Drop: []any{"all"}})
 	require.NoError(t, p.Init(), "15 characters once unescaped")
-}
-
-// TestTagNameLossless: names that are valid UTF-8 without control
-// characters or backslashes are unchanged; other bytes become \xNN, so the
-// tag is valid UTF-8 and two names never share a tag.
-func TestTagNameLossless(t *testing.T) {
-	for name, want := range map[string]string{
-		"eth1":      "eth1",
-		"rt[0]":     "rt[0]",
-		"wlän0":     "wlän0",
-		"rt\xff":    `rt\xff`,
-		`rt\xff`:    `rt\x5cxff`,
-		"a\xc3":     `a\xc3`,
-		"a\x01b":    `a\x01b`,
-		"\xe4\xbd":  `\xe4\xbd`,
-		"é\xff\xfe": `é\xff\xfe`,
-	} {
-		got := tagName(name)
-		require.Equal(t, want, got, "%q", name)
-		require.True(t, utf8.ValidString(got))
-	}
 }

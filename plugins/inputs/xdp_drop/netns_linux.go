@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
@@ -23,7 +24,7 @@ func (n namespace) do(f func() error) error {
 	path := n.path()
 	target, err := netns.GetFromPath(path)
 	if err != nil {
-		return fmt.Errorf("namespace = %q: %w; create it (ip netns add) or name an existing one", n.name, err)
+		return fmt.Errorf("namespace = %s: %w; create it (ip netns add) or name an existing one", quote.Value(n.name), err)
 	}
 	defer target.Close()
 	if ownNamespace(path) {
@@ -32,7 +33,7 @@ func (n namespace) do(f func() error) error {
 
 	return nsthread.Do(func() error {
 		if err := netns.Set(target); err != nil {
-			return fmt.Errorf("enter namespace %q: %w", n.name, err)
+			return fmt.Errorf("enter namespace %s: %w", quote.Value(n.name), err)
 		}
 		return nil
 	}, f)
@@ -48,10 +49,10 @@ func (n namespace) checkEntry() error {
 	if n.name == "" || trust.HasCapability(unix.CAP_SYS_ADMIN) || ownNamespace(n.path()) {
 		return nil
 	}
-	return fmt.Errorf("namespace = %q: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks "+
+	return fmt.Errorf("namespace = %s: entering another network namespace needs CAP_SYS_ADMIN, which this process lacks "+
 		"(the package grants the binary only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON), and XDP attaches only to the interfaces of the process's own namespace; "+
 		"remove namespace and run a Telegraf instance inside that namespace instead: in its systemd unit (or a drop-in), NetworkNamespacePath=%s",
-		n.name, n.path())
+		quote.Value(n.name), n.path())
 }
 
 // ownNamespace reports whether path is the network namespace the process

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // observe opens, read-only, the program another process attached to the
@@ -24,8 +25,8 @@ func (c console) observe(ifc *iface, ifindex int, policy bpf.Policy) (bool, erro
 		if ifc.observer == "" {
 			return false, nil
 		}
-		ifc.err = fmt.Errorf("interface %q: no XDP program attached now: the instance observed before has stopped; "+
-			"its counters show again once one attaches (the console view attaches only to interfaces that are free when it starts)", ifc.name)
+		ifc.err = fmt.Errorf("interface %s: no XDP program attached now: the instance observed before has stopped; "+
+			"its counters show again once one attaches (the console view attaches only to interfaces that are free when it starts)", quote.Value(ifc.name))
 		return true, ifc.err
 	}
 	prog, at, err := bpf.Observe(ifindex, policy)
@@ -33,13 +34,13 @@ func (c console) observe(ifc *iface, ifindex int, policy bpf.Policy) (bool, erro
 	var mismatch *bpf.PolicyMismatchError
 	switch {
 	case errors.As(err, &foreign):
-		ifc.err = fmt.Errorf("interface %q: %w: not xdp_drop's, so there are no counters to show, and it is left alone", ifc.name, err)
+		ifc.err = fmt.Errorf("interface %s: %w: not xdp_drop's, so there are no counters to show, and it is left alone", quote.Value(ifc.name), err)
 	case errors.As(err, &mismatch):
-		ifc.err = fmt.Errorf("interface %q: %w; run %s with the config that instance runs", ifc.name, advise(err), c.viewFlag())
+		ifc.err = fmt.Errorf("interface %s: %w; run %s with the config that instance runs", quote.Value(ifc.name), advise(err), c.viewFlag())
 	case errors.Is(err, bpf.ErrObserveNeedsSysAdmin):
-		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w: run %s as root (sudo)", ifc.name, err, c.viewFlag())
+		ifc.err = fmt.Errorf("interface %s: read the counters of the running instance: %w: run %s as root (sudo)", quote.Value(ifc.name), err, c.viewFlag())
 	case err != nil:
-		ifc.err = fmt.Errorf("interface %q: read the counters of the running instance: %w", ifc.name, err)
+		ifc.err = fmt.Errorf("interface %s: read the counters of the running instance: %w", quote.Value(ifc.name), err)
 	}
 	if err != nil {
 		return true, ifc.err
@@ -55,8 +56,8 @@ func (c console) observe(ifc *iface, ifindex int, policy bpf.Policy) (bool, erro
 		}
 		holders = "attached by process " + strings.Join(names, ", ")
 	}
-	c.log.Infof("interface %q: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
-		ifc.name, prog.ID(), holders)
+	c.log.Infof("interface %s: read-only: counters of program id %d, %s, read from the attached program; nothing is attached, detached or changed",
+		quote.Value(ifc.name), prog.ID(), holders)
 	return true, nil
 }
 

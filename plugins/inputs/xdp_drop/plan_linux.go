@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/influxdata/telegraf/filter"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // planInterfaces lists, in the configured namespace, the interfaces named
@@ -46,7 +47,7 @@ func (l *links) planInterfaces() ([]PlannedInterface, []string, error) {
 		}
 		pattern, err := filter.Compile([]string{entry})
 		if err != nil {
-			return nil, nil, fmt.Errorf("interfaces: %s: %w", Quote(entry), err)
+			return nil, nil, fmt.Errorf("interfaces: %s: %w", quote.Value(entry), err)
 		}
 		matched := false
 		for _, dev := range list {

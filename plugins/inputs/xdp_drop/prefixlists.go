@@ -14,6 +14,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
@@ -97,7 +98,7 @@ func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log
 			continue
 		}
 		hasFiles = true
-		label := fmt.Sprintf("rule %q", r.Name)
+		label := "rule " + quote.Value(r.Name)
 		if checkRuleName(r.Name, i+1) != nil {
 			label = fmt.Sprintf("rule %d", i+1)
 		}
@@ -124,7 +125,7 @@ func (pl *prefixLists) Load(rules []Rule, policy *bpf.Policy, readOnly bool, log
 				}
 				if nfiles++; nfiles > MaxPrefixFiles {
 					fail(f.key, fmt.Errorf("%s: %s is prefix file %d of the rules; at most %d fit an instance: merge the lists into fewer files",
-						f.key, Quote(path), nfiles, MaxPrefixFiles))
+						f.key, quote.Value(path), nfiles, MaxPrefixFiles))
 					bad = true
 					continue
 				}
@@ -322,7 +323,7 @@ func (pl *prefixLists) markLoaded(now time.Time) {
 // readsAgain clears the error of a file whose contents are in force again.
 func (pl *prefixLists) readsAgain(fr *fileRule, pf *prefixFile) {
 	if pf.err != nil {
-		pl.log.Infof("rule %q: %s %s loads again", fr.name, pf.key, pf.path)
+		pl.log.Infof("rule %s: %s %s loads again", quote.Value(fr.name), pf.key, pf.path)
 		pf.err = nil
 	}
 }
@@ -346,6 +347,6 @@ func (pl *prefixLists) prefixFileFailed(acc telegraf.Accumulator, fr *fileRule, 
 	same := pf.err != nil && pf.err.Error() == err.Error()
 	pf.err = err
 	if !same {
-		acc.AddError(fmt.Errorf("rule %q: %w; the last good prefixes stay in force", fr.name, err))
+		acc.AddError(fmt.Errorf("rule %s: %w; the last good prefixes stay in force", quote.Value(fr.name), err))
 	}
 }

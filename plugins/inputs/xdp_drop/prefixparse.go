@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // MaxPrefixFileSize bounds a prefix file: the largest public lists
@@ -126,9 +127,9 @@ func parsePrefixes(list []string) ([]netip.Prefix, error) {
 		}
 		switch first, dup := seen[p]; {
 		case dup && first == s:
-			return nil, fmt.Errorf("%s is listed twice; list each prefix once", Quote(s))
+			return nil, fmt.Errorf("%s is listed twice; list each prefix once", quote.Value(s))
 		case dup:
-			return nil, fmt.Errorf("%s and %s are the same prefix; list each prefix once", Quote(first), Quote(s))
+			return nil, fmt.Errorf("%s and %s are the same prefix; list each prefix once", quote.Value(first), quote.Value(s))
 		}
 		seen[p] = s
 		out = append(out, p)
@@ -146,15 +147,15 @@ func parsePrefix(s, notPrefix string) (netip.Prefix, error) {
 	if err != nil {
 		a, aerr := netip.ParseAddr(s)
 		if aerr != nil || a.Zone() != "" {
-			return p, fmt.Errorf("%s %s", Quote(s), notPrefix)
+			return p, fmt.Errorf("%s %s", quote.Value(s), notPrefix)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
 	if p.Addr().Is4In6() {
-		return p, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", Quote(s))
+		return p, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix, which IPv4 frames never carry; write the IPv4 prefix", quote.Value(s))
 	}
 	if m := p.Masked(); m != p {
-		return p, fmt.Errorf("%s has host bits set; did you mean %q?", Quote(s), m.String())
+		return p, fmt.Errorf("%s has host bits set; did you mean %s?", quote.Value(s), quote.Value(m.String()))
 	}
 	return p, nil
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Bounds on the number of prefix files: of one option of a rule, and of
@@ -32,13 +33,13 @@ func checkPrefixFilePaths(key string, paths []string) error {
 		case p == "":
 			return fmt.Errorf(`%s has an empty path; list files such as "/etc/telegraf-xdp-drop/lists/drop.txt"`, key)
 		case len(p) > maxPath:
-			return fmt.Errorf("%s: %s is %d bytes long; a path has at most %d", key, Quote(p), len(p), maxPath)
+			return fmt.Errorf("%s: %s is %d bytes long; a path has at most %d", key, quote.Value(p), len(p), maxPath)
 		case hasControl(p):
-			return fmt.Errorf("%s: %s holds a NUL or control character; list the files' paths", key, Quote(p))
+			return fmt.Errorf("%s: %s holds a NUL or control character; list the files' paths", key, quote.Value(p))
 		case !filepath.IsAbs(p):
-			return fmt.Errorf(`%s: %s is not an absolute path; write it from /, such as "/etc/telegraf-xdp-drop/lists/drop.txt"`, key, Quote(p))
+			return fmt.Errorf(`%s: %s is not an absolute path; write it from /, such as "/etc/telegraf-xdp-drop/lists/drop.txt"`, key, quote.Value(p))
 		case seen[filepath.Clean(p)]:
-			return fmt.Errorf("%s: %s is listed twice; list each file once", key, Quote(p))
+			return fmt.Errorf("%s: %s is listed twice; list each file once", key, quote.Value(p))
 		}
 		seen[filepath.Clean(p)] = true
 	}

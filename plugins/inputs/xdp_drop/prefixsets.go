@@ -11,6 +11,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // ruleSet is one version of a rule's prefixes, counted: what a program
@@ -184,7 +185,7 @@ func (pl *prefixLists) noteInForce(held uint64) {
 			}
 			set.logged = true
 			if i == len(fr.sets)-1 {
-				pl.log.Infof("rule %q: %s: +%d −%d, %s in force", fr.name, filesNamed(set.files), set.added, set.removed, Thousands(uint64(set.prefixes)))
+				pl.log.Infof("rule %s: %s: +%d −%d, %s in force", quote.Value(fr.name), filesNamed(set.files), set.added, set.removed, quote.Thousands(uint64(set.prefixes)))
 			}
 		}
 		if i := fr.heldAt(held); i > 0 {
@@ -197,7 +198,7 @@ func (pl *prefixLists) noteInForce(held uint64) {
 func filesNamed(paths []string) string {
 	quoted := make([]string, len(paths))
 	for i, p := range paths {
-		quoted[i] = Quote(p)
+		quoted[i] = quote.Value(p)
 	}
 	if len(quoted) == 1 {
 		return "file " + quoted[0]
@@ -252,7 +253,7 @@ func (pl *prefixLists) Fields(i int, gen uint64, swapErr error) ruleFiles {
 	if len(msg) > maxErrorField {
 		msg = msg[:maxErrorField] + "…"
 	}
-	out.err = Printable(msg)
+	out.err = quote.Line(msg)
 	return out
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Rule is one [[inputs.xdp_drop.rule]]: the frames it matches get its
@@ -57,7 +58,7 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 		errs = append(errs, Errors(err)...)
 		if first, ok := names[r.Name]; ok && r.Name != "" {
 			errs = append(errs, &OptionError{Rule: i + 1, Key: "name",
-				Err: fmt.Errorf("rule %q: name is used by rule %d already; names must be unique", r.Name, first)})
+				Err: fmt.Errorf("rule %s: name is used by rule %d already; names must be unique", quote.Value(r.Name), first)})
 		} else if !ok {
 			names[r.Name] = i + 1
 		}
@@ -81,7 +82,7 @@ func parseRules(rules []Rule) ([]bpf.Rule, error) {
 // checks across fields are made when the fields they look at read.
 func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	var out bpf.Rule
-	label := fmt.Sprintf("rule %q", r.Name)
+	label := "rule " + quote.Value(r.Name)
 	var errs []error
 	if err := checkRuleName(r.Name, n); err != nil {
 		errs = append(errs, &OptionError{Rule: n, Key: "name", Err: err})
@@ -102,7 +103,7 @@ func parseRule(r *Rule, n int) (bpf.Rule, error) {
 	case "":
 		fail("action", errors.New(`action is missing; use action = "drop", "pass" or "limit"`))
 	default:
-		fail("action", fmt.Errorf(`action = %s is not an action; use "drop", "pass" or "limit"`, Quote(r.Action)))
+		fail("action", fmt.Errorf(`action = %s is not an action; use "drop", "pass" or "limit"`, quote.Value(r.Action)))
 	}
 	fail("", parseLimit(r, &out))
 	if field := emptyCondition(r); field != "" {
@@ -161,11 +162,11 @@ func checkRuleName(name string, n int) error {
 	case name == "":
 		return fmt.Errorf("rule %d: name is missing; every rule needs a unique name (%s): it is the rule tag of xdp_drop_rule", n, rule)
 	case len(name) > maxRuleName:
-		return fmt.Errorf("rule %d: name %s is %d characters long; %s", n, Quote(name), len(name), rule)
+		return fmt.Errorf("rule %d: name %s is %d characters long; %s", n, quote.Value(name), len(name), rule)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("rule %d: name %s holds %q; %s", n, Quote(name), c, rule)
+			return fmt.Errorf("rule %d: name %s holds %s; %s", n, quote.Value(name), quote.Rune(c), rule)
 		}
 	}
 	return nil
@@ -180,7 +181,7 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 		case string:
 			n, ok := lookupProtocol(v)
 			if !ok {
-				return nil, fmt.Errorf("%s is not an IP protocol name; use names or numbers 0-255 such as \"udp\" or 47%s", Quote(v), suggest(v))
+				return nil, fmt.Errorf("%s is not an IP protocol name; use names or numbers 0-255 such as \"udp\" or 47%s", quote.Value(v), suggest(v))
 			}
 			proto = n
 		case int64:
@@ -189,7 +190,7 @@ func parseRuleProtocols(list []any) ([]uint8, error) {
 			}
 			proto = uint8(v)
 		default:
-			return nil, fmt.Errorf("%s (%T) is neither a protocol name nor a number", quoteAny(item), item)
+			return nil, fmt.Errorf("%s (%T) is neither a protocol name nor a number", quote.Value(fmt.Sprint(item)), item)
 		}
 		if slices.Contains(out, proto) {
 			return nil, fmt.Errorf("%s (%d) is listed twice", protocolTag(proto), proto)
@@ -238,7 +239,7 @@ func parsePorts(list []any) ([]bpf.PortRange, error) {
 				return nil, err
 			}
 		default:
-			return nil, fmt.Errorf("%s (%T) is neither a port number nor a range such as \"1000-1999\"", quoteAny(item), item)
+			return nil, fmt.Errorf("%s (%T) is neither a port number nor a range such as \"1000-1999\"", quote.Value(fmt.Sprint(item)), item)
 		}
 		out = append(out, r)
 	}
@@ -266,9 +267,9 @@ func parsePortRange(s string) (bpf.PortRange, error) {
 	case !lok || !hok:
 		return bpf.PortRange{}, badPort(s)
 	case l > 65535 || h > 65535:
-		return bpf.PortRange{}, fmt.Errorf("%s is out of range; ports are 0-65535", Quote(s))
+		return bpf.PortRange{}, fmt.Errorf("%s is out of range; ports are 0-65535", quote.Value(s))
 	case l > h:
-		return bpf.PortRange{}, fmt.Errorf("%s is reversed; write \"%d-%d\"", Quote(s), h, l)
+		return bpf.PortRange{}, fmt.Errorf("%s is reversed; write \"%d-%d\"", quote.Value(s), h, l)
 	}
 	return bpf.PortRange{Lo: uint16(l), Hi: uint16(h)}, nil
 }
@@ -299,11 +300,11 @@ func badPort(s string) error {
 	h, herr := strconv.ParseUint(strings.TrimLeft(strings.TrimSpace(hi), "+"), 10, 16)
 	switch {
 	case lerr == nil && !isRange:
-		return fmt.Errorf("%s: write the port as %d (digits only: no sign, spaces or leading zeros)", Quote(s), l)
+		return fmt.Errorf("%s: write the port as %d (digits only: no sign, spaces or leading zeros)", quote.Value(s), l)
 	case lerr == nil && herr == nil && l <= h:
-		return fmt.Errorf("%s: write the range as \"%d-%d\" (digits only: no sign, spaces or leading zeros)", Quote(s), l, h)
+		return fmt.Errorf("%s: write the range as \"%d-%d\" (digits only: no sign, spaces or leading zeros)", quote.Value(s), l, h)
 	}
-	return fmt.Errorf("%s is neither a port number nor a range such as \"1000-1999\"", Quote(s))
+	return fmt.Errorf("%s is neither a port number nor a range such as \"1000-1999\"", quote.Value(s))
 }
 
 // checkPortProtocols: ports need a protocol limited to those that carry them.

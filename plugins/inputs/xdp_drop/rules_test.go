@@ -203,11 +203,16 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 	for _, line := range strings.Split(sampleConfig, "\n") {
 		if rest, ok := strings.CutPrefix(line, "  # [[inputs.xdp_drop.rule]]"); ok {
 			line = "  [[inputs.xdp_drop.rule]]" + rest
+		} else if rest, ok := strings.CutPrefix(line, "  # [inputs.xdp_drop.bans"); ok {
+			line = "  [inputs.xdp_drop.bans" + rest
 		} else if rest, ok := strings.CutPrefix(line, "  #   "); ok {
 			line = "    " + rest
 		}
 		if strings.HasPrefix(line, "  drop = ") {
 			line = `  drop = ["udp"]`
+		}
+		if strings.Contains(line, "api_key_file = ") {
+			line = `      api_key = "k3y"` // the sample's file is not here
 		}
 		sample.WriteString(line + "\n")
 	}
@@ -226,6 +231,9 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		p := withDefaults(&conf.Inputs.XDPDrop[0])
 		require.NoError(t, p.Init(), "example %d", i)
 		require.GreaterOrEqual(t, len(p.links.policy.Rules), 2, "example %d", i)
+		if i == len(examples)-1 {
+			require.NotNil(t, p.bans, "sample.conf's bans table, uncommented, is valid")
+		}
 	}
 }
 
@@ -260,15 +268,4 @@ func TestLongValuesClipped(t *testing.T) {
 			require.Regexp(t, `"…\(90000\d bytes\)`, err.Error(), "the value's length")
 		})
 	}
-}
-
-// TestQuote: a value is quoted as %q quotes it; past 128 bytes it is cut at
-// a character's start and its length follows.
-func TestQuote(t *testing.T) {
-	require.Equal(t, `"dns"`, Quote("dns"))
-	require.Equal(t, `"eth\x1b[1m\xff"`, Quote("eth\x1b[1m\xff"))
-	v := strings.Repeat("a", 128)
-	require.Equal(t, `"`+v+`"`, Quote(v))
-	require.Equal(t, `"`+v+`"…(129 bytes)`, Quote(v+"b"))
-	require.Equal(t, `"`+v[:127]+`"…(129 bytes)`, Quote(v[:127]+"é"), "not within a character")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Defaults of the sampling options.
@@ -74,10 +75,10 @@ func (s *XDPDrop) parseSampling(dryRun bool) (bpf.Sampling, error) {
 	}
 	if s.CapturePath != "" {
 		if len(s.CapturePath) > maxPath {
-			return out, fmt.Errorf("capture_path = %s is %d bytes long; a path has at most %d", Quote(s.CapturePath), len(s.CapturePath), maxPath)
+			return out, fmt.Errorf("capture_path = %s is %d bytes long; a path has at most %d", quote.Value(s.CapturePath), len(s.CapturePath), maxPath)
 		}
 		if err := pcapng.CheckPath(s.CapturePath); err != nil {
-			return out, fmt.Errorf("capture_path = %s %w", Quote(s.CapturePath), err)
+			return out, fmt.Errorf("capture_path = %s %w", quote.Value(s.CapturePath), err)
 		}
 	}
 	actions, err := sampleActions(s.SampleActions, dryRun)
@@ -96,7 +97,7 @@ func (s *XDPDrop) unusedSampling() error {
 	const fix = "set sample_rate, e.g. sample_rate = 1000, or remove the option"
 	switch {
 	case s.CapturePath != "":
-		return fmt.Errorf("capture_path = %s needs sample_rate: the capture holds sampled frames; set sample_rate, e.g. sample_rate = 1000", Quote(s.CapturePath))
+		return fmt.Errorf("capture_path = %s needs sample_rate: the capture holds sampled frames; set sample_rate, e.g. sample_rate = 1000", quote.Value(s.CapturePath))
 	case s.SampleActions != nil:
 		return errors.New("sample_actions is set but sample_rate is 0 (off); set sample_rate, e.g. sample_rate = 1000")
 	case s.SampleMaxPerSecond != DefaultSampleMaxPerSecond:
@@ -140,10 +141,10 @@ func sampleActions(names []string, dryRun bool) ([bpf.ActionCount]bool, error) {
 		case n == ActionDrop || n == ActionWouldDrop:
 			act = bpf.ActionDrop
 		default:
-			return a, fmt.Errorf(`sample_actions: %s is not an action; use "drop", "pass" or "would_drop"`, Quote(n))
+			return a, fmt.Errorf(`sample_actions: %s is not an action; use "drop", "pass" or "would_drop"`, quote.Value(n))
 		}
 		if slices.Contains(names[:i], n) {
-			return a, fmt.Errorf("sample_actions: %s is listed twice", Quote(n))
+			return a, fmt.Errorf("sample_actions: %s is listed twice", quote.Value(n))
 		}
 		a[act] = true
 	}

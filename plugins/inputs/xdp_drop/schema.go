@@ -182,7 +182,7 @@ func (r *RuleSeries) PutFields(fields map[string]any) {
 // SeriesKey names one counter series by its tag values; it is comparable,
 // so that a view can key rates by it.
 type SeriesKey struct {
-	Interface string // as line protocol carries it (see tagName)
+	Interface string // as line protocol carries it (see quote.Tag)
 	Family    string // ipv4, ipv6 or l2
 	Protocol  string // ClassProtocol
 	Action    string // Action

@@ -10,6 +10,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Two actions, drop and pass: appendClasses tests both at once.
@@ -146,7 +147,7 @@ func (l *links) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Snaps
 		// stand for this gather; the new counters are read at the next.
 		return false
 	}
-	name := tagName(ifc.name)
+	name := quote.Tag(ifc.name)
 	ifc.series.viewed([2]bool{*l.opts.perQueue, *l.opts.perCPU})
 	// Every block with traffic is passed once: their rule counters add up.
 	var rules, limited [bpf.MaxRules]bpf.Counter
@@ -162,7 +163,7 @@ func (l *links) readSeriesFrom(acc telegraf.Accumulator, ifc *iface, snap *Snaps
 		}
 	})
 	if err != nil {
-		l.report(acc, ifc, fmt.Errorf("interface %q: %w", ifc.name, err))
+		l.report(acc, ifc, fmt.Errorf("interface %s: %w", quote.Value(ifc.name), err))
 		return false
 	}
 	if !traffic && !*l.opts.perQueue && !*l.opts.perCPU {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // RuleInForce is one rule as the policy in force holds it: what -status
@@ -69,7 +70,7 @@ func (x *XDPDrop) RulesInForce() []RuleInForce {
 				v4, v6 := familyCounts(uniquePrefixes(slices.Clone(pf.prefixes)))
 				s := PrefixSource{Option: pf.key, File: pf.path, IPv4: v4, IPv6: v6}
 				if pf.err != nil {
-					s.Error = Printable(pf.err.Error())
+					s.Error = quote.Line(pf.err.Error())
 				}
 				r.Sources = append(r.Sources, s)
 			}

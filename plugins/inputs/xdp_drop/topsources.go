@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // topSources adds the heaviest sources of the interface's sampled frames
@@ -24,7 +25,7 @@ func (s *sampling) topSources(t *tap, prog *bpf.Program, name string, counted []
 	}
 	counts, err := prog.SampleCounts()
 	if err != nil {
-		report(fmt.Errorf("interface %q: %w", name, err))
+		report(fmt.Errorf("interface %s: %w", quote.Value(name), err))
 	} else {
 		t.sampler.drain(counts.Sent, drainBy)
 	}
@@ -43,7 +44,7 @@ func (s *sampling) topSources(t *tap, prog *bpf.Program, name string, counted []
 	}
 	received, err := t.sampler.take(&t.spare)
 	if err != nil {
-		report(fmt.Errorf("interface %q: %w", name, err))
+		report(fmt.Errorf("interface %s: %w", quote.Value(name), err))
 	}
 	l.Sampled = received
 	now := s.actionTotals(counted)

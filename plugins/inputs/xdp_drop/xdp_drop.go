@@ -14,6 +14,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 //go:embed sample.conf
@@ -119,7 +120,7 @@ func (x *XDPDrop) Init() error {
 	case bpf.ModeNative, bpf.ModeGeneric, bpf.ModeOffload, bpf.ModeAuto:
 		x.links.mode = m
 	default:
-		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, Quote(x.Mode)))
+		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, quote.Value(x.Mode)))
 	}
 	policy, err := parsePolicy(x.Drop, x.Rules)
 	errs = append(errs, Errors(err)...)
@@ -175,9 +176,9 @@ const (
 func (x *XDPDrop) checkPinning() error {
 	switch {
 	case len(x.PinPath) > maxPath:
-		return fmt.Errorf("pin_path = %s is %d bytes long; a path has at most %d", Quote(x.PinPath), len(x.PinPath), maxPath)
+		return fmt.Errorf("pin_path = %s is %d bytes long; a path has at most %d", quote.Value(x.PinPath), len(x.PinPath), maxPath)
 	case x.PinPath != "" && !filepath.IsAbs(x.PinPath):
-		return fmt.Errorf("pin_path = %s is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", Quote(x.PinPath))
+		return fmt.Errorf("pin_path = %s is not an absolute path; use a directory on the BPF filesystem such as \"/sys/fs/bpf/xdp_drop\"", quote.Value(x.PinPath))
 	case x.KeepAttached && x.PinPath == "":
 		return errors.New(`keep_attached = true needs pin_path: the attachment is kept by pinning it, e.g. pin_path = "/sys/fs/bpf/xdp_drop"`)
 	}

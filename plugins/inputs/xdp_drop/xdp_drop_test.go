@@ -207,12 +207,3 @@ func TestProtocolTags(t *testing.T) {
 		require.Equal(t, uint8(i), n, "tag %q", tag)
 	}
 }
-
-func TestThousands(t *testing.T) {
-	for n, want := range map[uint64]string{
-		0: "0", 999: "999", 1000: "1,000", 123456: "123,456", 1234567: "1,234,567",
-		18446744073709551615: "18,446,744,073,709,551,615",
-	} {
-		require.Equal(t, want, Thousands(n), "%d", n)
-	}
-}
