@@ -11,6 +11,7 @@ import (
 
 	"github.com/influxdata/telegraf/config"
 
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
@@ -87,7 +88,7 @@ func (x *XDPDrop) parseDetect(c *DetectConfig, crowdsec bool, uid int) (*detectS
 	case x.SampleRate <= 0:
 		fail(keyDetect, errors.New("[inputs.xdp_drop.bans.detect] rates sources from the sampled frames that pass: set sample_rate (e.g. sample_rate = 100) and sample_actions = [\"drop\", \"pass\"]"))
 	case !slices.Contains(x.SampleActions, ActionPass):
-		fail(keyDetect, fmt.Errorf("[inputs.xdp_drop.bans.detect] rates sources from the sampled frames that pass, but sample_actions = %s leaves them out: add \"pass\", e.g. sample_actions = [\"drop\", \"pass\"]", quoteList(x.SampleActions)))
+		fail(keyDetect, fmt.Errorf("[inputs.xdp_drop.bans.detect] rates sources from the sampled frames that pass, but sample_actions = %s leaves them out: add \"pass\", e.g. sample_actions = [\"drop\", \"pass\"]", quote.List(x.SampleActions)))
 	case x.CaptureSnaplen < MinTopSnaplen:
 		fail(keyDetect, fmt.Errorf("[inputs.xdp_drop.bans.detect] reads source addresses up to byte %d of the sampled frames, but capture_snaplen = %d; use at least %d", MinTopSnaplen, x.CaptureSnaplen, MinTopSnaplen))
 	}
@@ -151,7 +152,7 @@ func (s *detectSettings) parsePush(c *DetectConfig, crowdsec bool, uid int) []er
 		s.login = "xdp-drop-" + host
 	}
 	if len(s.login) > 255 || strings.IndexFunc(s.login, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
-		errs = append(errs, optionError(keyDetectLogin, fmt.Errorf("bans.detect.crowdsec_login = %s holds a space, control or non-ASCII character, or is too long; use the name given to 'cscli machines add'", Quote(s.login))))
+		errs = append(errs, optionError(keyDetectLogin, fmt.Errorf("bans.detect.crowdsec_login = %s holds a space, control or non-ASCII character, or is too long; use the name given to 'cscli machines add'", quote.Value(s.login))))
 	}
 	pw, err := readPasswordFile(c.CrowdSecPasswordFile, uid)
 	if err != nil {
@@ -169,7 +170,7 @@ func readPasswordFile(path string, uid int) (string, error) {
 	case path == "":
 		return "", errors.New(`bans.detect.crowdsec_password_file is missing: crowdsec_push logs in as a CrowdSec machine; set crowdsec_password_file = "/etc/telegraf-xdp-drop/crowdsec-machine.pw"` + hint)
 	case !strings.HasPrefix(path, "/") || hasControl(path) || len(path) > maxPath:
-		return "", fmt.Errorf("bans.detect.crowdsec_password_file = %s is not an absolute path; write it from /, such as \"/etc/telegraf-xdp-drop/crowdsec-machine.pw\"", Quote(path))
+		return "", fmt.Errorf("bans.detect.crowdsec_password_file = %s is not an absolute path; write it from /, such as \"/etc/telegraf-xdp-drop/crowdsec-machine.pw\"", quote.Value(path))
 	}
 	f, _, err := trust.OpenRegular(path, uid, "crowdsec_password_file")
 	if err != nil {
@@ -189,13 +190,4 @@ func readPasswordFile(path string, uid int) (string, error) {
 		return "", fmt.Errorf("bans.detect.crowdsec_password_file: %s: the first line is empty%s", path, hint)
 	}
 	return pw, nil
-}
-
-// quoteList shows a list of strings as TOML writes it.
-func quoteList(list []string) string {
-	q := make([]string, len(list))
-	for i, s := range list {
-		q[i] = Quote(s)
-	}
-	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // detectTick is the detector's clock: sources are rated every second,
@@ -179,7 +180,7 @@ func (d *detection) tick(now time.Time) {
 	d.counts.tick = now.Unix()
 	if d.sweep && d.table != nil && !d.set.dryRun {
 		if _, err := d.table.Expire(now); err != nil {
-			d.lastError = Printable(firstLine(fmt.Errorf("sweep the expired bans: %w", err)))
+			d.lastError = quote.Line(firstLine(fmt.Errorf("sweep the expired bans: %w", err)))
 		}
 	}
 }
@@ -292,7 +293,7 @@ func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, bansDry bool)
 			continue
 		}
 		s = BanSeries{
-			Interface: tagName(ifc.name), Origin: OriginDetect, Action: action,
+			Interface: quote.Tag(ifc.name), Origin: OriginDetect, Action: action,
 			Active: int64(d.det.Active()), Added: d.counts.added, Expired: d.counts.expired,
 			Refused: d.counts.refused, Synced: d.counts.tick, Error: d.lastError,
 			Detect: true, Unreported: d.counts.unreported,
@@ -301,7 +302,7 @@ func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, bansDry bool)
 			ps := d.push.Stats()
 			s.Push, s.Pushed, s.PushFailed, s.PushDropped = true, ps.Pushed, ps.Failed, ps.Dropped
 			if ps.Error != "" && s.Error == "" {
-				s.Error = Printable(firstLine(fmt.Errorf("crowdsec push: %s", ps.Error)))
+				s.Error = quote.Line(firstLine(fmt.Errorf("crowdsec push: %s", ps.Error)))
 			}
 		}
 		switch {
@@ -312,7 +313,7 @@ func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, bansDry bool)
 				s.Packets = counts[bpf.BanOriginDetect][a].Packets
 				s.Bytes = counts[bpf.BanOriginDetect][a].Bytes
 			} else if s.Error == "" {
-				s.Error = Printable(firstLine(fmt.Errorf("read the ban counters: %w", err)))
+				s.Error = quote.Line(firstLine(fmt.Errorf("read the ban counters: %w", err)))
 			}
 		}
 		out = append(out, s)
