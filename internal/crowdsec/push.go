@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // ErrLoginRefused is wrapped by Push's error when the LAPI refuses the
@@ -72,13 +74,13 @@ func NewPusher(cfg PushConfig) (*Pusher, error) {
 	u, err := url.Parse(cfg.URL)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("crowdsec url %q: %v", redactURL(cfg.URL), unwrapURLError(err))
+		return nil, fmt.Errorf("crowdsec url %s: %v", quote.Value(redactURL(cfg.URL)), unwrapURLError(err))
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("crowdsec url %q: scheme must be http or https", showURL(u))
+		return nil, fmt.Errorf("crowdsec url %s: scheme must be http or https", quote.Value(showURL(u)))
 	case u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("crowdsec url %q: give the LAPI's base address, e.g. http://127.0.0.1:8080/", showURL(u))
+		return nil, fmt.Errorf("crowdsec url %s: give the LAPI's base address, e.g. http://127.0.0.1:8080/", quote.Value(showURL(u)))
 	case cfg.Login == "" || strings.ContainsAny(cfg.Login, " \t\r\n"):
-		return nil, fmt.Errorf("crowdsec machine login %q: empty or holds a space; add the machine with 'cscli machines add <login> --password ...'", cfg.Login)
+		return nil, fmt.Errorf("crowdsec machine login %s: empty or holds a space; add the machine with 'cscli machines add <login> --password ...'", quote.Value(cfg.Login))
 	case cfg.Password == "":
 		return nil, errors.New("crowdsec machine password: empty; write the password given to 'cscli machines add'")
 	}
@@ -145,7 +147,7 @@ func (p *Pusher) tokenFor(ctx context.Context, fresh bool) (string, error) {
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return "", fmt.Errorf("crowdsec LAPI %s: %w for %q (HTTP %d)%s; add the machine on the LAPI host with 'cscli machines add %s --password ...' and write that password to crowdsec_password_file", p.shown, ErrLoginRefused, p.cfg.Login, resp.StatusCode, bodyHint(resp.Body), p.cfg.Login)
+		return "", fmt.Errorf("crowdsec LAPI %s: %w for %s (HTTP %d)%s; add the machine on the LAPI host with 'cscli machines add %s --password ...' and write that password to crowdsec_password_file", p.shown, ErrLoginRefused, quote.Value(p.cfg.Login), resp.StatusCode, bodyHint(resp.Body), p.cfg.Login)
 	case resp.StatusCode != http.StatusOK:
 		return "", fmt.Errorf("crowdsec LAPI %s: login: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body))
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/vishvananda/netlink"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // guard is a prefix a detection never bans, and why.
@@ -161,7 +163,7 @@ func resolve(host string) ([]netip.Addr, error) {
 	defer cancel()
 	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
-		return nil, fmt.Errorf("resolve the LAPI's host %q: %w", host, err)
+		return nil, fmt.Errorf("resolve the LAPI's host %s: %w", quote.Value(host), err)
 	}
 	for i := range ips {
 		ips[i] = ips[i].Unmap()
