@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -106,7 +105,7 @@ func (x *XDPDrop) initBans() error {
 
 // bansSettings are the bans options parsed, for the bans owner.
 type bansSettings struct {
-	allow    []netip.Prefix
+	allow    allowList
 	max      int
 	dryRun   bool // bans.dry_run, or the plugin's dry_run
 	url      string
@@ -129,27 +128,8 @@ func parseBans(c *BansConfig, dryRun bool, uid int) (*bansSettings, error) {
 			errs = append(errs, optionError(key, err))
 		}
 	}
-	allow, err := parsePrefixes(c.AllowPrefix)
-	fail(keyAllowPrefix, prefixedError(keyAllowPrefix, err))
-	s.allow = allow
-	if err := checkPrefixFilePaths(keyAllowPrefixFile, c.AllowPrefixFile); err != nil {
-		fail(keyAllowPrefixFile, err)
-	} else {
-		pl := prefixLists{trustCheck: uid != trust.NoCheck, trustUID: uid}
-		for _, path := range c.AllowPrefixFile {
-			got, err := pl.readPrefixFile(&prefixFile{path: path, key: keyAllowPrefixFile}, maxLineErrors)
-			for _, e := range Errors(err) {
-				fail(keyAllowPrefixFile, e)
-			}
-			if got != nil {
-				s.allow = append(s.allow, got.prefixes...)
-			}
-		}
-	}
-	s.allow = uniquePrefixes(s.allow)
-	if v4, v6 := familyCounts(s.allow); max(v4, v6) > bpf.MaxBanAllow {
-		fail(keyAllowPrefix, fmt.Errorf("bans.allow_prefix and allow_prefix_file allow %s IPv4 and %s IPv6 prefixes; at most %s a family fit the ban maps: merge them into wider prefixes", quote.Thousands(uint64(v4)), quote.Thousands(uint64(v6)), quote.Thousands(bpf.MaxBanAllow)))
-	}
+	s.allow.reader = prefixLists{trustCheck: uid != trust.NoCheck, trustUID: uid}
+	s.allow.load(c, fail)
 	switch {
 	case c.Max == 0:
 	case c.Max < 0 || c.Max > MaxBansMax:

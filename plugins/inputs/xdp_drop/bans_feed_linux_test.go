@@ -256,3 +256,36 @@ func TestBansSurvivePrefixFileChange(t *testing.T) {
 	waitBans(t, ns, p, "a ban added after the change", func(f map[string]any) bool { return field(f, FieldActive) == 2 })
 	sendBanFlows(t, ns, banFlow{"10.2.2.2", 3, 0})
 }
+
+// TestBansAllowFileChanged: a changed allow_prefix_file is read at the next
+// gather and its prefixes put in force: a source it no longer allows is
+// dropped by the ban, one it now allows passes; a file that turns bad
+// keeps the prefixes read before, and says so once.
+func TestBansAllowFileChanged(t *testing.T) {
+	l := lapi.Start(t)
+	key := l.AddBouncer("xdp-drop-test")
+	l.AddDecision("203.0.113.0/24", time.Hour)
+	ns := testns.New(t)
+	allow := t.TempDir() + "/allow.txt"
+	writeList(t, allow, "203.0.113.128/25")
+	p := banPlugin(l, key, &BansConfig{AllowPrefixFile: []string{allow}})
+	require.Empty(t, startPlugin(t, ns, p).Errors)
+	waitBans(t, ns, p, "the startup pull in force", func(f map[string]any) bool { return field(f, FieldActive) == 1 })
+	sendBanFlows(t, ns, banFlow{"203.0.113.5", 3, 0}, banFlow{"203.0.113.200", 4, 4})
+
+	writeList(t, allow, "203.0.113.0/26")
+	inNS(t, ns, p, func() error { return p.Gather(&testutil.Accumulator{}) })
+	sendBanFlows(t, ns, banFlow{"203.0.113.5", 3, 3}, banFlow{"203.0.113.200", 4, 0})
+
+	writeList(t, allow, "203.0.113.0/26", "not-a-prefix")
+	var errs []error
+	for range 2 {
+		acc := &testutil.Accumulator{}
+		inNS(t, ns, p, func() error { return p.Gather(acc) })
+		errs = append(errs, acc.Errors...)
+	}
+	require.Len(t, errs, 1, "the bad file reported once: %v", errs)
+	require.ErrorContains(t, errs[0], `bans.allow_prefix_file: `+allow+`:2: "not-a-prefix" is not an address prefix or address`)
+	require.ErrorContains(t, errs[0], "the allowed prefixes read before stay in force")
+	sendBanFlows(t, ns, banFlow{"203.0.113.5", 3, 3}, banFlow{"203.0.113.200", 4, 0})
+}

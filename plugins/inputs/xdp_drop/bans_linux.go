@@ -35,8 +35,10 @@ type bans struct {
 	table    *bpf.BanTable
 	state    *banState
 	reported string // the error last logged; "" when the feed is fine
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// allowReported is the allow_prefix_file error last reported.
+	allowReported string
+	cancel        context.CancelFunc
+	done          chan struct{}
 	// started: the poller ran (or runs); a stopped owner starts no more.
 	started bool
 	// detect owns [bans.detect]; nil without it.
@@ -84,13 +86,12 @@ func (b *bans) use(acc telegraf.Accumulator, in *bpf.Instance) {
 		return
 	}
 	if table != b.table {
-		if lifted, err := table.SetAllow(b.set.allow); err != nil {
-			b.failed(acc, fmt.Errorf("bans: set the allowed prefixes: %w", err))
+		if !b.setAllow(acc, table) {
 			return
-		} else {
-			b.state.counts.Removed += int64(lifted)
 		}
 		b.table = table
+	} else {
+		b.refreshAllow(acc)
 	}
 	if b.detect != nil {
 		b.detect.use(b.table)
@@ -102,6 +103,40 @@ func (b *bans) use(acc telegraf.Accumulator, in *bpf.Instance) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel, b.done = cancel, make(chan struct{})
 	go b.poll(ctx, acc)
+}
+
+// setAllow puts the allowed prefixes in force in table; bans inside them
+// are lifted. False when it failed (reported).
+func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
+	allow, err := b.set.allow.union()
+	if err == nil {
+		var lifted int
+		lifted, err = table.SetAllow(allow)
+		b.state.counts.Removed += int64(lifted)
+	}
+	if err != nil {
+		b.failed(acc, fmt.Errorf("bans: set the allowed prefixes: %w", err))
+		return false
+	}
+	return true
+}
+
+// refreshAllow puts the allowed prefixes in force again when a file of
+// them changed; a file that fails keeps its last good prefixes, and its
+// error is reported once.
+func (b *bans) refreshAllow(acc telegraf.Accumulator) {
+	changed, err := b.set.allow.refresh()
+	switch {
+	case err != nil && err.Error() != b.allowReported:
+		b.allowReported = err.Error()
+		acc.AddError(fmt.Errorf("bans: %w; the allowed prefixes read before stay in force", err))
+	case err == nil && b.allowReported != "":
+		b.allowReported = ""
+		b.log.Infof("bans: allow_prefix_file reads again")
+	}
+	if changed && b.setAllow(acc, b.table) {
+		b.log.Infof("bans: allowed prefixes changed: %s in force", quote.Thousands(uint64(b.set.allow.count())))
+	}
 }
 
 // stop ends the poller; the bans stay in the table, for a successor that

@@ -3,6 +3,7 @@ package xdp_drop
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,7 +50,7 @@ func TestBansConfig(t *testing.T) {
 	require.Equal(t, testBouncerKey, set.apiKey)
 	require.Equal(t, time.Second, set.interval)
 	require.Equal(t, []string{"ban", "captcha"}, set.types)
-	require.Equal(t, "[192.0.2.0/24 198.51.100.0/24 2001:db8::1/128]", fmtPrefixes(set.allow))
+	require.Equal(t, "[192.0.2.0/24 198.51.100.0/24 2001:db8::1/128]", fmtPrefixes(mustUnion(t, &set.allow)))
 
 	p = bansPlugin(&BansConfig{CrowdSec: goodCrowdSec()})
 	require.NoError(t, p.Init())
@@ -128,4 +129,11 @@ func TestBansConfigRefused(t *testing.T) {
 			require.NotContains(t, err.Error(), testBouncerKey, "the key is never echoed")
 		})
 	}
+}
+
+func mustUnion(t *testing.T, a *allowList) []netip.Prefix {
+	t.Helper()
+	all, err := a.union()
+	require.NoError(t, err)
+	return all
 }
