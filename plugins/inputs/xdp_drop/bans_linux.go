@@ -114,6 +114,9 @@ func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
 		lifted, err = table.SetAllow(allow)
 		b.state.counts.Removed += int64(lifted)
 	}
+	if err == nil && b.detect != nil {
+		b.detect.guards.setAllow(allow)
+	}
 	if err != nil {
 		b.failed(acc, fmt.Errorf("bans: set the allowed prefixes: %w", err))
 		return false

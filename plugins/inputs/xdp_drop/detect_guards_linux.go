@@ -30,13 +30,13 @@ type guard struct {
 // the LAPI (a ban of it would lock the fleet's bans out). The addresses
 // and routes are read again every minute.
 type guards struct {
-	ns    namespace
-	allow []netip.Prefix
-	lapi  string // the LAPI's host; "" without one
+	ns   namespace
+	lapi string // the LAPI's host; "" without one
 
 	mu     sync.Mutex
-	list   []guard
-	logged string // the list last logged
+	allow  []netip.Prefix // allow_prefix and its files, as the bans have them in force
+	list   []guard        // the host's addresses, gateways and the LAPI
+	logged string         // the guards last logged
 }
 
 func newGuards(ns namespace, allow []netip.Prefix, lapiURL string) *guards {
@@ -51,6 +51,11 @@ func newGuards(ns namespace, allow []netip.Prefix, lapiURL string) *guards {
 func (g *guards) check(p netip.Prefix) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for _, a := range g.allow {
+		if a.Overlaps(p) {
+			return "allow_prefix " + a.String()
+		}
+	}
 	for _, x := range g.list {
 		if x.prefix.Overlaps(p) {
 			return x.what
@@ -59,13 +64,18 @@ func (g *guards) check(p netip.Prefix) string {
 	return ""
 }
 
+// setAllow takes the allowed prefixes the bans put in force (a file of
+// them changed).
+func (g *guards) setAllow(allow []netip.Prefix) {
+	g.mu.Lock()
+	g.allow = allow
+	g.mu.Unlock()
+}
+
 // refresh reads the guards again and logs them when they changed; a
 // part that fails to read keeps what it held and says why.
 func (g *guards) refresh(log telegraf.Logger) {
 	var list []guard
-	for _, p := range g.allow {
-		list = append(list, guard{p, "allow_prefix " + p.String()})
-	}
 	var problems []string
 	err := g.ns.do(func() error {
 		host, err := hostAddresses()
@@ -97,7 +107,7 @@ func (g *guards) refresh(log telegraf.Logger) {
 		list = mergeGuards(list, g.list) // keep what a failed read cannot confirm gone
 	}
 	g.list = list
-	shown := describeGuards(list)
+	shown := describeGuards(g.allow, list)
 	changed := shown != g.logged
 	g.logged = shown
 	g.mu.Unlock()
@@ -180,13 +190,23 @@ func mergeGuards(a, b []guard) []guard {
 	return a
 }
 
-func describeGuards(list []guard) string {
-	if len(list) == 0 {
-		return "nothing"
+// describeGuards lists the guards for the log; a long allow list is
+// counted, not listed.
+func describeGuards(allow []netip.Prefix, list []guard) string {
+	var parts []string
+	switch {
+	case len(allow) > 8:
+		parts = append(parts, fmt.Sprintf("allow_prefix (%d prefixes)", len(allow)))
+	default:
+		for _, a := range allow {
+			parts = append(parts, "allow_prefix "+a.String())
+		}
 	}
-	parts := make([]string, len(list))
-	for i, x := range list {
-		parts[i] = x.what
+	for _, x := range list {
+		parts = append(parts, x.what)
+	}
+	if len(parts) == 0 {
+		return "nothing"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -64,7 +64,11 @@ type detectCounts struct {
 // settings (max, allow list, the LAPI).
 func newDetection(set *detectSettings, bs *bansSettings, ns namespace, log telegraf.Logger) (*detection, error) {
 	d := &detection{set: set, log: log, watched: map[*detect.Window]*watchedIface{}}
-	d.guards = newGuards(ns, bs.allow, bs.url)
+	allow, err := bs.allow.union()
+	if err != nil {
+		return nil, optionError(keyAllowPrefix, err)
+	}
+	d.guards = newGuards(ns, allow, bs.url)
 	det, err := detect.New(detect.Config{
 		PPS: set.pps, BytesPerSecond: set.bps, For: set.forDur, Protocols: set.protocols,
 		Duration: set.duration, MaxDuration: set.maxDuration,
