@@ -41,7 +41,7 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, bans, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -61,9 +61,9 @@ func run() int {
 		cfg.prefixSwaps = 3
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "bans", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, bans, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -165,6 +165,14 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			return nil, fmt.Errorf("sampling flood: %w", err)
 		}
 		rep.flood = &f
+	}
+	if want("bans") {
+		bc := cfg.perPacket
+		bc.rounds = max(bc.rounds/2, 1)
+		status("bans: %d bans in force against none, %d rounds of %d runs; %d bans applied and lifted", banBenchCount, bc.rounds, bc.repeat, banBenchDelta)
+		if rep.bans, rep.banApply, rep.bansNotes, err = bansPerPacket(bc); err != nil {
+			return nil, fmt.Errorf("bans: %w", err)
+		}
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

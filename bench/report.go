@@ -46,6 +46,9 @@ type report struct {
 	sampling        []samplingResult
 	samplingNotes   []string
 	flood           *samplingFlood
+	bans            []samplingResult
+	banApply        banApply
+	bansNotes       []string
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
 	kernelMem       *kernelMemResult
@@ -105,6 +108,7 @@ func (r *report) print(w io.Writer) {
 	r.printRules(w)
 	r.printLimit(w)
 	r.printSampling(w)
+	r.printBans(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -215,6 +219,9 @@ func (r *report) print(w io.Writer) {
 			r.kernelMem.prefixes, r.kernelMem.ifaces)
 	}
 	r.printSamplingNotes(w)
+	for _, n := range r.bansNotes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
 }
 
@@ -310,4 +317,18 @@ func (r *report) printSamplingNotes(w io.Writer) {
 		fmt.Fprintf(w, "Sampling flood: the plugin (sample_rate = 1, sample_max_per_second = %d) on the veth, live-frames XDP_TX from its peer for %s; "+
 			"samples/s = sampled (xdp_drop_link) over that time; RSS of the whole bench process, freed heap returned to the system before the plugin starts; Gather median of 20 idle, then one after the flood.\n", r.flood.cap, round(r.flood.took))
 	}
+}
+
+// printBans prints the bans section's rows.
+func (r *report) printBans(w io.Writer) {
+	if len(r.bans) == 0 {
+		return
+	}
+	for _, p := range r.bans {
+		fmt.Fprintf(w, "| per-packet, %s | %s | %.2f ns | %s %.2f ns | %+.2f ns (IQR %+.2f…%+.2f) | ≤ +%.0f ns | %s |\n",
+			p.name, p.frame, p.ours, p.base, p.bare, p.delta, p.q1, p.q3, p.target, met(p.met(), fmt.Sprintf("%+.2f ns", p.delta)))
+	}
+	a := r.banApply
+	fmt.Fprintf(w, "| bans applied, %d new on %d in force | BanTable.Ban, then Lift, both families | %s applied, %s lifted | — | — | ≤ %s | %s |\n",
+		banBenchDelta, banBenchCount, round(a.apply), round(a.lift), targetBanApply, met(a.apply <= targetBanApply && a.lift <= targetBanApply, "over"))
 }

@@ -16,12 +16,16 @@ import (
 const FDsPerInterface = 4
 
 // FDs is how many file descriptors an attached Program of policy holds:
-// FDsPerInterface, one more for the rule counters when it has rules, and
-// six more when it samples: its three sampling maps, and the reader of its
-// ring (an epoll descriptor and two event descriptors that wake it).
+// FDsPerInterface, one more for the rule counters when it has rules or
+// bans, one for the ban counters with bans, and six more when it samples:
+// its three sampling maps, and the reader of its ring (an epoll descriptor
+// and two event descriptors that wake it).
 func (p Policy) FDs() int {
 	n := FDsPerInterface
-	if len(p.Rules) > 0 {
+	if len(p.Rules) > 0 || p.Bans.On {
+		n++
+	}
+	if p.Bans.On {
 		n++
 	}
 	if p.Sample.On() {
@@ -31,23 +35,27 @@ func (p Policy) FDs() int {
 }
 
 // SharedFDs is how many file descriptors an Instance of policy holds once
-// for all its interfaces: the rule maps, when it has rules, and the
-// limiter's cells with limit rules.
+// for all its interfaces: the rule maps, when it has rules, the limiter's
+// cells with limit rules, and the ban maps with bans.
 func (p Policy) SharedFDs() int {
+	n := 0
 	switch {
 	case p.hasLimits():
-		return ruleMapCount + 1
+		n = ruleMapCount + 1
 	case len(p.Rules) > 0:
-		return ruleMapCount
+		n = ruleMapCount
 	}
-	return 0
+	if p.Bans.On {
+		n += banMapCount
+	}
+	return n
 }
 
 // loadFDs is how many descriptors a load needs at once: those it keeps,
 // the seven rule maps (rule counters and the limiter's cells among them),
-// which it closes again when no rule uses them, and the three sampling
-// maps.
-const loadFDs = FDsPerInterface + 7 + 3
+// which it closes again when no rule uses them, the three sampling maps
+// and the ban counters.
+const loadFDs = FDsPerInterface + 7 + 3 + 1
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

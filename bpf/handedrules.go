@@ -36,24 +36,135 @@ func (h *HandedRules) close() {
 	h.fds = nil
 }
 
-// RuleMapsToHand returns the descriptors of the instance's rule maps, to hand
-// over once next to its interfaces' (Program.Handed), in the order
-// AdoptRules reads them, and their description; nothing when the instance
-// has no rule maps loaded. The descriptors stay owned by the instance.
+// RuleMapsToHand returns the descriptors of the instance's rule maps and
+// ban maps, to hand over once next to its interfaces' (Program.Handed), in
+// the order AdoptRules reads them, and their description; nothing when the
+// instance has neither loaded. The descriptors stay owned by the instance.
 func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.ruleMaps == nil || in.rules == nil {
-		return nil, ""
+	if in.ruleMaps != nil && in.rules != nil {
+		for _, m := range in.ruleMaps.ordered() {
+			fds = append(fds, m.FD())
+		}
+		describe = in.rulesFingerprint() + ":" + encodeKey(in.rules.exact.key)
 	}
-	for _, m := range in.ruleMaps.ordered() {
-		fds = append(fds, m.FD())
+	if in.bans != nil {
+		// Last, after a mark: a successor of an older build reads the rule
+		// maps' description as before and refuses the extra descriptors.
+		for _, m := range in.bans.maps.ordered() {
+			fds = append(fds, m.FD())
+		}
+		describe += bansMark + in.bansFingerprint()
 	}
-	return fds, in.rulesFingerprint() + ":" + encodeKey(in.rules.exact.key)
+	return fds, describe
+}
+
+// bansMark separates the ban maps' description from the rule maps'.
+const bansMark = "|bans:"
+
+// banMapCount is how many maps banMaps holds.
+const banMapCount = 4
+
+// bansFingerprint names the layout of the ban maps: the program build's
+// and the sizes the policy gives them.
+func (in *Instance) bansFingerprint() string {
+	h := sha256.New()
+	h.Write(_XdpDropBytes)
+	fmt.Fprintf(h, "bans %d %d\n", in.policy.Bans.max(), MaxBanAllow)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// takeBans takes the ban maps' descriptors at the end of h's, and their
+// description, off h; none when h has no ban maps.
+func takeBans(h *HandedRules) (fds []int, fp string, ok bool) {
+	rest, fp, ok := strings.Cut(h.describe, bansMark)
+	if !ok {
+		return nil, "", false
+	}
+	h.describe = rest
+	n := min(banMapCount, len(h.fds))
+	fds = h.fds[len(h.fds)-n:]
+	h.fds = h.fds[:len(h.fds)-n]
+	return fds, fp, true
+}
+
+// adoptBans makes the handed ban maps the instance's ban table when they
+// fit: the bans in force then go on without a gap. It owns fds, and says
+// why not otherwise.
+func (in *Instance) adoptBans(fds []int, fp string) (adopted bool, why string) {
+	if len(fds) < banMapCount {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+		return false, "the ban maps were not all handed over"
+	}
+	const own = ": this instance loads its own ban maps"
+	ms, err := mapsOfFDs(fds)
+	if err != nil {
+		return false, "not ban maps: " + err.Error() + own
+	}
+	m := &banMaps{V4: ms[0], V6: ms[1], Buckets: ms[2], Bloom: ms[3]}
+	switch {
+	case !in.policy.Bans.On:
+		why = "this instance has no bans"
+	case in.bans != nil:
+		why = "this instance has loaded its ban maps already"
+	case fp != in.bansFingerprint():
+		why = "the bans' max or the program version changed" + own
+	}
+	if why == "" {
+		var spec *ebpf.CollectionSpec
+		rules, err := in.compiledLocked()
+		if err == nil {
+			spec, err = in.specOf(rules)
+		}
+		for name, mm := range m.byName() {
+			if err == nil {
+				if err = spec.Maps[name].Compatible(mm); err != nil {
+					err = fmt.Errorf("handed-over ban map %s does not fit: %w", name, err)
+				}
+			}
+		}
+		if err == nil {
+			t := newBanTable(m, in.policy.Bans.max())
+			if err = t.rebuild(); err == nil {
+				in.bans = t
+				return true, ""
+			}
+		}
+		why = err.Error() + own
+	}
+	m.Close()
+	return false, why
+}
+
+// mapsOfFDs makes descriptors maps; it owns fds: on error they are closed.
+func mapsOfFDs(fds []int) ([]*ebpf.Map, error) {
+	ms := make([]*ebpf.Map, len(fds))
+	var errs error
+	for i, fd := range fds {
+		// NewMapFromFD closes a descriptor that is not a map.
+		m, err := ebpf.NewMapFromFD(fd)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		ms[i] = m
+	}
+	if errs != nil {
+		for _, m := range ms {
+			if m != nil {
+				m.Close()
+			}
+		}
+		return nil, errs
+	}
+	return ms, nil
 }
 
 // AdoptRules makes the rule maps a stopping instance handed over this
-// instance's, so that every interface's program shares them with the
+// instance's, and its ban maps (Bans) too when they came and fit, so that every interface's program shares them with the
 // programs taken over in place, when they hold this instance's rules: the
 // same rules (prefixes from files included) for the same program build.
 // The instance then lays its tables out under the handed key, as the maps
@@ -64,6 +175,27 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer h.close()
+	banFDs, fp, hasBans := takeBans(h)
+	rules, whyRules := false, ""
+	if !hasBans || h.describe != "" || len(h.fds) > 0 {
+		rules, whyRules = in.adoptRulesLocked(h)
+	}
+	if !hasBans {
+		return rules, whyRules
+	}
+	// After the rules: their layout is the handed one when adopted.
+	bans, whyBans := in.adoptBans(banFDs, fp)
+	switch {
+	case whyBans == "":
+		return rules || bans, whyRules
+	case whyRules == "":
+		return rules || bans, whyBans
+	}
+	return rules || bans, whyRules + "; " + whyBans
+}
+
+// adoptRulesLocked is AdoptRules for the rule maps.
+func (in *Instance) adoptRulesLocked(h *HandedRules) (adopted bool, why string) {
 	const own = ": this instance loads its own"
 	if len(in.policy.Rules) == 0 {
 		return false, "this instance has no rules"

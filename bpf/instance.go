@@ -21,6 +21,7 @@ type Instance struct {
 	rules       *ruleTables // compiled on first use
 	ruleMaps    *ruleMaps   // loaded on first use; nil without rules
 	limits      *ebpf.Map   // limiter cells the rule maps are to take over (ContinueLimits)
+	bans        *BanTable   // loaded on first use (Bans); nil without bans
 }
 
 // NewInstance returns the instance of policy. It touches no kernel state:
@@ -37,12 +38,17 @@ func (in *Instance) Close() error {
 		in.limits.Close()
 		in.limits = nil
 	}
+	var banErr error
+	if in.bans != nil {
+		banErr = in.bans.release()
+		in.bans = nil
+	}
 	if in.ruleMaps == nil {
-		return nil
+		return banErr
 	}
 	err := in.ruleMaps.Close()
 	in.ruleMaps = nil
-	return err
+	return errors.Join(err, banErr)
 }
 
 // compiled returns the policy's rules compiled for the program.

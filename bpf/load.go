@@ -70,6 +70,9 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	for name, m := range counters {
 		replace[name] = m
 	}
+	if err := p.addBanMaps(in, spec, replace); err != nil {
+		return nil, err
+	}
 	if p.samples, err = newSampleMaps(spec, in.policy.Sample); err != nil {
 		return nil, err
 	}
@@ -79,10 +82,11 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	objs, err := loadVariant(spec, false, replace)
 	if err != nil {
 		p.samples.Close()
+		p.closeBanCounters()
 		return nil, err
 	}
 	p.objs = objs
-	if in.rules.count == 0 {
+	if in.rules.count == 0 && !in.policy.Bans.On {
 		// Not used by the program without rules: it costs no descriptor
 		// (FDsPerInterface).
 		p.objs.RuleCounters.Close()
@@ -91,6 +95,7 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 	if p.id, err = programID(objs.Prog); err != nil {
 		p.objs.Close()
 		p.samples.Close()
+		p.closeBanCounters()
 		return nil, err
 	}
 	return p, nil
@@ -107,7 +112,7 @@ func (in *Instance) newProgram() (*Program, error) {
 		return nil, fmt.Errorf("count possible CPUs: %w", err)
 	}
 	p := &Program{in: in, slots: in.policy.queueSlots(), perCPU: make([]xdpDropCounterBlock, cpus)}
-	if rules.count > 0 {
+	if rules.count > 0 || in.policy.Bans.On {
 		p.perCPURules = make([]xdpDropRuleBlock, cpus)
 	}
 	for c, v := range in.policy.verdicts() {

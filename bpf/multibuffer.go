@@ -94,6 +94,9 @@ func (p *Program) loadMultiBuffer() (*ebpf.Program, error) {
 	for name, m := range p.samples.byName() {
 		replace[name] = m
 	}
+	if err := p.addBanMaps(p.in, spec, replace); err != nil {
+		return nil, err
+	}
 	objs, err := loadVariant(spec, true, replace)
 	if err != nil {
 		return nil, err

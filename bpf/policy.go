@@ -42,6 +42,9 @@ type Policy struct {
 	PerQueue bool
 	// Sample sends some frames up to user space (SampleReader).
 	Sample Sampling
+	// Bans drops sources banned for a time (Instance.Bans), before the
+	// rules and the protocol policy.
+	Bans BansConfig
 }
 
 // QueueSlots is the number of per-queue counter blocks with PerQueue: 64
@@ -157,6 +160,11 @@ func (p Policy) fingerprint() string {
 	// with the same code (see Takeover).
 	if p.Sample.On() {
 		h.Write([]byte("sample"))
+	}
+	// Bans add code and move dropped frames' counts; their dry run decides
+	// whether a banned frame is counted a drop.
+	if p.Bans.On {
+		fmt.Fprintf(h, "bans %v\n", p.Bans.DryRun)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

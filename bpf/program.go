@@ -35,6 +35,8 @@ type Program struct {
 	// samples are the program's sampling maps (sample.go), nil when it
 	// does not sample.
 	samples *sampleMaps
+	// banCounters is the program's ban_counters, nil without bans.
+	banCounters *ebpf.Map
 }
 
 // ID is the kernel's id of the loaded program, as ip link and bpftool show it.
@@ -64,7 +66,7 @@ func (p *Program) Kept() bool {
 
 // Close detaches the program and releases it and its counters.
 func (p *Program) Close() error {
-	err := errors.Join(p.Detach(), p.objs.Close(), p.samples.Close())
+	err := errors.Join(p.Detach(), p.objs.Close(), p.samples.Close(), p.closeBanCounters())
 	if p.private {
 		err = errors.Join(err, p.in.Close())
 	}

@@ -55,6 +55,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	if err := setLimitSpec(spec, policy); err != nil {
 		return nil, err
 	}
+	if err := setBanSpec(spec, policy); err != nil {
+		return nil, err
+	}
 	return spec, nil
 }
 
@@ -135,7 +138,8 @@ func setConstants(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables) e
 func sizeCounters(spec *ebpf.CollectionSpec, policy Policy, rules *ruleTables) {
 	spec.Maps[xdpDropMapCounters].MaxEntries = policy.queueSlots()
 	ruleCounters := spec.Maps[xdpDropMapRuleCounters]
-	if rules.count > 0 {
+	// Bans count the frames they drop against their class's action there too.
+	if rules.count > 0 || policy.Bans.On {
 		ruleCounters.MaxEntries = policy.queueSlots()
 		return
 	}

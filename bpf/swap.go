@@ -49,6 +49,8 @@ func (p *Program) SwapRules(r *Instance) error {
 	}
 	// The budgets go on, as the counters do: r's rule maps get p's limiter.
 	r.ContinueLimits(p.in)
+	// And the bans in force: r's programs run on p's ban maps.
+	r.ContinueBans(p.in)
 	shared, err := r.shared()
 	if err != nil {
 		return err
@@ -56,6 +58,9 @@ func (p *Program) SwapRules(r *Instance) error {
 	replace := shared.byName()
 	maps.Copy(replace, p.objs.maps())
 	maps.Copy(replace, p.samples.byName()) // this interface's ring goes on
+	if err := p.addBanMaps(r, spec, replace); err != nil {
+		return err
+	}
 	objs, err := loadVariant(spec, p.multiBuffer, replace)
 	if err != nil {
 		return err
@@ -88,7 +93,7 @@ func (p *Program) SwapRules(r *Instance) error {
 // sameCounting reports how next counts differently from cur, beyond the
 // rules' prefixes: a swap may change only what the counters do not name.
 func sameCounting(cur, next Policy) error {
-	if cur.DropAll != next.DropAll || !slices.Equal(cur.Protocols, next.Protocols) || cur.DryRun != next.DryRun || cur.PerQueue != next.PerQueue {
+	if cur.DropAll != next.DropAll || !slices.Equal(cur.Protocols, next.Protocols) || cur.DryRun != next.DryRun || cur.PerQueue != next.PerQueue || cur.Bans != next.Bans {
 		return errors.New("the drop policy differs")
 	}
 	if len(cur.Rules) != len(next.Rules) {

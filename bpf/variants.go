@@ -23,10 +23,13 @@ const (
 	// FeatureLimit: a rule is a limit rule, run by the limiter; it comes
 	// with FeatureRules only.
 	FeatureLimit
+	// FeatureBans: timed bans of sources (Policy.Bans), checked before the
+	// rules; without it the programs have no ban code.
+	FeatureBans
 )
 
 // featureNames name the features in String, lowest bit first.
-var featureNames = []string{"rules", "multi-buffer", "sampling", "limit"}
+var featureNames = []string{"rules", "multi-buffer", "sampling", "limit", "bans"}
 
 // String names the features joined by "+", "none" for the empty set.
 func (f Features) String() string {
@@ -60,6 +63,18 @@ var programVariants = map[Features]string{
 	FeatureRules | FeatureLimit | FeatureMultiBuffer:                   xdpDropProgXdpDropLimitsFrags,
 	FeatureRules | FeatureLimit | FeatureSampling:                      xdpDropProgXdpDropLimitsSample,
 	FeatureRules | FeatureLimit | FeatureSampling | FeatureMultiBuffer: xdpDropProgXdpDropLimitsSampleFrags,
+	FeatureBans:                                                                      xdpDropProgXdpDropBans,
+	FeatureBans | FeatureMultiBuffer:                                                 xdpDropProgXdpDropBansFrags,
+	FeatureBans | FeatureRules:                                                       xdpDropProgXdpDropRulesBans,
+	FeatureBans | FeatureRules | FeatureMultiBuffer:                                  xdpDropProgXdpDropRulesBansFrags,
+	FeatureBans | FeatureSampling:                                                    xdpDropProgXdpDropSampleBans,
+	FeatureBans | FeatureSampling | FeatureMultiBuffer:                               xdpDropProgXdpDropSampleBansFrags,
+	FeatureBans | FeatureRules | FeatureSampling:                                     xdpDropProgXdpDropRulesSampleBans,
+	FeatureBans | FeatureRules | FeatureSampling | FeatureMultiBuffer:                xdpDropProgXdpDropRulesSampleBansFrags,
+	FeatureBans | FeatureRules | FeatureLimit:                                        xdpDropProgXdpDropLimitsBans,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureMultiBuffer:                   xdpDropProgXdpDropLimitsBansFrags,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureSampling:                      xdpDropProgXdpDropLimitsSampleBans,
+	FeatureBans | FeatureRules | FeatureLimit | FeatureSampling | FeatureMultiBuffer: xdpDropProgXdpDropLimitsSampleBansFrags,
 }
 
 // featuresOf are the features of policy's program, single-buffer: the
@@ -74,6 +89,9 @@ func featuresOf(policy Policy) Features {
 	}
 	if policy.hasLimits() {
 		f |= FeatureLimit
+	}
+	if policy.Bans.On {
+		f |= FeatureBans
 	}
 	return f
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // allFeatures are every feature bit the package names.
-const allFeatures = bpf.FeatureRules | bpf.FeatureMultiBuffer | bpf.FeatureSampling | bpf.FeatureLimit
+const allFeatures = bpf.FeatureRules | bpf.FeatureMultiBuffer | bpf.FeatureSampling | bpf.FeatureLimit | bpf.FeatureBans
 
 // TestProgramVariantsTable: the table has a program for every feature set
 // but a limit without rules, each program of the ELF once, in the section
@@ -56,7 +56,9 @@ func TestProgramVariantsTable(t *testing.T) {
 	_, err = bpf.ProgramOf(bpf.FeatureLimit)
 	require.EqualError(t, err, "no XDP program is compiled with the features limit: the programs have none, rules, multi-buffer, "+
 		"rules+multi-buffer, sampling, rules+sampling, multi-buffer+sampling, rules+multi-buffer+sampling, rules+limit, "+
-		"rules+multi-buffer+limit, rules+sampling+limit, rules+multi-buffer+sampling+limit")
+		"rules+multi-buffer+limit, rules+sampling+limit, rules+multi-buffer+sampling+limit, bans, rules+bans, multi-buffer+bans, "+
+		"rules+multi-buffer+bans, sampling+bans, rules+sampling+bans, multi-buffer+sampling+bans, rules+multi-buffer+sampling+bans, "+
+		"rules+limit+bans, rules+multi-buffer+limit+bans, rules+sampling+limit+bans, rules+multi-buffer+sampling+limit+bans")
 }
 
 // variantPolicy is a policy whose program has the features f, less
@@ -70,6 +72,9 @@ func variantPolicy(f bpf.Features) bpf.Policy {
 	}
 	if f&bpf.FeatureLimit != 0 {
 		policy.Rules = []bpf.Rule{limitRule(bpf.Limit{Rate: 1, Burst: 1, PerRule: true})}
+	}
+	if f&bpf.FeatureBans != 0 {
+		policy.Bans = bpf.BansConfig{On: true}
 	}
 	if f&bpf.FeatureSampling != 0 {
 		policy.Sample = bpf.Sampling{Rate: 1, Actions: [bpf.ActionCount]bool{true, true}, MaxPerSecond: 1_000_000, Snaplen: 64}

@@ -177,6 +177,46 @@ struct {
 	__uint(max_entries, 1);
 } prefix_v6 SEC(".maps");
 
+/*
+ * Bans (see xdp_drop.h), shared by the programs of an instance and sized
+ * by the loader; read only by the programs with bans.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ban_v4_key);
+	__type(value, struct ban_value);
+	__uint(max_entries, 1);
+} ban_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ban_v6_key);
+	__type(value, struct ban_value);
+	__uint(max_entries, 1);
+} ban_v6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ban_bucket);
+	__uint(max_entries, 2 * BAN_BUCKETS);
+} ban_buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1 << (BAN_BLOOM_BITS - 6));
+} ban_bloom SEC(".maps");
+
+/* The interface's frames bans decided; its own, as counters are. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ban_block);
+	__uint(max_entries, 1);
+} ban_counters SEC(".maps");
+
 /* Masks by port, source ports then destination ports; one entry when unused. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -545,6 +585,256 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
 #include "limit.h"
 
 /*
+ * Bans in dry run: a banned frame is counted would_drop and goes on as if
+ * unbanned. In a section of its own: the programs without bans keep their
+ * offsets in .rodata, and so their instructions.
+ */
+volatile const __u8 ban_dry_run SEC(".rodata.bans");
+/* Not read: carries enum ban_limits into BTF for bpf2go -type. */
+volatile const enum ban_limits ban_limit SEC(".rodata.bans") = BAN_BUCKETS;
+
+/*
+ * ban_top's table: the bit whose de Bruijn index (rule_index's) is i. In
+ * the bans' section, as ban_dry_run.
+ */
+static const __u8 ban_debruijn[64] SEC(".rodata.bans") = {
+#define B(i) [((1ULL << (i)) * RULE_DEBRUIJN) >> 58] = (i)
+	B(0),  B(1),  B(2),  B(3),  B(4),  B(5),  B(6),  B(7),  B(8),  B(9),  B(10), B(11), B(12),
+	B(13), B(14), B(15), B(16), B(17), B(18), B(19), B(20), B(21), B(22), B(23), B(24), B(25),
+	B(26), B(27), B(28), B(29), B(30), B(31), B(32), B(33), B(34), B(35), B(36), B(37), B(38),
+	B(39), B(40), B(41), B(42), B(43), B(44), B(45), B(46), B(47), B(48), B(49), B(50), B(51),
+	B(52), B(53), B(54), B(55), B(56), B(57), B(58), B(59), B(60), B(61), B(62), B(63),
+#undef B
+};
+
+/* The index of the highest bit of x, not 0, without a branch: the verifier sees one path. */
+static __always_inline __u32 ban_top(__u64 x)
+{
+	x |= x >> 1;
+	x |= x >> 2;
+	x |= x >> 4;
+	x |= x >> 8;
+	x |= x >> 16;
+	x |= x >> 32;
+	x ^= x >> 1;
+	return ban_debruijn[(x * RULE_DEBRUIJN) >> 58];
+}
+
+/* Multipliers of ban_bloom's hash, odd; the loader hashes alike. */
+#define BAN_HASH_K0 0x9E3779B97F4A7C15ULL
+#define BAN_HASH_K1 0xC2B2AE3D27D4EB4FULL
+#define BAN_HASH_K2 0x165667B19E3779F9ULL
+#define BAN_HASH_K3 0xD6E8FEB86659FD93ULL
+#define BAN_HASH_K4 0xFF51AFD7ED558CCDULL
+
+/*
+ * Whether ban_bloom has the bit of an entry of length len (| BAN_KEY_V6)
+ * and masked address key (as in the hash's keys): when not, no entry is.
+ * The hash is fixed: a set of bans built to collide costs lookups, never
+ * a wrong verdict.
+ */
+static __always_inline int ban_maybe(__u32 len, const __u32 *key, int v6)
+{
+	__u64 x;
+	__u32 idx;
+	__u64 *w;
+
+	/* IPv4: one multiply of length and address; IPv6: the words' products summed and folded. */
+	if (v6) {
+		x = len * BAN_HASH_K0 + key[0] * BAN_HASH_K1 + key[1] * BAN_HASH_K2 + key[2] * BAN_HASH_K3 +
+		    key[3] * BAN_HASH_K4;
+		x ^= x >> 32;
+		x *= BAN_HASH_K0;
+	} else {
+		x = ((__u64)len << 32 | key[0]) * BAN_HASH_K0;
+	}
+	x >>= 64 - BAN_BLOOM_BITS;
+	idx = x >> 6;
+	w = bpf_map_lookup_elem(&ban_bloom, &idx);
+	return w && (*w >> (x & 63)) & 1;
+}
+
+/* What probing one length found. */
+enum ban_probe_result {
+	BAN_NONE = 0,
+	BAN_ALLOWED,
+	BAN_FOUND,
+};
+
+/*
+ * Probes length len for an entry containing addr: an allowed prefix, a ban
+ * in force (in *found), or nothing (an expired ban counts as nothing). The
+ * clock is read once, at the first ban found.
+ */
+static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, struct ban_value **found)
+{
+	struct ban_value *v;
+
+	if (v6) {
+		struct ban_v6_key k = { .len = len };
+		int j;
+
+#pragma unroll
+		for (j = 0; j < 4; j++) {
+			int bits = (int)len - 32 * j;
+			__u32 m = bits >= 32 ? 0xFFFFFFFF : bits <= 0 ? 0 : ~0U << (32 - bits);
+
+			k.addr[j] = addr[j] & bpf_htonl(m);
+		}
+		if (!ban_maybe(len | BAN_KEY_V6, k.addr, 1))
+			return BAN_NONE;
+		v = bpf_map_lookup_elem(&ban_v6, &k);
+	} else {
+		__u32 m = len >= 32 ? 0xFFFFFFFF : ~0U << (32 - len);
+		struct ban_v4_key k = { .len = len, .addr = addr[0] & bpf_htonl(m) };
+
+		if (!ban_maybe(len, &k.addr, 0))
+			return BAN_NONE;
+		v = bpf_map_lookup_elem(&ban_v4, &k);
+	}
+	if (!v)
+		return BAN_NONE;
+	if (v->kind == BAN_KIND_ALLOW)
+		return BAN_ALLOWED;
+	/* The coarse clock, CLOCK_MONOTONIC_COARSE: a ban may last a tick longer, not a call's cost more. */
+	if (!*now)
+		*now = bpf_ktime_get_coarse_ns();
+	if (v->end <= *now)
+		return BAN_NONE;
+	*found = v;
+	return BAN_FOUND;
+}
+
+/*
+ * Probes the lengths of the bitmap w (bit i: length base + i + 1) longest
+ * first: the first allowed prefix or ban in force decides.
+ */
+static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr, int v6, __u64 *now,
+					  struct ban_value **found)
+{
+	int i, r;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 64; i++) {
+		__u32 bit;
+
+		if (!w)
+			break;
+		bit = ban_top(w);
+		w &= ~(1ULL << bit);
+		r = ban_probe_len(base + bit + 1, addr, v6, now, found);
+		if (r != BAN_NONE)
+			return r;
+	}
+	return BAN_NONE;
+}
+
+/*
+ * The ban in force on a source address (network order words, a0 alone for
+ * IPv4): its origin + 1, 0 when none is or the address is allowed.
+ */
+static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6)
+{
+	__u32 addr[4] = { a0, a1, a2, a3 };
+	struct ban_value *v = NULL;
+	struct ban_bucket *b;
+	__u64 now = 0;
+	__u32 idx, h = bpf_ntohl(a0);
+	int i, r = BAN_NONE;
+
+	if (v6)
+		idx = BAN_BUCKETS + ((h ^ (h >> 16) ^ (bpf_ntohl(a1) >> 16)) & 0xFFFF);
+	else
+		idx = h >> 16;
+	b = bpf_map_lookup_elem(&ban_buckets, &idx);
+	if (!b)
+		return 0;
+	if (b->n != BAN_LENS_OVERFLOW) {
+#pragma clang loop unroll(disable)
+		for (i = 0; i < BAN_BUCKET_LENS; i++) {
+			if (i >= b->n)
+				break;
+			r = ban_probe_len(b->lens[i], addr, v6, &now, &v);
+			if (r != BAN_NONE)
+				break;
+		}
+	} else if (v6) {
+		r = ban_probe_bits(b->bits[1], 64, addr, 1, &now, &v);
+		if (r == BAN_NONE)
+			r = ban_probe_bits(b->bits[0], 0, addr, 1, &now, &v);
+	} else {
+		r = ban_probe_bits(b->bits[0], 0, addr, 0, &now, &v);
+	}
+	return r == BAN_FOUND && v ? (v->origin & (BAN_ORIGINS - 1)) + 1 : 0;
+}
+
+/*
+ * ban_lookup_inline as a function of its own, which the verifier checks
+ * once, not once for every path of the rules around it (inlined there it
+ * makes too many); its arguments are scalars, as it needs.
+ */
+__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+{
+	if (v6)
+		return ban_lookup_inline(a0, a1, a2, a3, 1);
+	return ban_lookup_inline(a0, 0, 0, 0, 0);
+}
+
+/*
+ * The ban in force on the source of an IP frame of class class whose
+ * headers are whole, as ban_lookup gives it: inlined, which saves a call,
+ * in the programs without rules, whose paths are few enough to verify.
+ */
+static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class, const int rules)
+{
+	if (class >= CLASS_IPV6) {
+		struct ipv6hdr *ip6h = nh->l3;
+		__u32 *a = (__u32 *)&ip6h->saddr;
+
+		if (!rules)
+			return ban_lookup_inline(a[0], a[1], a[2], a[3], 1);
+		return ban_lookup(a[0], a[1], a[2], a[3], 1);
+	}
+	if (!rules)
+		return ban_lookup_inline(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
+	return ban_lookup(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
+}
+
+/*
+ * Counts a frame of class class the ban of origin + 1 ban decided, under its origin and
+ * action, and under its class as a drop (in c when that is its class's
+ * action, else under other[class] of the rule block); returns whether to
+ * drop it. In a bans dry run it is counted would_drop only, and goes on.
+ */
+static __always_inline int count_ban(struct counter_block *c, __u32 *key, __u32 class, int ban, __u64 len)
+{
+	__u32 zero = 0;
+	struct ban_block *bc = bpf_map_lookup_elem(&ban_counters, &zero);
+	struct rule_block *rc;
+	struct counter *cc;
+	__u32 act = (ban_dry_run || dry_run) ? BAN_ACTION_WOULD_DROP : BAN_ACTION_DROP;
+
+	if (bc) {
+		cc = &bc->c[(ban - 1) & (BAN_ORIGINS - 1)][act];
+		cc->packets++;
+		cc->bytes += len;
+	}
+	if (ban_dry_run)
+		return 0;
+	if (verdicts[class] & ACTION_DROP) {
+		cc = &c->class[class];
+	} else {
+		rc = bpf_map_lookup_elem(&rule_counters, key);
+		if (!rc)
+			return 1;
+		cc = &rc->other[class];
+	}
+	cc->packets++;
+	cc->bytes += len;
+	return 1;
+}
+
+/*
  * The body of the programs. frags, rules, sample and limits are constants:
  * each program is compiled with its own branches only, so the program
  * without rules runs no rule code and keeps nothing for it, the program
@@ -552,8 +842,9 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
  * any limiter code.
  */
 static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int sample,
-				      const int limits)
+				      const int limits, const int bans)
 {
+	int ban = 0;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct hdr_cursor cur = {};
@@ -566,8 +857,10 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	class = classify(data, data_end, &cur);
 	if (class >= CLASS_COUNT)
 		return XDP_PASS;
-	/* Rules see IP frames whose headers are whole. */
-	if (rules && class < CLASS_IPV4_TRUNCATED)
+	/* Bans, then rules, see IP frames whose headers are whole. */
+	if (bans && class < CLASS_IPV4_TRUNCATED)
+		ban = ban_find(&cur, class, rules);
+	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run))
 		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)
 		len = bpf_xdp_get_buff_len(ctx);
@@ -582,6 +875,11 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	c = bpf_map_lookup_elem(&counters, &key);
 	if (!c)
 		return XDP_PASS;
+	if (bans && ban && count_ban(c, &key, class, ban, len)) {
+		if (sample)
+			sample_frame(ctx, class, dry_run ? ACTION_DROP : ACTION_DROP | VERDICT_DROP, len);
+		return dry_run ? XDP_PASS : XDP_DROP;
+	}
 	if (limits && (ruled & VERDICT_LIMIT))
 		ruled = limit_decide(&cur, class, ruled);
 	if (ruled) {
@@ -611,7 +909,7 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 SEC("xdp")
 int xdp_drop(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 0, 0, 0);
+	return frame_path(ctx, 0, 0, 0, 0, 0);
 }
 
 /*
@@ -621,19 +919,19 @@ int xdp_drop(struct xdp_md *ctx)
 SEC("xdp.frags")
 int xdp_drop_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 0, 0, 0);
+	return frame_path(ctx, 1, 0, 0, 0, 0);
 }
 
 SEC("xdp")
 int xdp_drop_rules(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 0, 0);
+	return frame_path(ctx, 0, 1, 0, 0, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_rules_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 0, 0);
+	return frame_path(ctx, 1, 1, 0, 0, 0);
 }
 
 /*
@@ -643,25 +941,25 @@ int xdp_drop_rules_frags(struct xdp_md *ctx)
 SEC("xdp")
 int xdp_drop_sample(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 0, 1, 0);
+	return frame_path(ctx, 0, 0, 1, 0, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_sample_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 0, 1, 0);
+	return frame_path(ctx, 1, 0, 1, 0, 0);
 }
 
 SEC("xdp")
 int xdp_drop_rules_sample(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 1, 0);
+	return frame_path(ctx, 0, 1, 1, 0, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_rules_sample_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 1, 0);
+	return frame_path(ctx, 1, 1, 1, 0, 0);
 }
 
 /*
@@ -671,25 +969,49 @@ int xdp_drop_rules_sample_frags(struct xdp_md *ctx)
 SEC("xdp")
 int xdp_drop_limits(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 0, 1);
+	return frame_path(ctx, 0, 1, 0, 1, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_limits_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 0, 1);
+	return frame_path(ctx, 1, 1, 0, 1, 0);
 }
 
 SEC("xdp")
 int xdp_drop_limits_sample(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 0, 1, 1, 1);
+	return frame_path(ctx, 0, 1, 1, 1, 0);
 }
 
 SEC("xdp.frags")
 int xdp_drop_limits_sample_frags(struct xdp_md *ctx)
 {
-	return frame_path(ctx, 1, 1, 1, 1);
+	return frame_path(ctx, 1, 1, 1, 1, 0);
 }
+
+/*
+ * The twelve again with bans (Policy.Bans), loaded only when bans are on:
+ * without them no program has any ban code.
+ */
+#define BANS_PROGRAM(name, sec, frags, rules, sample, limits) \
+	SEC(sec)                                              \
+	int name(struct xdp_md *ctx)                          \
+	{                                                     \
+		return frame_path(ctx, frags, rules, sample, limits, 1); \
+	}
+
+BANS_PROGRAM(xdp_drop_bans, "xdp", 0, 0, 0, 0)
+BANS_PROGRAM(xdp_drop_bans_frags, "xdp.frags", 1, 0, 0, 0)
+BANS_PROGRAM(xdp_drop_rules_bans, "xdp", 0, 1, 0, 0)
+BANS_PROGRAM(xdp_drop_rules_bans_frags, "xdp.frags", 1, 1, 0, 0)
+BANS_PROGRAM(xdp_drop_sample_bans, "xdp", 0, 0, 1, 0)
+BANS_PROGRAM(xdp_drop_sample_bans_frags, "xdp.frags", 1, 0, 1, 0)
+BANS_PROGRAM(xdp_drop_rules_sample_bans, "xdp", 0, 1, 1, 0)
+BANS_PROGRAM(xdp_drop_rules_sample_bans_frags, "xdp.frags", 1, 1, 1, 0)
+BANS_PROGRAM(xdp_drop_limits_bans, "xdp", 0, 1, 0, 1)
+BANS_PROGRAM(xdp_drop_limits_bans_frags, "xdp.frags", 1, 1, 0, 1)
+BANS_PROGRAM(xdp_drop_limits_sample_bans, "xdp", 0, 1, 1, 1)
+BANS_PROGRAM(xdp_drop_limits_sample_bans_frags, "xdp.frags", 1, 1, 1, 1)
 
 char __license[] SEC("license") = "Dual BSD/GPL";

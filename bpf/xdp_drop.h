@@ -129,4 +129,61 @@ struct prefix_slot {
 	__u64 mask;
 };
 
+/*
+ * Timed bans of sources: per family, a hash of entries keyed by length and
+ * masked address (ban_v4_key, ban_v6_key), and an array of buckets (IPv4:
+ * the first 16 bits; IPv6: the first 48 folded to 16; IPv4's first) whose
+ * bitmap has bit len - 1 set for each length present in the bucket, the
+ * lengths shorter than the bucket's width in every bucket of the family.
+ * A bit array (ban_bloom) filters the entries before the hash: a length is
+ * looked up only when the bit of its masked address is set.
+ */
+enum ban_limits {
+	BAN_BUCKETS = 65536, /* per family */
+	BAN_ORIGINS = 4,
+	BAN_KIND_BAN = 0,
+	BAN_KIND_ALLOW = 1,
+	BAN_ACTION_DROP = 0,
+	BAN_ACTION_WOULD_DROP = 1,
+	BAN_ACTIONS = 2,
+	BAN_BLOOM_BITS = 23, /* log2 of the bits of ban_bloom, both families */
+	BAN_KEY_V6 = 0x100,  /* in the length hashed into ban_bloom */
+	BAN_BUCKET_LENS = 15,
+	BAN_LENS_OVERFLOW = 0xFF,
+};
+
+struct ban_v4_key {
+	__u32 len;
+	__u32 addr; /* network order, masked */
+};
+
+struct ban_v6_key {
+	__u32 len;
+	__u32 addr[4]; /* network order, masked */
+};
+
+/* An entry: a ban until end (bpf_ktime_get_ns), or an allowed prefix (end unused). */
+struct ban_value {
+	__u64 end;
+	__u8 origin;
+	__u8 kind;
+	__u8 pad[6];
+};
+
+/*
+ * The lengths present in a bucket, longest first in lens (n of them), or
+ * when more than BAN_BUCKET_LENS are (n = BAN_LENS_OVERFLOW) in the bitmap
+ * alone: a list costs a probe one load, the bitmap a search for its top bit.
+ */
+struct ban_bucket {
+	__u64 bits[2]; /* bit len - 1: lengths 1..64 in bits[0], 65..128 in bits[1] */
+	__u8 n;
+	__u8 lens[BAN_BUCKET_LENS];
+};
+
+/* The per-CPU block of ban_counters: frames bans decided, by origin and action. */
+struct ban_block {
+	struct counter c[BAN_ORIGINS][BAN_ACTIONS];
+};
+
 #endif

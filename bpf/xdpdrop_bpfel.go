@@ -21,6 +21,54 @@ const (
 	xdpDropActionACTION_COUNT xdpDropAction = 2
 )
 
+type xdpDropBanBlock struct {
+	_ structs.HostLayout
+	C [4][2]xdpDropCounter
+}
+
+type xdpDropBanBucket struct {
+	_    structs.HostLayout
+	Bits [2]uint64
+	N    uint8
+	Lens [15]uint8
+}
+
+type xdpDropBanLimits uint32
+
+const (
+	xdpDropBanLimitsBAN_BUCKETS           xdpDropBanLimits = 65536
+	xdpDropBanLimitsBAN_ORIGINS           xdpDropBanLimits = 4
+	xdpDropBanLimitsBAN_KIND_BAN          xdpDropBanLimits = 0
+	xdpDropBanLimitsBAN_KIND_ALLOW        xdpDropBanLimits = 1
+	xdpDropBanLimitsBAN_ACTION_DROP       xdpDropBanLimits = 0
+	xdpDropBanLimitsBAN_ACTION_WOULD_DROP xdpDropBanLimits = 1
+	xdpDropBanLimitsBAN_ACTIONS           xdpDropBanLimits = 2
+	xdpDropBanLimitsBAN_BLOOM_BITS        xdpDropBanLimits = 23
+	xdpDropBanLimitsBAN_KEY_V6            xdpDropBanLimits = 256
+	xdpDropBanLimitsBAN_BUCKET_LENS       xdpDropBanLimits = 15
+	xdpDropBanLimitsBAN_LENS_OVERFLOW     xdpDropBanLimits = 255
+)
+
+type xdpDropBanV4Key struct {
+	_    structs.HostLayout
+	Len  uint32
+	Addr uint32
+}
+
+type xdpDropBanV6Key struct {
+	_    structs.HostLayout
+	Len  uint32
+	Addr [4]uint32
+}
+
+type xdpDropBanValue struct {
+	_      structs.HostLayout
+	End    uint64
+	Origin uint8
+	Kind   uint8
+	Pad    [6]uint8
+}
+
 type xdpDropClassIdx uint32
 
 const (
@@ -189,58 +237,77 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpDropMapCounters                  = "counters"
-	xdpDropMapLimitState                = "limit_state"
-	xdpDropMapPortsMap                  = "ports_map"
-	xdpDropMapPrefixBuckets             = "prefix_buckets"
-	xdpDropMapPrefixExact               = "prefix_exact"
-	xdpDropMapPrefixV4                  = "prefix_v4"
-	xdpDropMapPrefixV6                  = "prefix_v6"
-	xdpDropMapRuleCounters              = "rule_counters"
-	xdpDropMapSampleBuckets             = "sample_buckets"
-	xdpDropMapSampleStates              = "sample_states"
-	xdpDropMapSamples                   = "samples"
-	xdpDropProgXdpDrop                  = "xdp_drop"
-	xdpDropProgXdpDropFrags             = "xdp_drop_frags"
-	xdpDropProgXdpDropLimits            = "xdp_drop_limits"
-	xdpDropProgXdpDropLimitsFrags       = "xdp_drop_limits_frags"
-	xdpDropProgXdpDropLimitsSample      = "xdp_drop_limits_sample"
-	xdpDropProgXdpDropLimitsSampleFrags = "xdp_drop_limits_sample_frags"
-	xdpDropProgXdpDropRules             = "xdp_drop_rules"
-	xdpDropProgXdpDropRulesFrags        = "xdp_drop_rules_frags"
-	xdpDropProgXdpDropRulesSample       = "xdp_drop_rules_sample"
-	xdpDropProgXdpDropRulesSampleFrags  = "xdp_drop_rules_sample_frags"
-	xdpDropProgXdpDropSample            = "xdp_drop_sample"
-	xdpDropProgXdpDropSampleFrags       = "xdp_drop_sample_frags"
-	xdpDropVarActionDrop                = "action_drop"
-	xdpDropVarClassCount                = "class_count"
-	xdpDropVarDryRun                    = "dry_run"
-	xdpDropVarLimitCells                = "limit_cells"
-	xdpDropVarLimitFakeClock            = "limit_fake_clock"
-	xdpDropVarLimitParams               = "limit_params"
-	xdpDropVarPrefixHashKey             = "prefix_hash_key"
-	xdpDropVarPrefixHashShift           = "prefix_hash_shift"
-	xdpDropVarPrefixLimit               = "prefix_limit"
-	xdpDropVarQueueSlots                = "queue_slots"
-	xdpDropVarRuleCount                 = "rule_count"
-	xdpDropVarRuleDecisions             = "rule_decisions"
-	xdpDropVarRuleDimPorts              = "rule_dim_ports"
-	xdpDropVarRuleDims                  = "rule_dims"
-	xdpDropVarRuleMax                   = "rule_max"
-	xdpDropVarRuleNoDst                 = "rule_no_dst"
-	xdpDropVarRuleNoSrc                 = "rule_no_src"
-	xdpDropVarRulePorts                 = "rule_ports"
-	xdpDropVarRuleProto                 = "rule_proto"
-	xdpDropVarSampleActions             = "sample_actions"
-	xdpDropVarSampleEventLayout         = "sample_event_layout"
-	xdpDropVarSampleInterval            = "sample_interval"
-	xdpDropVarSampleRate                = "sample_rate"
-	xdpDropVarSampleSnaplen             = "sample_snaplen"
-	xdpDropVarSampleSnaplenMax          = "sample_snaplen_max"
-	xdpDropVarSampleTolerance           = "sample_tolerance"
-	xdpDropVarSampleWakeup              = "sample_wakeup"
-	xdpDropVarVerdictDrop               = "verdict_drop"
-	xdpDropVarVerdicts                  = "verdicts"
+	xdpDropMapBanBloom                      = "ban_bloom"
+	xdpDropMapBanBuckets                    = "ban_buckets"
+	xdpDropMapBanCounters                   = "ban_counters"
+	xdpDropMapBanV4                         = "ban_v4"
+	xdpDropMapBanV6                         = "ban_v6"
+	xdpDropMapCounters                      = "counters"
+	xdpDropMapLimitState                    = "limit_state"
+	xdpDropMapPortsMap                      = "ports_map"
+	xdpDropMapPrefixBuckets                 = "prefix_buckets"
+	xdpDropMapPrefixExact                   = "prefix_exact"
+	xdpDropMapPrefixV4                      = "prefix_v4"
+	xdpDropMapPrefixV6                      = "prefix_v6"
+	xdpDropMapRuleCounters                  = "rule_counters"
+	xdpDropMapSampleBuckets                 = "sample_buckets"
+	xdpDropMapSampleStates                  = "sample_states"
+	xdpDropMapSamples                       = "samples"
+	xdpDropProgXdpDrop                      = "xdp_drop"
+	xdpDropProgXdpDropBans                  = "xdp_drop_bans"
+	xdpDropProgXdpDropBansFrags             = "xdp_drop_bans_frags"
+	xdpDropProgXdpDropFrags                 = "xdp_drop_frags"
+	xdpDropProgXdpDropLimits                = "xdp_drop_limits"
+	xdpDropProgXdpDropLimitsBans            = "xdp_drop_limits_bans"
+	xdpDropProgXdpDropLimitsBansFrags       = "xdp_drop_limits_bans_frags"
+	xdpDropProgXdpDropLimitsFrags           = "xdp_drop_limits_frags"
+	xdpDropProgXdpDropLimitsSample          = "xdp_drop_limits_sample"
+	xdpDropProgXdpDropLimitsSampleBans      = "xdp_drop_limits_sample_bans"
+	xdpDropProgXdpDropLimitsSampleBansFrags = "xdp_drop_limits_sample_bans_frags"
+	xdpDropProgXdpDropLimitsSampleFrags     = "xdp_drop_limits_sample_frags"
+	xdpDropProgXdpDropRules                 = "xdp_drop_rules"
+	xdpDropProgXdpDropRulesBans             = "xdp_drop_rules_bans"
+	xdpDropProgXdpDropRulesBansFrags        = "xdp_drop_rules_bans_frags"
+	xdpDropProgXdpDropRulesFrags            = "xdp_drop_rules_frags"
+	xdpDropProgXdpDropRulesSample           = "xdp_drop_rules_sample"
+	xdpDropProgXdpDropRulesSampleBans       = "xdp_drop_rules_sample_bans"
+	xdpDropProgXdpDropRulesSampleBansFrags  = "xdp_drop_rules_sample_bans_frags"
+	xdpDropProgXdpDropRulesSampleFrags      = "xdp_drop_rules_sample_frags"
+	xdpDropProgXdpDropSample                = "xdp_drop_sample"
+	xdpDropProgXdpDropSampleBans            = "xdp_drop_sample_bans"
+	xdpDropProgXdpDropSampleBansFrags       = "xdp_drop_sample_bans_frags"
+	xdpDropProgXdpDropSampleFrags           = "xdp_drop_sample_frags"
+	xdpDropVarActionDrop                    = "action_drop"
+	xdpDropVarBanDryRun                     = "ban_dry_run"
+	xdpDropVarBanLimit                      = "ban_limit"
+	xdpDropVarClassCount                    = "class_count"
+	xdpDropVarDryRun                        = "dry_run"
+	xdpDropVarLimitCells                    = "limit_cells"
+	xdpDropVarLimitFakeClock                = "limit_fake_clock"
+	xdpDropVarLimitParams                   = "limit_params"
+	xdpDropVarPrefixHashKey                 = "prefix_hash_key"
+	xdpDropVarPrefixHashShift               = "prefix_hash_shift"
+	xdpDropVarPrefixLimit                   = "prefix_limit"
+	xdpDropVarQueueSlots                    = "queue_slots"
+	xdpDropVarRuleCount                     = "rule_count"
+	xdpDropVarRuleDecisions                 = "rule_decisions"
+	xdpDropVarRuleDimPorts                  = "rule_dim_ports"
+	xdpDropVarRuleDims                      = "rule_dims"
+	xdpDropVarRuleMax                       = "rule_max"
+	xdpDropVarRuleNoDst                     = "rule_no_dst"
+	xdpDropVarRuleNoSrc                     = "rule_no_src"
+	xdpDropVarRulePorts                     = "rule_ports"
+	xdpDropVarRuleProto                     = "rule_proto"
+	xdpDropVarSampleActions                 = "sample_actions"
+	xdpDropVarSampleEventLayout             = "sample_event_layout"
+	xdpDropVarSampleInterval                = "sample_interval"
+	xdpDropVarSampleRate                    = "sample_rate"
+	xdpDropVarSampleSnaplen                 = "sample_snaplen"
+	xdpDropVarSampleSnaplenMax              = "sample_snaplen_max"
+	xdpDropVarSampleTolerance               = "sample_tolerance"
+	xdpDropVarSampleWakeup                  = "sample_wakeup"
+	xdpDropVarVerdictDrop                   = "verdict_drop"
+	xdpDropVarVerdicts                      = "verdicts"
 )
 
 // loadXdpDrop returns the embedded CollectionSpec for xdpDrop.
@@ -285,24 +352,41 @@ type xdpDropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropProgramSpecs struct {
-	XdpDrop                  *ebpf.ProgramSpec `ebpf:"xdp_drop"`
-	XdpDropFrags             *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
-	XdpDropLimits            *ebpf.ProgramSpec `ebpf:"xdp_drop_limits"`
-	XdpDropLimitsFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_frags"`
-	XdpDropLimitsSample      *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample"`
-	XdpDropLimitsSampleFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample_frags"`
-	XdpDropRules             *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags        *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
-	XdpDropRulesSample       *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample"`
-	XdpDropRulesSampleFrags  *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample_frags"`
-	XdpDropSample            *ebpf.ProgramSpec `ebpf:"xdp_drop_sample"`
-	XdpDropSampleFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_sample_frags"`
+	XdpDrop                      *ebpf.ProgramSpec `ebpf:"xdp_drop"`
+	XdpDropBans                  *ebpf.ProgramSpec `ebpf:"xdp_drop_bans"`
+	XdpDropBansFrags             *ebpf.ProgramSpec `ebpf:"xdp_drop_bans_frags"`
+	XdpDropFrags                 *ebpf.ProgramSpec `ebpf:"xdp_drop_frags"`
+	XdpDropLimits                *ebpf.ProgramSpec `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsBans            *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_bans"`
+	XdpDropLimitsBansFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_bans_frags"`
+	XdpDropLimitsFrags           *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_frags"`
+	XdpDropLimitsSample          *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample"`
+	XdpDropLimitsSampleBans      *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample_bans"`
+	XdpDropLimitsSampleBansFrags *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample_bans_frags"`
+	XdpDropLimitsSampleFrags     *ebpf.ProgramSpec `ebpf:"xdp_drop_limits_sample_frags"`
+	XdpDropRules                 *ebpf.ProgramSpec `ebpf:"xdp_drop_rules"`
+	XdpDropRulesBans             *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_bans"`
+	XdpDropRulesBansFrags        *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_bans_frags"`
+	XdpDropRulesFrags            *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_frags"`
+	XdpDropRulesSample           *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample"`
+	XdpDropRulesSampleBans       *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample_bans"`
+	XdpDropRulesSampleBansFrags  *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample_bans_frags"`
+	XdpDropRulesSampleFrags      *ebpf.ProgramSpec `ebpf:"xdp_drop_rules_sample_frags"`
+	XdpDropSample                *ebpf.ProgramSpec `ebpf:"xdp_drop_sample"`
+	XdpDropSampleBans            *ebpf.ProgramSpec `ebpf:"xdp_drop_sample_bans"`
+	XdpDropSampleBansFrags       *ebpf.ProgramSpec `ebpf:"xdp_drop_sample_bans_frags"`
+	XdpDropSampleFrags           *ebpf.ProgramSpec `ebpf:"xdp_drop_sample_frags"`
 }
 
 // xdpDropMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
+	BanBloom      *ebpf.MapSpec `ebpf:"ban_bloom"`
+	BanBuckets    *ebpf.MapSpec `ebpf:"ban_buckets"`
+	BanCounters   *ebpf.MapSpec `ebpf:"ban_counters"`
+	BanV4         *ebpf.MapSpec `ebpf:"ban_v4"`
+	BanV6         *ebpf.MapSpec `ebpf:"ban_v6"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	LimitState    *ebpf.MapSpec `ebpf:"limit_state"`
 	PortsMap      *ebpf.MapSpec `ebpf:"ports_map"`
@@ -321,6 +405,8 @@ type xdpDropMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropVariableSpecs struct {
 	ActionDrop        *ebpf.VariableSpec `ebpf:"action_drop"`
+	BanDryRun         *ebpf.VariableSpec `ebpf:"ban_dry_run"`
+	BanLimit          *ebpf.VariableSpec `ebpf:"ban_limit"`
 	ClassCount        *ebpf.VariableSpec `ebpf:"class_count"`
 	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
 	LimitCells        *ebpf.VariableSpec `ebpf:"limit_cells"`
@@ -371,6 +457,11 @@ func (o *xdpDropObjects) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
+	BanBloom      *ebpf.Map `ebpf:"ban_bloom"`
+	BanBuckets    *ebpf.Map `ebpf:"ban_buckets"`
+	BanCounters   *ebpf.Map `ebpf:"ban_counters"`
+	BanV4         *ebpf.Map `ebpf:"ban_v4"`
+	BanV6         *ebpf.Map `ebpf:"ban_v6"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	LimitState    *ebpf.Map `ebpf:"limit_state"`
 	PortsMap      *ebpf.Map `ebpf:"ports_map"`
@@ -386,6 +477,11 @@ type xdpDropMaps struct {
 
 func (m *xdpDropMaps) Close() error {
 	return _XdpDropClose(
+		m.BanBloom,
+		m.BanBuckets,
+		m.BanCounters,
+		m.BanV4,
+		m.BanV6,
 		m.Counters,
 		m.LimitState,
 		m.PortsMap,
@@ -405,6 +501,8 @@ func (m *xdpDropMaps) Close() error {
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropVariables struct {
 	ActionDrop        *ebpf.Variable `ebpf:"action_drop"`
+	BanDryRun         *ebpf.Variable `ebpf:"ban_dry_run"`
+	BanLimit          *ebpf.Variable `ebpf:"ban_limit"`
 	ClassCount        *ebpf.Variable `ebpf:"class_count"`
 	DryRun            *ebpf.Variable `ebpf:"dry_run"`
 	LimitCells        *ebpf.Variable `ebpf:"limit_cells"`
@@ -439,33 +537,57 @@ type xdpDropVariables struct {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropPrograms struct {
-	XdpDrop                  *ebpf.Program `ebpf:"xdp_drop"`
-	XdpDropFrags             *ebpf.Program `ebpf:"xdp_drop_frags"`
-	XdpDropLimits            *ebpf.Program `ebpf:"xdp_drop_limits"`
-	XdpDropLimitsFrags       *ebpf.Program `ebpf:"xdp_drop_limits_frags"`
-	XdpDropLimitsSample      *ebpf.Program `ebpf:"xdp_drop_limits_sample"`
-	XdpDropLimitsSampleFrags *ebpf.Program `ebpf:"xdp_drop_limits_sample_frags"`
-	XdpDropRules             *ebpf.Program `ebpf:"xdp_drop_rules"`
-	XdpDropRulesFrags        *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
-	XdpDropRulesSample       *ebpf.Program `ebpf:"xdp_drop_rules_sample"`
-	XdpDropRulesSampleFrags  *ebpf.Program `ebpf:"xdp_drop_rules_sample_frags"`
-	XdpDropSample            *ebpf.Program `ebpf:"xdp_drop_sample"`
-	XdpDropSampleFrags       *ebpf.Program `ebpf:"xdp_drop_sample_frags"`
+	XdpDrop                      *ebpf.Program `ebpf:"xdp_drop"`
+	XdpDropBans                  *ebpf.Program `ebpf:"xdp_drop_bans"`
+	XdpDropBansFrags             *ebpf.Program `ebpf:"xdp_drop_bans_frags"`
+	XdpDropFrags                 *ebpf.Program `ebpf:"xdp_drop_frags"`
+	XdpDropLimits                *ebpf.Program `ebpf:"xdp_drop_limits"`
+	XdpDropLimitsBans            *ebpf.Program `ebpf:"xdp_drop_limits_bans"`
+	XdpDropLimitsBansFrags       *ebpf.Program `ebpf:"xdp_drop_limits_bans_frags"`
+	XdpDropLimitsFrags           *ebpf.Program `ebpf:"xdp_drop_limits_frags"`
+	XdpDropLimitsSample          *ebpf.Program `ebpf:"xdp_drop_limits_sample"`
+	XdpDropLimitsSampleBans      *ebpf.Program `ebpf:"xdp_drop_limits_sample_bans"`
+	XdpDropLimitsSampleBansFrags *ebpf.Program `ebpf:"xdp_drop_limits_sample_bans_frags"`
+	XdpDropLimitsSampleFrags     *ebpf.Program `ebpf:"xdp_drop_limits_sample_frags"`
+	XdpDropRules                 *ebpf.Program `ebpf:"xdp_drop_rules"`
+	XdpDropRulesBans             *ebpf.Program `ebpf:"xdp_drop_rules_bans"`
+	XdpDropRulesBansFrags        *ebpf.Program `ebpf:"xdp_drop_rules_bans_frags"`
+	XdpDropRulesFrags            *ebpf.Program `ebpf:"xdp_drop_rules_frags"`
+	XdpDropRulesSample           *ebpf.Program `ebpf:"xdp_drop_rules_sample"`
+	XdpDropRulesSampleBans       *ebpf.Program `ebpf:"xdp_drop_rules_sample_bans"`
+	XdpDropRulesSampleBansFrags  *ebpf.Program `ebpf:"xdp_drop_rules_sample_bans_frags"`
+	XdpDropRulesSampleFrags      *ebpf.Program `ebpf:"xdp_drop_rules_sample_frags"`
+	XdpDropSample                *ebpf.Program `ebpf:"xdp_drop_sample"`
+	XdpDropSampleBans            *ebpf.Program `ebpf:"xdp_drop_sample_bans"`
+	XdpDropSampleBansFrags       *ebpf.Program `ebpf:"xdp_drop_sample_bans_frags"`
+	XdpDropSampleFrags           *ebpf.Program `ebpf:"xdp_drop_sample_frags"`
 }
 
 func (p *xdpDropPrograms) Close() error {
 	return _XdpDropClose(
 		p.XdpDrop,
+		p.XdpDropBans,
+		p.XdpDropBansFrags,
 		p.XdpDropFrags,
 		p.XdpDropLimits,
+		p.XdpDropLimitsBans,
+		p.XdpDropLimitsBansFrags,
 		p.XdpDropLimitsFrags,
 		p.XdpDropLimitsSample,
+		p.XdpDropLimitsSampleBans,
+		p.XdpDropLimitsSampleBansFrags,
 		p.XdpDropLimitsSampleFrags,
 		p.XdpDropRules,
+		p.XdpDropRulesBans,
+		p.XdpDropRulesBansFrags,
 		p.XdpDropRulesFrags,
 		p.XdpDropRulesSample,
+		p.XdpDropRulesSampleBans,
+		p.XdpDropRulesSampleBansFrags,
 		p.XdpDropRulesSampleFrags,
 		p.XdpDropSample,
+		p.XdpDropSampleBans,
+		p.XdpDropSampleBansFrags,
 		p.XdpDropSampleFrags,
 	)
 }

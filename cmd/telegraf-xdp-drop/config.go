@@ -26,6 +26,13 @@ var (
 	ruleKeys   = tomlKeys(reflect.TypeFor[xdp_drop.Rule]())
 )
 
+// tableKeys are the keys of the sub-tables of [[inputs.xdp_drop]], by
+// their dotted path under it.
+var tableKeys = map[string][]string{
+	"bans":          tomlKeys(reflect.TypeFor[xdp_drop.BansConfig]()),
+	"bans.crowdsec": tomlKeys(reflect.TypeFor[xdp_drop.CrowdSecConfig]()),
+}
+
 // options and ruleOptions list the keys of [[inputs.xdp_drop]] and of a
 // rule, for error messages.
 var (
@@ -35,8 +42,8 @@ var (
 
 func tomlKeys(t reflect.Type) []string {
 	var keys []string
-	for i := range t.NumField() {
-		key, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ",")
+	for _, f := range reflect.VisibleFields(t) {
+		key, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
 		if key != "" && key != "-" {
 			keys = append(keys, key)
 		}
@@ -121,6 +128,9 @@ func unknownKey(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive,
 	if len(key) == 4 && key[2] == "rule" {
 		n, label := ruleWithKey(rules, md, section, key[3])
 		return &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s; a rule takes %s", label, quote.Value(key[3]), ruleOptions)}
+	}
+	if table, ok := subTable(key); ok {
+		return &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s; [inputs.xdp_drop.%s] takes %s", quote.Value(key.String()), table, strings.Join(tableKeys[table], ", "))}
 	}
 	return &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s; [[inputs.xdp_drop]] takes %s", quote.Value(key.String()), options)}
 }
@@ -208,6 +218,12 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 			refuse(key[:3], &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key[:3].String()), why, quote.Value(want))})
 			continue
 		}
+		if table, ok := subTable(key); ok {
+			if want, ok := foldMatch(tableKeys[table], key[len(key)-1]); ok {
+				refuse(key, &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key.String()), why, quote.Value(want))})
+			}
+			continue
+		}
 		if len(key) == 4 && key[2] == "rule" {
 			if want, ok := foldMatch(ruleKeys, key[3]); ok {
 				n, label := ruleWithKey(rules, md, section, key[3])
@@ -216,6 +232,17 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 		}
 	}
 	return errs, refused
+}
+
+// subTable is the sub-table of [[inputs.xdp_drop]] (a key of tableKeys)
+// that holds key, a key of [[inputs.xdp_drop]]'s tree.
+func subTable(key toml.Key) (string, bool) {
+	if len(key) < 4 {
+		return "", false
+	}
+	table := strings.Join(key[2:len(key)-1], ".")
+	_, ok := tableKeys[table]
+	return table, ok
 }
 
 // under reports whether key is one of keys or under one of them.

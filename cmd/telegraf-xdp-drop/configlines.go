@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/influxdata/toml"
 	"github.com/influxdata/toml/ast"
@@ -77,6 +78,21 @@ func parseConfigLines(doc string) *configLines {
 			c.options[k] = line
 		}
 	}
+	// The sub-tables' keys by their dotted path: "bans.crowdsec.url".
+	var sub func(prefix string, t *ast.Table)
+	sub = func(prefix string, t *ast.Table) {
+		for k, v := range t.Fields {
+			if line := lineOf(v); line > 0 {
+				c.options[prefix+k] = line
+			}
+			if inner, ok := v.(*ast.Table); ok {
+				sub(prefix+k+".", inner)
+			}
+		}
+	}
+	if bans, ok := s.Fields["bans"].(*ast.Table); ok {
+		sub("bans.", bans)
+	}
 	rules, _ := s.Fields["rule"].([]*ast.Table)
 	for _, r := range rules {
 		rl := ruleLines{table: r.Line, keys: map[string]int{}}
@@ -99,6 +115,9 @@ func (c *configLines) line(rule int, key string) int {
 		return 0
 	case rule == 0 && c.options[key] > 0:
 		return c.options[key]
+	case rule == 0 && strings.Contains(key, "."):
+		// A key of a sub-table not written: the table's line.
+		return c.line(0, key[:strings.LastIndexByte(key, '.')])
 	case rule == 0:
 		return c.section
 	case rule > len(c.rules):

@@ -20,7 +20,7 @@ func TestUnknownOptionListsEveryOption(t *testing.T) {
 	require.NoError(t, err)
 	var documented []string
 	// Options, and the tables of rules (shown once however many examples).
-	for _, m := range regexp.MustCompile(`(?m)^  (?:# )?(?:([a-z][a-z0-9_]*) = |\[\[inputs\.xdp_drop\.([a-z_]+)\]\])`).FindAllStringSubmatch(string(sample), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  (?:# )?(?:([a-z][a-z0-9_]*) = |\[\[?inputs\.xdp_drop\.([a-z_]+)\]\]?)`).FindAllStringSubmatch(string(sample), -1) {
 		key := m[1] + m[2]
 		if !slices.Contains(documented, key) {
 			documented = append(documented, key)

@@ -35,6 +35,8 @@ RULES=$ROOT/examples/prometheus/xdp_drop.rules.yml
 RULES_TEST=$ROOT/examples/prometheus/xdp_drop.rules.test.yml
 RULE_RULES=$ROOT/examples/prometheus/xdp_drop_rule.rules.yml
 RULE_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_rule.rules.test.yml
+BAN_RULES=$ROOT/examples/prometheus/xdp_drop_ban.rules.yml
+BAN_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_ban.rules.test.yml
 RULE_DROP=udp-from-40000 # e2e drop rule: the mix's UDP (source port 40000), which DROP drops anyway
 RULE_NEVER=never         # e2e rule that matches nothing: zero counts; its prefix comes from a file
 RULE_LIMIT=sctp-ceiling  # e2e limit rule: SCTP to port 9, which only sendlimit sends, at the end
@@ -151,6 +153,9 @@ promtool check rules "$RULES" >/dev/null || fail "promtool check rules $RULES"
 promtool check rules "$RULE_RULES" >/dev/null || fail "promtool check rules $RULE_RULES"
 (cd "$(dirname "$RULE_RULES_TEST")" && promtool test rules "$(basename "$RULE_RULES_TEST")") >/dev/null ||
 	fail "promtool test rules $RULE_RULES_TEST"
+promtool check rules "$BAN_RULES" >/dev/null || fail "promtool check rules $BAN_RULES"
+(cd "$(dirname "$BAN_RULES_TEST")" && promtool test rules "$(basename "$BAN_RULES_TEST")") >/dev/null ||
+	fail "promtool test rules $BAN_RULES_TEST"
 jq -e '.panels | length > 0' "$DASHBOARD" >/dev/null || fail "$DASHBOARD is not a dashboard in valid JSON"
 note "promtool: rules valid, unit tests pass; dashboard JSON valid"
 
@@ -291,6 +296,8 @@ diff <(grep -vE '^ +for: ' "$RULES") <(grep -vE '^ +for: ' "$WORK/prometheus/xdp
 [ "$(grep -cE "^ +for: $ALERT_FOR$" "$WORK/prometheus/xdp_drop.rules.yml")" = "$(grep -cE '^ +- alert: ' "$RULES")" ] ||
 	fail "not every alert in $RULES has a for: line to shorten"
 sed -E "s/^( +for: ).*/\1$ALERT_FOR/" "$RULE_RULES" >"$WORK/prometheus/xdp_drop_rule.rules.yml"
+# The ban rules have no for: (they compare the age of the last sync); as shipped.
+cp "$BAN_RULES" "$WORK/prometheus/xdp_drop_ban.rules.yml"
 cat >"$WORK/prometheus/threshold.rules.yml" <<EOF
 groups:
   - name: xdp_drop_e2e_threshold
@@ -307,6 +314,7 @@ global:
 rule_files:
   - $WORK/prometheus/xdp_drop.rules.yml
   - $WORK/prometheus/xdp_drop_rule.rules.yml
+  - $WORK/prometheus/xdp_drop_ban.rules.yml
   - $WORK/prometheus/threshold.rules.yml
 alerting:
   alertmanagers:
@@ -640,14 +648,15 @@ wait "$SENDER_PID" || fail "steady sendmix failed: $(cat "$LOGS/sendmix.log")"
 note "steady traffic: $(jq -r '"\(.frames) frames in \(.seconds | floor) s, \(.frames / .seconds | floor) frames/s"' "$WORK/steady.json")"
 
 # Nothing here is a dry run: the would_drop alerts, on the same threshold as
-# the drop alerts that fired above, must not even be pending.
-for a in XDPDropNotAttached XDPDropGenericMode XDPDropLinkMetricsMissing XDPDropHighWouldDropRate XDPDropRuleHighWouldDropRate; do
+# the drop alerts that fired above, must not even be pending; nor, with no
+# [bans], the ban feed's.
+for a in XDPDropNotAttached XDPDropGenericMode XDPDropLinkMetricsMissing XDPDropHighWouldDropRate XDPDropRuleHighWouldDropRate XDPDropBanSyncFailing XDPDropBanFeedStale; do
 	n=$(prom_get /api/v1/alerts | jq --arg n "$a" '[.data.alerts[] | select(.labels.alertname == $n)] | length')
 	[ "$n" = 0 ] || fail "$a is pending or firing: $(prom_get /api/v1/alerts | jq -c --arg n "$a" '.data.alerts[] | select(.labels.alertname == $n)')"
 done
 bad_rules=$(prom_get /api/v1/rules | jq -r '[.data.groups[].rules[] | select(.health != "ok") | .name] | join(" ")')
 [ -z "$bad_rules" ] || fail "rules not healthy in Prometheus: $bad_rules"
-note "Prometheus: XDPDropNotAttached, XDPDropGenericMode, XDPDropLinkMetricsMissing, XDPDropHighWouldDropRate, XDPDropRuleHighWouldDropRate inactive; all rules healthy"
+note "Prometheus: XDPDropNotAttached, XDPDropGenericMode, XDPDropLinkMetricsMissing, XDPDropHighWouldDropRate, XDPDropRuleHighWouldDropRate, XDPDropBanSyncFailing, XDPDropBanFeedStale inactive; all rules healthy"
 
 # ================================================================ phase 3
 log "phase 3: the documented InfluxQL queries"

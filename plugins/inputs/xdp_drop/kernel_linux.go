@@ -38,6 +38,9 @@ func (l *links) instance() *bpf.Instance {
 // the one before is closed: its programs still attached hold their rule maps.
 func (l *links) setInstance(in *bpf.Instance) {
 	in.ContinueLimits(l.kernel.in)
+	if l.kernel.in != nil {
+		in.ContinueBans(l.kernel.in)
+	}
 	l.closeInstance()
 	l.kernel = kernelSide{in: in, gen: l.files.gen}
 }

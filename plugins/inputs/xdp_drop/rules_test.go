@@ -203,11 +203,16 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 	for _, line := range strings.Split(sampleConfig, "\n") {
 		if rest, ok := strings.CutPrefix(line, "  # [[inputs.xdp_drop.rule]]"); ok {
 			line = "  [[inputs.xdp_drop.rule]]" + rest
+		} else if rest, ok := strings.CutPrefix(line, "  # [inputs.xdp_drop.bans"); ok {
+			line = "  [inputs.xdp_drop.bans" + rest
 		} else if rest, ok := strings.CutPrefix(line, "  #   "); ok {
 			line = "    " + rest
 		}
 		if strings.HasPrefix(line, "  drop = ") {
 			line = `  drop = ["udp"]`
+		}
+		if strings.Contains(line, "api_key_file = ") {
+			line = `      api_key = "k3y"` // the sample's file is not here
 		}
 		sample.WriteString(line + "\n")
 	}
@@ -226,6 +231,9 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		p := withDefaults(&conf.Inputs.XDPDrop[0])
 		require.NoError(t, p.Init(), "example %d", i)
 		require.GreaterOrEqual(t, len(p.links.policy.Rules), 2, "example %d", i)
+		if i == len(examples)-1 {
+			require.NotNil(t, p.bans, "sample.conf's bans table, uncommented, is valid")
+		}
 	}
 }
 

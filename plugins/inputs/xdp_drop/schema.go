@@ -19,6 +19,9 @@ const (
 	MeasurementRule = "xdp_drop_rule"
 	// MeasurementTop holds the heaviest sources of the sampled frames.
 	MeasurementTop = "xdp_drop_top"
+	// MeasurementBan holds one point per interface and ban origin: the
+	// frames bans decided and the bans' counts.
+	MeasurementBan = "xdp_drop_ban"
 
 	TagInterface = "interface"
 	TagFamily    = "family"
@@ -28,7 +31,8 @@ const (
 	TagCPU       = "cpu"      // per_cpu only
 	TagMode      = "mode"
 	TagRule      = "rule"
-	TagRank      = "rank" // xdp_drop_top: 1 is the heaviest
+	TagRank      = "rank"   // xdp_drop_top: 1 is the heaviest
+	TagOrigin    = "origin" // xdp_drop_ban: what fed the bans
 
 	FieldPackets   = "packets"
 	FieldBytes     = "bytes"
@@ -60,6 +64,20 @@ const (
 	// fails, why (the first error since it last wrote).
 	FieldCaptureLost  = "capture_lost"
 	FieldCaptureError = "capture_error"
+
+	// xdp_drop_ban: bans in force, and since start the prefixes banned
+	// (added), lifted (removed), past their end (expired), decisions
+	// refused (allow-listed, over max, unsupported), and the unix time of
+	// the last good pull of the feed (synced; 0 before one).
+	FieldActive  = "active"
+	FieldExpired = "expired"
+	FieldRefused = "refused"
+	FieldSynced  = "synced"
+)
+
+// Values of the origin tag.
+const (
+	OriginCrowdSec = "crowdsec"
 )
 
 // Values of the action tag.
@@ -85,6 +103,7 @@ type Snapshot struct {
 	Rules  []RuleSeries // MeasurementRule
 	Links  []Link       // MeasurementLink
 	Top    []TopSource  // MeasurementTop
+	Bans   []BanSeries  // MeasurementBan
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it

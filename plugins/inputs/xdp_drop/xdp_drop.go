@@ -49,6 +49,8 @@ type XDPDrop struct {
 	CaptureMaxSize     config.Size `toml:"capture_max_size"`
 	CaptureFiles       int64       `toml:"capture_files"`
 	Rules              []Rule      `toml:"rule"`
+	// Bans (bans.go): timed bans fed by CrowdSec; nil without the table.
+	Bans *BansConfig `toml:"bans"`
 
 	Log telegraf.Logger `toml:"-"`
 	// Run is what the binary sets for its run; no option of the config.
@@ -60,7 +62,9 @@ type XDPDrop struct {
 	// sampling reads the sampled frames, writes the capture and counts the
 	// top sources; made by Init.
 	sampling *sampling
-	mu       sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
+	// bans owns the timed bans and their feed; nil without [bans].
+	bans *bans
+	mu   sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
 }
 
 // RunOptions are what the binary sets for a run, not options of the config.
@@ -130,6 +134,7 @@ func (x *XDPDrop) Init() error {
 		errs = append(errs, Errors(x.files.Load(x.Rules, &x.links.policy, x.Run.ReadOnly, x.Log))...)
 	}
 
+	errs = append(errs, Errors(x.initBans())...)
 	fail("namespace", namespace{name: x.Namespace}.check())
 	fail("pin_path", x.checkPinning())
 	switch d := time.Duration(x.HandoverTimeout); {

@@ -10,6 +10,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.links.start(acc)
+	x.bans.use(acc, x.links.kernel.in)
 	return nil
 }
 
@@ -31,6 +32,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.links.reconcile(acc)
+	x.bans.use(acc, x.links.kernel.in)
 }
 
 // Snapshot reads the counters of every attached interface (after what the
@@ -40,7 +42,9 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.links.snapshot(acc)
+	snap := x.links.snapshot(acc)
+	snap.Bans = x.bans.appendPoints(snap.Bans, x.links.ifaces)
+	return snap
 }
 
 // Stop hands the attached interfaces over to a holder process for
@@ -50,5 +54,6 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.bans.stop()
 	x.links.stop()
 }

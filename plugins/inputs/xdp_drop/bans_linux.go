@@ -1,0 +1,319 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/influxdata/telegraf"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
+)
+
+// banFeed is where decisions come from: the CrowdSec stream client.
+type banFeed interface {
+	Pull(ctx context.Context, startup bool) (crowdsec.Delta, error)
+}
+
+// bans owns the timed bans of the plugin instance: the kernel's ban table
+// (shared by every interface's program), the decisions in force, and the
+// poller that pulls the feed on its own clock, puts its deltas in force
+// and sweeps the bans past their end. Made by Init when [bans] is set.
+type bans struct {
+	set  *bansSettings
+	log  telegraf.Logger
+	feed banFeed
+
+	mu       sync.Mutex
+	table    *bpf.BanTable
+	state    *banState
+	reported string // the error last logged; "" when the feed is fine
+	// allowReported is the allow_prefix_file error last reported.
+	allowReported string
+	cancel        context.CancelFunc
+	done          chan struct{}
+	// started: the poller ran (or runs); a stopped owner starts no more.
+	started bool
+}
+
+// newBans makes the bans owner of set, with its CrowdSec client.
+func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
+	client, err := crowdsec.New(crowdsec.Config{
+		URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls,
+		// Both families' bans, beyond max too: those are refused and counted.
+		MaxDecisions: max(crowdsec.DefaultMaxDecisions, 2*set.max),
+	})
+	if err != nil {
+		return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))
+	}
+	return &bans{set: set, log: log, feed: client, state: newBanState()}, nil
+}
+
+// use puts the bans on the ban table of in, the instance whose programs
+// are attached now, and starts the poller the first time. A table taken
+// over from a predecessor holds its bans: the first full pull keeps those
+// the LAPI still has and lifts the others.
+func (b *bans) use(acc telegraf.Accumulator, in *bpf.Instance) {
+	if b == nil || in == nil {
+		return
+	}
+	table, err := in.Bans()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.failed(acc, fmt.Errorf("bans: load the ban maps: %w", err))
+		return
+	}
+	if table != b.table {
+		if !b.setAllow(acc, table) {
+			return
+		}
+		b.table = table
+	} else {
+		b.refreshAllow(acc)
+	}
+	if b.started || b.feed == nil {
+		return
+	}
+	b.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel, b.done = cancel, make(chan struct{})
+	go b.poll(ctx, acc)
+}
+
+// setAllow puts the allowed prefixes in force in table; bans inside them
+// are lifted. False when it failed (reported).
+func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
+	allow, err := b.set.allow.union()
+	if err == nil {
+		var lifted int
+		lifted, err = table.SetAllow(allow)
+		b.state.counts.Removed += int64(lifted)
+	}
+	if err != nil {
+		b.failed(acc, fmt.Errorf("bans: set the allowed prefixes: %w", err))
+		return false
+	}
+	return true
+}
+
+// refreshAllow puts the allowed prefixes in force again when a file of
+// them changed; a file that fails keeps its last good prefixes, and its
+// error is reported once.
+func (b *bans) refreshAllow(acc telegraf.Accumulator) {
+	changed, err := b.set.allow.refresh()
+	switch {
+	case err != nil && err.Error() != b.allowReported:
+		b.allowReported = err.Error()
+		acc.AddError(fmt.Errorf("bans: %w; the allowed prefixes read before stay in force", err))
+	case err == nil && b.allowReported != "":
+		b.allowReported = ""
+		b.log.Infof("bans: allow_prefix_file reads again")
+	}
+	if changed && b.setAllow(acc, b.table) {
+		b.log.Infof("bans: allowed prefixes changed: %s in force", quote.Thousands(uint64(b.set.allow.count())))
+	}
+}
+
+// stop ends the poller; the bans stay in the table, for a successor that
+// takes the maps over or until the programs go.
+func (b *bans) stop() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	cancel, done := b.cancel, b.done
+	b.cancel = nil
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// poll pulls the feed every interval (startup at first and after any
+// failure, which waits out a backoff) and sweeps the expired bans at
+// every tick, until ctx ends.
+func (b *bans) poll(ctx context.Context, acc telegraf.Accumulator) {
+	defer close(b.done)
+	backoff := crowdsec.Backoff{Min: min(time.Second, b.set.interval), Max: 5 * time.Minute}
+	startup := true
+	next := time.Now()
+	tick := time.NewTicker(b.set.interval)
+	defer tick.Stop()
+	for {
+		if now := time.Now(); !now.Before(next) {
+			if b.pull(ctx, acc, startup) {
+				startup = false
+				backoff.Reset()
+				next = now.Add(b.set.interval)
+			} else if ctx.Err() == nil {
+				startup = true
+				next = now.Add(backoff.Next())
+			}
+		}
+		b.sweep(acc)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pull asks the feed once and puts the answer in force; false when it failed.
+func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool) bool {
+	timeout := max(b.set.interval, 30*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	d, err := b.feed.Pull(pctx, startup)
+	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			b.failed(acc, fmt.Errorf("bans: crowdsec: %w; the bans in force stay until they expire, retrying with a full resync", err))
+		}
+		return false
+	}
+	if err := b.state.apply(b.tableLocked(), d, time.Now()); err != nil {
+		b.failed(acc, fmt.Errorf("bans: %w", err))
+		return false
+	}
+	b.state.counts.Synced = time.Now().Unix()
+	b.recovered()
+	return true
+}
+
+// sweep removes the bans past their end from the table.
+func (b *bans) sweep(acc telegraf.Accumulator) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.state.expire(b.tableLocked(), time.Now()); err != nil {
+		b.failed(acc, fmt.Errorf("bans: %w", err))
+	}
+}
+
+// failed records err for the points and passes it to acc once per change.
+func (b *bans) failed(acc telegraf.Accumulator, err error) {
+	msg := firstLine(err)
+	b.state.counts.Error = msg
+	if msg != b.reported {
+		b.reported = msg
+		acc.AddError(err)
+	}
+}
+
+// recovered clears the error after a good pull, and says so once.
+func (b *bans) recovered() {
+	if b.reported != "" {
+		b.log.Infof("bans: crowdsec: synced again")
+	}
+	b.state.counts.Error, b.reported = "", ""
+}
+
+// tableLocked is the ban table as banState sees it, for CrowdSec's origin.
+func (b *bans) tableLocked() banTable {
+	return kernelBans{t: b.table, origin: bpf.BanOriginCrowdSec}
+}
+
+// counts are the bans' counts now, and the bans in force.
+func (b *bans) counts() banCounts {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.state.counts
+	if b.table != nil {
+		v4, v6 := b.table.InForce()
+		c.Active = int64(v4 + v6)
+	}
+	return c
+}
+
+// kernelBans is a bpf.BanTable seen for one origin.
+type kernelBans struct {
+	t      *bpf.BanTable
+	origin uint8
+}
+
+var errNoBanTable = errors.New("no ban table loaded yet")
+
+func (k kernelBans) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
+	if k.t == nil {
+		return 0, errNoBanTable
+	}
+	got, err := k.t.Ban(p, end, k.origin)
+	switch got {
+	case bpf.BanAdded:
+		return banAdded, err
+	case bpf.BanRefusedAllowed:
+		return banAllowed, err
+	case bpf.BanRefusedFull:
+		return banFull, err
+	}
+	return banUpdated, err
+}
+
+func (k kernelBans) Lift(p netip.Prefix) error {
+	if k.t == nil {
+		return errNoBanTable
+	}
+	_, err := k.t.Lift(p)
+	return err
+}
+
+func (k kernelBans) Expire(now time.Time) (int, error) {
+	if k.t == nil {
+		return 0, nil
+	}
+	return k.t.Expire(now)
+}
+
+func (k kernelBans) InForce() ([]netip.Prefix, error) {
+	if k.t == nil {
+		return nil, errNoBanTable
+	}
+	var out []netip.Prefix
+	for _, e := range k.t.Entries() {
+		if e.Origin == k.origin {
+			out = append(out, e.Prefix)
+		}
+	}
+	return out, nil
+}
+
+// appendPoints appends the bans' point of every attached interface: the
+// frames its program's bans decided, and the bans' counts.
+func (b *bans) appendPoints(out []BanSeries, ifaces []*iface) []BanSeries {
+	if b == nil {
+		return out
+	}
+	c := b.counts()
+	action, a := ActionDrop, bpf.BanDrop
+	if b.set.dryRun {
+		action, a = ActionWouldDrop, bpf.BanWouldDrop
+	}
+	for _, ifc := range ifaces {
+		if ifc.prog == nil {
+			continue
+		}
+		s := BanSeries{
+			Interface: quote.Tag(ifc.name), Origin: OriginCrowdSec, Action: action,
+			Active: c.Active, Added: c.Added, Removed: c.Removed, Expired: c.Expired,
+			Refused: c.Refused, Synced: c.Synced, Error: c.Error,
+		}
+		if counts, err := ifc.prog.BanCounters(); err == nil {
+			s.Packets = counts[bpf.BanOriginCrowdSec][a].Packets
+			s.Bytes = counts[bpf.BanOriginCrowdSec][a].Bytes
+		} else if s.Error == "" {
+			s.Error = quote.Line(firstLine(fmt.Errorf("read the ban counters: %w", err)))
+		}
+		out = append(out, s)
+	}
+	return out
+}

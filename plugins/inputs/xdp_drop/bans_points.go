@@ -1,0 +1,41 @@
+package xdp_drop
+
+// BanSeries is the bans' point of one interface (MeasurementBan): the
+// frames the bans decided on it, cumulative since attach, and the counts
+// of the instance's bans of its origin, since this process started them.
+type BanSeries struct {
+	Interface string
+	Origin    string // OriginCrowdSec
+	Action    string // ActionDrop, or ActionWouldDrop in a dry run
+	Packets   uint64
+	Bytes     uint64
+	Active    int64 // bans in force
+	Added     int64
+	Removed   int64
+	Expired   int64
+	Refused   int64
+	Synced    int64  // unix time of the last good pull; 0 before one
+	Error     string // while the feed fails: why
+}
+
+// PutTags adds the ban series' tags to tags.
+func (s *BanSeries) PutTags(tags map[string]string) {
+	tags[TagInterface] = s.Interface
+	tags[TagOrigin] = s.Origin
+	tags[TagAction] = s.Action
+}
+
+// PutFields adds the ban series' fields to fields.
+func (s *BanSeries) PutFields(fields map[string]any) {
+	fields[FieldPackets] = s.Packets
+	fields[FieldBytes] = s.Bytes
+	fields[FieldActive] = s.Active
+	fields[FieldAdded] = s.Added
+	fields[FieldRemoved] = s.Removed
+	fields[FieldExpired] = s.Expired
+	fields[FieldRefused] = s.Refused
+	fields[FieldSynced] = s.Synced
+	if s.Error != "" {
+		fields[FieldError] = s.Error
+	}
+}

@@ -1,0 +1,217 @@
+package xdp_drop
+
+import (
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
+)
+
+// fakeBanTable is a ban table in memory, as the kernel's behaves for one
+// origin: max bans, allowed prefixes refused, ends swept by Expire.
+type fakeBanTable struct {
+	max   int
+	allow []netip.Prefix
+	bans  map[netip.Prefix]time.Time
+	lifts []netip.Prefix
+}
+
+func newFakeBanTable(max int, allow ...netip.Prefix) *fakeBanTable {
+	return &fakeBanTable{max: max, allow: allow, bans: map[netip.Prefix]time.Time{}}
+}
+
+func (f *fakeBanTable) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
+	for _, a := range f.allow {
+		if a.Bits() <= p.Bits() && a.Contains(p.Addr()) {
+			return banAllowed, nil
+		}
+	}
+	if _, ok := f.bans[p]; ok {
+		f.bans[p] = end
+		return banUpdated, nil
+	}
+	if len(f.bans) >= f.max {
+		return banFull, nil
+	}
+	f.bans[p] = end
+	return banAdded, nil
+}
+
+func (f *fakeBanTable) Lift(p netip.Prefix) error {
+	delete(f.bans, p)
+	f.lifts = append(f.lifts, p)
+	return nil
+}
+
+func (f *fakeBanTable) Expire(now time.Time) (int, error) {
+	n := 0
+	for p, end := range f.bans {
+		if !end.After(now) {
+			delete(f.bans, p)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakeBanTable) InForce() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for p := range f.bans {
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func decision(id int64, prefix string, d time.Duration) crowdsec.Decision {
+	return crowdsec.Decision{ID: id, Type: "ban", Scope: "Range", Value: prefix, Prefix: netip.MustParsePrefix(prefix), Duration: d}
+}
+
+// TestBanStateSeveralDecisionsOnePrefix: a prefix two decisions cover is
+// banned until the later end; deleting that one moves the end back to the
+// other's, and deleting the last lifts it.
+func TestBanStateSeveralDecisionsOnePrefix(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	p := netip.MustParsePrefix("203.0.113.0/24")
+	table := newFakeBanTable(10)
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Hour),
+		decision(2, "203.0.113.0/24", 2*time.Hour),
+	}}, now))
+	require.Equal(t, now.Add(2*time.Hour), table.bans[p], "banned until the later end")
+
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(2, "203.0.113.0/24", 2*time.Hour)}}, now))
+	require.Equal(t, now.Add(time.Hour), table.bans[p], "the later decision deleted: banned until the other's end")
+	require.Empty(t, table.lifts)
+
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now))
+	require.NotContains(t, table.bans, p, "the last decision deleted: lifted")
+	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
+}
+
+// TestBanStateResyncLiftsWhatTheListLacks: a full list lifts the bans of
+// decisions it no longer holds (deleted while the feed was away) and bans
+// in the table no decision of this process holds (a predecessor's), and
+// keeps the rest with their ends.
+func TestBanStateResyncLiftsWhatTheListLacks(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	stranger := netip.MustParsePrefix("198.51.100.7/32")
+	kept := netip.MustParsePrefix("198.51.100.9/32")
+	table.bans[stranger] = now.Add(time.Hour) // a predecessor's ban the LAPI no longer has
+	table.bans[kept] = now.Add(time.Hour)     // a predecessor's ban the LAPI still has
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Hour),
+		decision(2, "192.0.2.1/32", time.Hour),
+		decision(3, "198.51.100.9/32", 3*time.Hour),
+	}}, now))
+	require.ElementsMatch(t, []netip.Prefix{stranger}, table.lifts)
+	require.Equal(t, now.Add(3*time.Hour), table.bans[kept], "a ban held already takes the list's end")
+
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Hour),
+		decision(3, "198.51.100.9/32", 3*time.Hour),
+	}}, now.Add(time.Minute)))
+	require.ElementsMatch(t, []netip.Prefix{stranger, netip.MustParsePrefix("192.0.2.1/32")}, table.lifts)
+	require.Len(t, table.bans, 2)
+	require.Equal(t, int64(2), s.counts.Removed)
+	require.Equal(t, int64(2), s.counts.Added, "the table had one of the three already")
+}
+
+// TestBanStateExpiry: the sweep removes the bans past their end, counts
+// them and forgets their decisions: a later delete of one lifts nothing.
+func TestBanStateExpiry(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Second),
+		decision(2, "192.0.2.1/32", time.Hour),
+		decision(3, "2001:db8::/48", -time.Second), // over already
+	}}, now))
+	require.Len(t, table.bans, 2)
+	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
+	require.Len(t, table.bans, 1)
+	require.Equal(t, int64(1), s.counts.Expired)
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now.Add(3*time.Second)))
+	require.Empty(t, table.lifts)
+	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
+}
+
+// TestBanStateRefused: decisions the table refuses (over max, allowed)
+// and those the feed ignored (unsupported) are counted refused and held
+// by no prefix.
+func TestBanStateRefused(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(2, netip.MustParsePrefix("192.0.2.0/24"))
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{
+		Startup: true,
+		New: []crowdsec.Decision{
+			decision(1, "203.0.113.0/24", time.Hour),
+			decision(2, "192.0.2.128/25", time.Hour), // allowed
+			decision(3, "198.51.100.1/32", time.Hour),
+			decision(4, "198.51.100.2/32", time.Hour), // over max
+		},
+		Ignored: map[crowdsec.Reason]int{crowdsec.IgnoredScope: 3, crowdsec.IgnoredValue: 1},
+	}, now))
+	require.Len(t, table.bans, 2)
+	require.Equal(t, banCounts{Added: 2, Refused: 6}, s.counts)
+	require.Len(t, s.decisions, 2)
+}
+
+// TestBanStateDeletedAtItsEnd: the LAPI lists a decision past its end as
+// deleted, as it does one deleted by hand: when that comes before the
+// sweep, the ban is lifted and counted expired, not removed.
+func TestBanStateDeletedAtItsEnd(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Second),
+		decision(2, "192.0.2.1/32", time.Hour),
+	}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", -time.Millisecond),
+		decision(2, "192.0.2.1/32", -time.Millisecond),
+	}}, now.Add(time.Second)))
+	require.Empty(t, table.bans)
+	require.Equal(t, banCounts{Added: 2, Removed: 1, Expired: 1}, s.counts)
+}
+
+// nopBanTable puts every ban in force and holds nothing: the state's own
+// memory is what is measured.
+type nopBanTable struct{}
+
+func (nopBanTable) Ban(netip.Prefix, time.Time) (banOutcome, error) { return banAdded, nil }
+func (nopBanTable) Lift(netip.Prefix) error                         { return nil }
+func (nopBanTable) Expire(time.Time) (int, error)                   { return 0, nil }
+func (nopBanTable) InForce() ([]netip.Prefix, error)                { return nil, nil }
+
+// TestBanStateMemory: the decisions held cost at most maxBanStateBytes a
+// ban, the figure the README's worst case adds to the kernel's.
+func TestBanStateMemory(t *testing.T) {
+	const n, maxBanStateBytes = 200_000, 200
+	d := crowdsec.Delta{Startup: true}
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		d.New = append(d.New, crowdsec.Decision{ID: int64(i + 1), Prefix: netip.PrefixFrom(a, 32), Duration: time.Hour})
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := newBanState()
+	require.NoError(t, s.apply(nopBanTable{}, d, time.Now()))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perBan := (after.HeapAlloc - before.HeapAlloc) / n
+	t.Logf("%d bytes a ban", perBan)
+	require.LessOrEqual(t, perBan, uint64(maxBanStateBytes))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(d) // the answer is the feed's, not counted here
+}
