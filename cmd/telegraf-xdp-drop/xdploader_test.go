@@ -90,7 +90,7 @@ func TestXDPLoaderBesideInstance(t *testing.T) {
 		want := fmt.Sprintf("interface %q: interface already has XDP program id %d (xdpfilt_alw_all); it is not ours, so it is left alone: set replace = true to replace it, or detach it first", testns.Dev, id)
 		msg, _ := link.GetField("error")
 		require.Equal(t, want, msg)
-		require.Contains(t, p.stderr.String(), "E! Error in plugin: "+want)
+		waitLog(t, p, "E! Error in plugin: "+want) // stderr may trail the points
 		cur, err := ns.XDPProgramID(testns.Dev)
 		require.NoError(t, err)
 		require.Equal(t, id, cur, "xdp-loader's program is left alone")

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // ErrDecisionTooLarge is wrapped by Pull's error when one decision's JSON
@@ -121,7 +123,7 @@ func (d *decoder) expectDelim(want json.Delim, what string) error {
 		return d.syntax(err)
 	}
 	if got, ok := tok.(json.Delim); !ok || got != want {
-		return fmt.Errorf("%s is not the decisions stream: expected %q, got %s; is url the LAPI's address?", what, string(want), describe(tok))
+		return fmt.Errorf("%s is not the decisions stream: expected %s, got %s; is url the LAPI's address?", what, quote.Value(string(want)), describe(tok))
 	}
 	return nil
 }
@@ -300,7 +302,7 @@ func describe(tok json.Token) string {
 	case nil:
 		return "null"
 	case json.Delim:
-		return fmt.Sprintf("%q", string(v))
+		return quote.Value(string(v))
 	case string:
 		return "a string"
 	case bool:

@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // streamPath is the bouncer stream's path under the LAPI URL.
@@ -21,18 +23,18 @@ const streamPath = "v1/decisions/stream"
 func newClient(cfg Config) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("crowdsec url %q: %v; set url to the LAPI address, e.g. http://127.0.0.1:8080/", redactURL(cfg.URL), unwrapURLError(err))
+		return nil, fmt.Errorf("crowdsec url %s: %v; set url to the LAPI address, e.g. http://127.0.0.1:8080/", quote.Value(redactURL(cfg.URL)), unwrapURLError(err))
 	}
 	shown := showURL(u)
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("crowdsec url %q: scheme must be http or https; set url to the LAPI address, e.g. http://127.0.0.1:8080/", shown)
+		return nil, fmt.Errorf("crowdsec url %s: scheme must be http or https; set url to the LAPI address, e.g. http://127.0.0.1:8080/", quote.Value(shown))
 	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("crowdsec url %q: no host; set url to the LAPI address, e.g. http://127.0.0.1:8080/", shown)
+		return nil, fmt.Errorf("crowdsec url %s: no host; set url to the LAPI address, e.g. http://127.0.0.1:8080/", quote.Value(shown))
 	case u.User != nil:
-		return nil, fmt.Errorf("crowdsec url %q: user info is not used by the LAPI; remove it and set api_key", shown)
+		return nil, fmt.Errorf("crowdsec url %s: user info is not used by the LAPI; remove it and set api_key", quote.Value(shown))
 	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
-		return nil, fmt.Errorf("crowdsec url %q: a query or fragment is not allowed; set url to the LAPI's base address", shown)
+		return nil, fmt.Errorf("crowdsec url %s: a query or fragment is not allowed; set url to the LAPI's base address", quote.Value(shown))
 	}
 	if err := checkKey(cfg.APIKey); err != nil {
 		return nil, err
@@ -53,7 +55,7 @@ func newClient(cfg Config) (*Client, error) {
 		cfg.UserAgent = DefaultUserAgent
 	}
 	if name, version, ok := strings.Cut(cfg.UserAgent, "/"); !ok || name == "" || version == "" || strings.Contains(version, "/") || strings.ContainsAny(cfg.UserAgent, " \t\r\n") {
-		return nil, fmt.Errorf("crowdsec user agent %q: must be name/version with one slash and no spaces, e.g. xdp-drop/1.2.3 (the LAPI records it as the bouncer's type and version)", cfg.UserAgent)
+		return nil, fmt.Errorf("crowdsec user agent %s: must be name/version with one slash and no spaces, e.g. xdp-drop/1.2.3 (the LAPI records it as the bouncer's type and version)", quote.Value(cfg.UserAgent))
 	}
 	types := make(map[string]bool)
 	for _, t := range cfg.Types {
@@ -179,14 +181,14 @@ func (c *Client) checkResponse(resp *http.Response) error {
 		} else {
 			loc = redactURL(loc)
 		}
-		return fmt.Errorf("crowdsec LAPI %s: redirected (HTTP %d) to %q, which is not followed; set url to the LAPI's own address", c.shown, resp.StatusCode, loc)
+		return fmt.Errorf("crowdsec LAPI %s: redirected (HTTP %d) to %s, which is not followed; set url to the LAPI's own address", c.shown, resp.StatusCode, quote.Value(loc))
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("crowdsec LAPI %s: HTTP %s%s; check the LAPI's log", c.shown, resp.Status, bodyHint(resp.Body))
 	}
 	ct := resp.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return fmt.Errorf("crowdsec LAPI %s: answered Content-Type %q, not application/json%s; is url the LAPI's address (default port 8080) and not a web server or proxy?", c.shown, ct, bodyHint(resp.Body))
+		return fmt.Errorf("crowdsec LAPI %s: answered Content-Type %s, not application/json%s; is url the LAPI's address (default port 8080) and not a web server or proxy?", c.shown, quote.Value(ct), bodyHint(resp.Body))
 	}
 	return nil
 }
@@ -198,7 +200,7 @@ func bodyHint(r io.Reader) string {
 	if s == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (answer starts %q)", s)
+	return fmt.Sprintf(" (answer starts %s)", quote.Value(s))
 }
 
 // transportError says what failed in reaching the LAPI and what to do,
