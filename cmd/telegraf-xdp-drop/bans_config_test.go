@@ -43,7 +43,7 @@ func TestBansConfigLocated(t *testing.T) {
 	_, err = loadConfig(conf, noTrustCheck)
 	require.EqualError(t, err, strings.Join([]string{
 		"config " + conf + `:7: unknown option "inputs.xdp_drop.bans.crowdsec.URL" (keys are case-sensitive); did you mean "url"?`,
-		"config " + conf + `:5: unknown option "inputs.xdp_drop.bans.allow"; [inputs.xdp_drop.bans] takes allow_prefix, allow_prefix_file, max, dry_run, crowdsec`,
+		"config " + conf + `:5: unknown option "inputs.xdp_drop.bans.allow"; [inputs.xdp_drop.bans] takes allow_prefix, allow_prefix_file, max, dry_run, crowdsec, detect`,
 	}, "\n"))
 }
 

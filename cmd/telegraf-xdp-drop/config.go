@@ -31,6 +31,7 @@ var (
 var tableKeys = map[string][]string{
 	"bans":          tomlKeys(reflect.TypeFor[xdp_drop.BansConfig]()),
 	"bans.crowdsec": tomlKeys(reflect.TypeFor[xdp_drop.CrowdSecConfig]()),
+	"bans.detect":   tomlKeys(reflect.TypeFor[xdp_drop.DetectConfig]()),
 }
 
 // options and ruleOptions list the keys of [[inputs.xdp_drop]] and of a

@@ -25,6 +25,7 @@ type BansConfig struct {
 	Max             int64           `toml:"max"`
 	DryRun          bool            `toml:"dry_run"`
 	CrowdSec        *CrowdSecConfig `toml:"crowdsec"`
+	Detect          *DetectConfig   `toml:"detect"`
 }
 
 // CrowdSecConfig is [inputs.xdp_drop.bans.crowdsec]: a bouncer of a
@@ -81,9 +82,15 @@ func (x *XDPDrop) initBans() error {
 		uid = x.files.trustUID
 	}
 	set, err := parseBans(x.Bans, x.DryRun, uid)
+	if x.Bans.Detect != nil && !x.Run.Observe && !x.Run.ReadOnly {
+		var derr error
+		set.detect, derr = x.parseDetect(x.Bans.Detect, x.Bans.CrowdSec != nil, uid)
+		err = errors.Join(err, derr)
+	}
 	if err != nil {
 		return err
 	}
+	set.ns = namespace{name: x.Namespace}
 	x.links.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
 	b, err := newBans(set, x.Log)
 	if err != nil {
@@ -106,6 +113,8 @@ type bansSettings struct {
 	interval time.Duration
 	types    []string
 	tls      *gotls.Config
+	detect   *detectSettings // nil without [bans.detect]
+	ns       namespace       // where the detection's guards are read
 }
 
 // parseBans checks [inputs.xdp_drop.bans] and reads its files (allow
@@ -129,7 +138,9 @@ func parseBans(c *BansConfig, dryRun bool, uid int) (*bansSettings, error) {
 		s.max = int(c.Max)
 	}
 	if c.CrowdSec == nil {
-		fail(keyBans, errors.New("[inputs.xdp_drop.bans] has no feed; add [inputs.xdp_drop.bans.crowdsec] with the url and api_key_file of a CrowdSec LAPI, or remove the bans table"))
+		if c.Detect == nil {
+			fail(keyBans, errors.New("[inputs.xdp_drop.bans] has no feed; add [inputs.xdp_drop.bans.crowdsec] with the url and api_key_file of a CrowdSec LAPI, or [inputs.xdp_drop.bans.detect], or remove the bans table"))
+		}
 		return s, errors.Join(errs...)
 	}
 	errs = append(errs, s.parseCrowdSec(c.CrowdSec, uid)...)

@@ -41,19 +41,33 @@ type bans struct {
 	done          chan struct{}
 	// started: the poller ran (or runs); a stopped owner starts no more.
 	started bool
+	// detect owns [bans.detect]; nil without it.
+	detect *detection
 }
 
 // newBans makes the bans owner of set, with its CrowdSec client.
 func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
-	client, err := crowdsec.New(crowdsec.Config{
-		URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls,
-		// Both families' bans, beyond max too: those are refused and counted.
-		MaxDecisions: max(crowdsec.DefaultMaxDecisions, 2*set.max),
-	})
-	if err != nil {
-		return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))
+	b := &bans{set: set, log: log, state: newBanState()}
+	if set.url != "" {
+		client, err := crowdsec.New(crowdsec.Config{
+			URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls,
+			// Both families' bans, beyond max too: those are refused and counted.
+			MaxDecisions: max(crowdsec.DefaultMaxDecisions, 2*set.max),
+		})
+		if err != nil {
+			return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))
+		}
+		b.feed = client
 	}
-	return &bans{set: set, log: log, feed: client, state: newBanState()}, nil
+	if set.detect != nil {
+		d, err := newDetection(set.detect, set, set.ns, log)
+		if err != nil {
+			return nil, err
+		}
+		d.sweep = set.url == ""
+		b.detect = d
+	}
+	return b, nil
 }
 
 // use puts the bans on the ban table of in, the instance whose programs
@@ -79,6 +93,9 @@ func (b *bans) use(acc telegraf.Accumulator, in *bpf.Instance) {
 	} else {
 		b.refreshAllow(acc)
 	}
+	if b.detect != nil {
+		b.detect.use(b.table)
+	}
 	if b.started || b.feed == nil {
 		return
 	}
@@ -96,6 +113,9 @@ func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
 		var lifted int
 		lifted, err = table.SetAllow(allow)
 		b.state.counts.Removed += int64(lifted)
+	}
+	if err == nil && b.detect != nil {
+		b.detect.guards.setAllow(allow)
 	}
 	if err != nil {
 		b.failed(acc, fmt.Errorf("bans: set the allowed prefixes: %w", err))
@@ -128,6 +148,9 @@ func (b *bans) stop() {
 	if b == nil {
 		return
 	}
+	if b.detect != nil {
+		b.detect.stop()
+	}
 	b.mu.Lock()
 	cancel, done := b.cancel, b.done
 	b.cancel = nil
@@ -136,6 +159,22 @@ func (b *bans) stop() {
 		cancel()
 		<-done
 	}
+}
+
+// windows is the detection's, for the sampling; nil without one.
+func (b *bans) windows() windows {
+	if b == nil || b.detect == nil {
+		return nil
+	}
+	return b.detect
+}
+
+// takeEvents appends the detection's events of the interval to out.
+func (b *bans) takeEvents(out []BanEvent) []BanEvent {
+	if b == nil || b.detect == nil {
+		return out
+	}
+	return b.detect.takeEvents(out)
 }
 
 // poll pulls the feed every interval (startup at first and after any
@@ -293,6 +332,17 @@ func (b *bans) appendPoints(out []BanSeries, ifaces []*iface) []BanSeries {
 	if b == nil {
 		return out
 	}
+	if b.set.url != "" {
+		out = b.appendCrowdSec(out, ifaces)
+	}
+	if b.detect != nil {
+		out = b.detect.appendPoints(out, ifaces, b.set.dryRun)
+	}
+	return out
+}
+
+// appendCrowdSec appends the CrowdSec origin's point of every interface.
+func (b *bans) appendCrowdSec(out []BanSeries, ifaces []*iface) []BanSeries {
 	c := b.counts()
 	action, a := ActionDrop, bpf.BanDrop
 	if b.set.dryRun {

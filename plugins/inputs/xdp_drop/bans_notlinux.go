@@ -8,3 +8,5 @@ import "github.com/influxdata/telegraf"
 type bans struct{ feed any }
 
 func newBans(*bansSettings, telegraf.Logger) (*bans, error) { return &bans{}, nil }
+
+func (b *bans) windows() windows { return nil }

@@ -16,6 +16,11 @@ type BanSeries struct {
 	Refused   int64
 	Synced    int64  // unix time of the last good pull; 0 before one
 	Error     string // while the feed fails: why
+	// Detect: a detection's point (origin detect), with Unreported and,
+	// with Push (crowdsec_push), what became of the bans shared.
+	Detect, Push                    bool
+	Unreported                      int64
+	Pushed, PushFailed, PushDropped int64
 }
 
 // PutTags adds the ban series' tags to tags.
@@ -37,5 +42,13 @@ func (s *BanSeries) PutFields(fields map[string]any) {
 	fields[FieldSynced] = s.Synced
 	if s.Error != "" {
 		fields[FieldError] = s.Error
+	}
+	if s.Detect {
+		fields[FieldUnreported] = s.Unreported
+	}
+	if s.Push {
+		fields[FieldPushed] = s.Pushed
+		fields[FieldPushFailed] = s.PushFailed
+		fields[FieldPushDropped] = s.PushDropped
 	}
 }

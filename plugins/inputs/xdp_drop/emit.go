@@ -28,6 +28,9 @@ func emitSnapshot(acc telegraf.Accumulator, snap *Snapshot) {
 	for i := range snap.Bans {
 		e.add(MeasurementBan, &snap.Bans[i])
 	}
+	for i := range snap.Events {
+		e.add(MeasurementBanEvent, &snap.Events[i])
+	}
 	// Last: a reader of the output can take them to end the gather.
 	for i := range snap.Links {
 		e.add(MeasurementLink, &snap.Links[i])

@@ -214,6 +214,10 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		if strings.Contains(line, "api_key_file = ") {
 			line = `      api_key = "k3y"` // the sample's file is not here
 		}
+		if strings.HasPrefix(line, "  # sample_rate = ") || strings.HasPrefix(line, "  # sample_actions = ") {
+			line = "  " + line[len("  # "):] // the detection rates sampled frames
+			line = strings.Replace(line, `["drop"]`, `["drop", "pass"]`, 1)
+		}
 		sample.WriteString(line + "\n")
 	}
 	examples = append(examples, strings.Replace(sample.String(), "interfaces = []", `interfaces = ["eth1"]`, 1))

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/topk"
 )
 
@@ -23,7 +24,8 @@ type sampler struct {
 	prog    *bpf.Program
 	reader  *bpf.SampleReader
 	done    chan struct{}
-	drained chan struct{} // the reader has read up to want
+	drained chan struct{}  // the reader has read up to want
+	window  *detect.Window // the detection's, nil without
 
 	mu       sync.Mutex
 	tables   [bpf.ActionCount]*topk.Table
@@ -54,6 +56,8 @@ type tap struct {
 	// base is every frame by action when the last interval the top
 	// sources cover ended: what their estimates scale to is counted since.
 	base [bpf.ActionCount]bpf.Counter
+	// window takes the passed frames of the program for the detection.
+	window *detect.Window
 }
 
 // start starts reading the samples of the interface's program prog, once
@@ -93,6 +97,10 @@ func (s *sampling) start(t *tap, name string, prog *bpf.Program, counters *bpf.B
 	} else {
 		sm.tables, sm.samples, sm.bytes, sm.received, sm.err = old.tables, old.samples, old.bytes, old.received, old.err
 	}
+	if s.detect != nil && t.window == nil {
+		t.window = s.detect.watch(name, &progPassed{prog: prog})
+	}
+	sm.window = t.window
 	t.sampler = sm
 	go sm.run(name, s.capture, s.bits4, s.bits6, s.top > 0)
 	return nil
@@ -117,6 +125,10 @@ func (s *sampling) stop(t *tap) {
 	t.sampler.reader.Close()
 	<-t.sampler.done
 	t.sampler = nil
+	if t.window != nil {
+		s.detect.unwatch(t.window)
+		t.window = nil
+	}
 }
 
 // monotonicOffset is what turns the kernel's CLOCK_MONOTONIC stamps into
@@ -155,6 +167,9 @@ func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
 			case s.drained <- struct{}{}:
 			default:
 			}
+		}
+		if s.window != nil && e.Action == bpf.ActionPass {
+			s.detectSample(e, bits4, bits6)
 		}
 		if top {
 			if proto, ok := e.Class.Protocol(); ok {
@@ -252,4 +267,16 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 		return netip.AddrFrom16([16]byte(b[off+8 : off+24])), true
 	}
 	return netip.Addr{}, false
+}
+
+// detectSample gives a passed sample to the detection's window: its
+// source aggregated as the top sources are, or none when it is not IP.
+func (s *sampler) detectSample(e *bpf.Sample, bits4, bits6 int) {
+	if proto, ok := e.Class.Protocol(); ok {
+		if src, ok := sourceAddr(e.Data); ok {
+			s.window.Add(topk.Aggregate(src, bits4, bits6), uint32(e.Len), proto)
+			return
+		}
+	}
+	s.window.AddUnsourced(uint32(e.Len))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -159,6 +160,9 @@ const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end o
 // they are written to (capture.go) and the top sources they become
 // (topsources.go). The plugin makes it in Init; links wires the interfaces to it.
 type sampling struct {
+	// detect takes each interface's sampled passed frames (bans.detect);
+	// nil without a detection.
+	detect       windows
 	on           bool // sample_rate is set
 	top          int  // top_sources
 	bits4, bits6 int  // top_source_prefix_ipv4, _ipv6
@@ -194,4 +198,16 @@ func samplingOf(log telegraf.Logger, o samplingOptions, policy *bpf.Policy, obse
 		s.rules = append(s.rules, r.Name)
 	}
 	return s
+}
+
+// windows is what a detection takes the sampled passed frames in: one
+// window per interface, rated against its passed counters.
+type windows interface {
+	watch(name string, c passedCounter) *detect.Window
+	unwatch(w *detect.Window)
+}
+
+// passedCounter reads the frames an interface's program passed, cumulative.
+type passedCounter interface {
+	passed() (packets, bytes uint64, err error)
 }

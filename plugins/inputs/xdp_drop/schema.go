@@ -22,6 +22,9 @@ const (
 	// MeasurementBan holds one point per interface and ban origin: the
 	// frames bans decided and the bans' counts.
 	MeasurementBan = "xdp_drop_ban"
+	// MeasurementBanEvent holds one point per ban, expiry or refusal of
+	// a detection, at most maxBanEvents a gather.
+	MeasurementBanEvent = "xdp_drop_ban_event"
 
 	TagInterface = "interface"
 	TagFamily    = "family"
@@ -33,6 +36,7 @@ const (
 	TagRule      = "rule"
 	TagRank      = "rank"   // xdp_drop_top: 1 is the heaviest
 	TagOrigin    = "origin" // xdp_drop_ban: what fed the bans
+	TagEvent     = "event"  // xdp_drop_ban_event: ban, expire or refused
 
 	FieldPackets   = "packets"
 	FieldBytes     = "bytes"
@@ -73,11 +77,34 @@ const (
 	FieldExpired = "expired"
 	FieldRefused = "refused"
 	FieldSynced  = "synced"
+
+	// xdp_drop_ban of origin detect: events beyond maxBanEvents a gather
+	// (logged, not emitted), and with crowdsec_push the bans the LAPI
+	// took, the posts that failed, and the bans given up.
+	FieldUnreported  = "events_unreported"
+	FieldPushed      = "pushed"
+	FieldPushFailed  = "push_failed"
+	FieldPushDropped = "push_dropped"
+
+	// xdp_drop_ban_event: the source's estimated rates, the ban's
+	// duration in seconds and the source's offence count.
+	FieldPPS            = "pps"
+	FieldBytesPerSecond = "bytes_per_second"
+	FieldDurationS      = "duration_s"
+	FieldOffence        = "offence"
+)
+
+// Values of the event tag.
+const (
+	EventBan     = "ban"
+	EventExpire  = "expire"
+	EventRefused = "refused"
 )
 
 // Values of the origin tag.
 const (
 	OriginCrowdSec = "crowdsec"
+	OriginDetect   = "detect"
 )
 
 // Values of the action tag.
@@ -104,6 +131,7 @@ type Snapshot struct {
 	Links  []Link       // MeasurementLink
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
+	Events []BanEvent   // MeasurementBanEvent
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it

@@ -151,6 +151,7 @@ func (x *XDPDrop) Init() error {
 		capturePath: x.CapturePath,
 		capture:     pcapng.Options{MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles)},
 	}, &x.links.policy, x.Run.Observe)
+	x.sampling.detect = x.bans.windows()
 	x.links.wire(x.Log, linkOptions{
 		interfaces: x.Interfaces, pinPath: x.PinPath, keepAttached: x.KeepAttached, replace: x.Replace,
 		perQueue: &x.PerQueue, perCPU: &x.PerCPU, handoverTimeout: &x.HandoverTimeout,

@@ -44,6 +44,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	defer x.mu.Unlock()
 	snap := x.links.snapshot(acc)
 	snap.Bans = x.bans.appendPoints(snap.Bans, x.links.ifaces)
+	snap.Events = x.bans.takeEvents(snap.Events)
 	return snap
 }
 

@@ -1,0 +1,364 @@
+// Package detect finds the sources whose passed frames exceed a rate for
+// a while, from sampled frames scaled to exact counters, and decides their
+// bans: the duration (doubled for a source banned again within the
+// longest), the guards that refuse one, and when each ends. It knows
+// nothing of BPF or Telegraf: the caller feeds each interface's samples
+// into a Window, reads the exact passed counters once a second and calls
+// Tick with them and the time; what is banned, and how, is the Enforce
+// hook's business.
+//
+// Memory is fixed by the Config: per Window two tables of TableSize
+// sources (about 200 bytes each); sources over the rate are tracked only
+// from those tables (at most TableSize per Window); bans in force at most
+// MaxActive; the offence history and the refusals at most MaxHistory
+// each, the oldest evicted first.
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/xdp-drop/xdp_drop/internal/topk"
+)
+
+// Defaults of the Config's bounds.
+const (
+	DefaultTableSize  = 4096
+	DefaultMaxActive  = 100_000
+	DefaultMaxHistory = 65_536
+)
+
+// Config is what a detection bans and for how long.
+type Config struct {
+	// PPS and BytesPerSecond are the rates over which a source is banned;
+	// 0 is no limit; one at least is set.
+	PPS, BytesPerSecond float64
+	// For is how long a source must stay over the rate (whole seconds of
+	// the tick; at least one).
+	For time.Duration
+	// Protocols are the IP protocols whose frames count; none is all.
+	Protocols []uint8
+	// Duration is a first ban's; MaxDuration bounds the doubling of a
+	// source banned again within MaxDuration of its last ban's end.
+	Duration, MaxDuration time.Duration
+	// Guard names why a prefix must never be banned ("" when it may).
+	Guard func(netip.Prefix) string
+	// Enforce puts a ban in force until end; a non-empty answer is why it
+	// was refused. Nil enforces nothing (a dry run).
+	Enforce func(p netip.Prefix, end time.Time) string
+	// TableSize, MaxActive and MaxHistory bound the memory (0: defaults).
+	TableSize, MaxActive, MaxHistory int
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.PPS < 0 || c.BytesPerSecond < 0:
+		return errors.New("detect: a negative rate")
+	case c.PPS == 0 && c.BytesPerSecond == 0:
+		return errors.New("detect: no rate: set pps or bytes_per_second")
+	case c.For < time.Second:
+		return fmt.Errorf("detect: for = %s is under a second", c.For)
+	case c.Duration <= 0 || c.MaxDuration < c.Duration:
+		return fmt.Errorf("detect: duration %s and max duration %s: need 0 < duration <= max", c.Duration, c.MaxDuration)
+	}
+	return nil
+}
+
+// Kind is what an Event says happened.
+type Kind uint8
+
+const (
+	Ban     Kind = iota // a source banned
+	Expire              // its ban ended
+	Refused             // a source over the rate that a guard or Enforce refused
+)
+
+var kindNames = [...]string{"ban", "expire", "refused"}
+
+// String names the kind as the event's tag does.
+func (k Kind) String() string { return kindNames[k] }
+
+// Event is one ban, expiry or refusal.
+type Event struct {
+	Kind   Kind
+	Source netip.Prefix
+	// PPS and BytesPerSecond are the source's estimated rates over the
+	// last second that decided it (0 for an expiry).
+	PPS, BytesPerSecond float64
+	Protocol            uint8 // most of its counted frames'; 0 for an expiry
+	Duration            time.Duration
+	Offence             int    // the source's bans within MaxDuration, this one included
+	Reason              string // why refused
+	End                 time.Time
+}
+
+// Detector decides the bans; safe for concurrent use.
+type Detector struct {
+	cfg Config
+
+	mu      sync.Mutex
+	last    time.Time                  // the last tick; zero before the first
+	tracks  map[netip.Prefix]time.Time // over the rate since
+	rates   map[netip.Prefix]*rate     // this tick's estimates, reused
+	active  map[netip.Prefix]*offence  // bans in force, by end
+	history map[netip.Prefix]*offence  // the last ban of each source
+	refused map[netip.Prefix]time.Time // refusals logged, until
+	windows []*Window
+}
+
+type rate struct {
+	pps, bps       float64 // the estimates
+	lowPPS, lowBPS float64 // their lower bounds, which decide
+	proto          uint8
+}
+
+// Confidence is how many standard deviations of the sampling noise a
+// source's estimate must be over the rate by: a source of a few samples a
+// second at half the rate is never banned on a lucky second.
+const Confidence = 3
+
+type offence struct {
+	at, end  time.Time
+	duration time.Duration
+	count    int
+}
+
+// New makes a detector of cfg.
+func New(cfg Config) (*Detector, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.TableSize <= 0 {
+		cfg.TableSize = DefaultTableSize
+	}
+	if cfg.MaxActive <= 0 {
+		cfg.MaxActive = DefaultMaxActive
+	}
+	if cfg.MaxHistory <= 0 {
+		cfg.MaxHistory = DefaultMaxHistory
+	}
+	return &Detector{
+		cfg:     cfg,
+		tracks:  map[netip.Prefix]time.Time{},
+		rates:   map[netip.Prefix]*rate{},
+		active:  map[netip.Prefix]*offence{},
+		history: map[netip.Prefix]*offence{},
+		refused: map[netip.Prefix]time.Time{},
+	}, nil
+}
+
+// NewWindow makes a window for one interface's samples.
+func (d *Detector) NewWindow() *Window {
+	w := &Window{all: len(d.cfg.Protocols) == 0, table: topk.New(d.cfg.TableSize), spare: topk.New(d.cfg.TableSize)}
+	for _, p := range d.cfg.Protocols {
+		w.protos[p] = true
+	}
+	return w
+}
+
+// Begin starts the detector's first second at now, when no tick has.
+func (d *Detector) Begin(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last.IsZero() {
+		d.last = now
+	}
+}
+
+// Reading is a window and its interface's exact passed counters now,
+// cumulative (packets and bytes).
+type Reading struct {
+	W              *Window
+	Packets, Bytes uint64
+}
+
+// Tick ends the second at now: it scales each window's samples to the
+// frames its interface passed since the last tick, bans the sources over
+// the rate for For, ends the bans past their end, and returns what it did.
+func (d *Detector) Tick(now time.Time, in []Reading) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var events []Event
+	events = d.expire(now, events)
+	elapsed := now.Sub(d.last).Seconds()
+	first := d.last.IsZero()
+	clear(d.rates)
+	for _, r := range in {
+		t, samples, bytes := r.W.take()
+		dp, db := since(r.Packets, r.W.base[0]), since(r.Bytes, r.W.base[1])
+		r.W.base = [2]uint64{r.Packets, r.Bytes}
+		if !r.W.started || first || elapsed <= 0 || samples == 0 {
+			r.W.started = true
+			continue
+		}
+		for _, e := range t.Top(d.cfg.TableSize) {
+			sure := float64(e.Count - e.Err) // never above the source's true samples
+			if sure == 0 {
+				continue
+			}
+			// Scaled: the sources' shares of the samples times what the
+			// interface passed, whatever the sampling cap left out.
+			pk := sure / float64(samples) * float64(dp)
+			by := 0.0
+			if bytes > 0 {
+				by = float64(e.Bytes) * sure / float64(e.Count) / float64(bytes) * float64(db)
+			}
+			if _, ok := d.active[e.Key]; ok {
+				r.W.heldPackets += uint64(pk + 0.5)
+				r.W.heldBytes += uint64(by + 0.5)
+			}
+			x := d.rates[e.Key]
+			if x == nil {
+				x = &rate{proto: e.Protocol}
+				d.rates[e.Key] = x
+			}
+			// low: the estimate less Confidence standard deviations of the
+			// sampling noise (Poisson), so few samples never ban.
+			low := max(sure-Confidence*math.Sqrt(sure), 0) / sure
+			x.pps += pk / elapsed
+			x.bps += by / elapsed
+			x.lowPPS += low * pk / elapsed
+			x.lowBPS += low * by / elapsed
+		}
+	}
+	start := d.last
+	d.last = now
+	for p := range d.tracks {
+		if x := d.rates[p]; x == nil || !d.over(x) {
+			delete(d.tracks, p) // under the rate for a second: start again
+		}
+	}
+	for p, x := range d.rates {
+		if !d.over(x) {
+			continue
+		}
+		if _, ok := d.active[p]; ok {
+			continue
+		}
+		since, ok := d.tracks[p]
+		if !ok {
+			since = start
+			d.tracks[p] = since
+		}
+		if now.Sub(since) < d.cfg.For {
+			continue
+		}
+		delete(d.tracks, p)
+		if ev, ok := d.decide(now, p, x); ok {
+			events = append(events, ev)
+		}
+	}
+	return events
+}
+
+func (d *Detector) over(x *rate) bool {
+	return (d.cfg.PPS > 0 && x.lowPPS > d.cfg.PPS) || (d.cfg.BytesPerSecond > 0 && x.lowBPS > d.cfg.BytesPerSecond)
+}
+
+// decide bans p, over the rate for long enough, or refuses it; a refusal
+// is reported once per Duration.
+func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) {
+	ev := Event{Source: p, PPS: x.pps, BytesPerSecond: x.bps, Protocol: x.proto}
+	ev.Offence, ev.Duration = 1, d.cfg.Duration
+	if h := d.history[p]; h != nil && now.Sub(h.end) < d.cfg.MaxDuration {
+		ev.Offence, ev.Duration = h.count+1, min(2*h.duration, d.cfg.MaxDuration)
+	}
+	ev.End = now.Add(ev.Duration)
+	reason := ""
+	if d.cfg.Guard != nil {
+		reason = d.cfg.Guard(p)
+	}
+	if reason == "" && len(d.active) >= d.cfg.MaxActive {
+		reason = fmt.Sprintf("%d bans of detection in force already", d.cfg.MaxActive)
+	}
+	if reason == "" && d.cfg.Enforce != nil {
+		reason = d.cfg.Enforce(p, ev.End)
+	}
+	if reason != "" {
+		if until, ok := d.refused[p]; ok && now.Before(until) {
+			return Event{}, false
+		}
+		if len(d.refused) >= d.cfg.MaxHistory {
+			evict(d.refused, now, func(t time.Time) bool { return !now.Before(t) })
+		}
+		d.refused[p] = now.Add(d.cfg.Duration)
+		ev.Kind, ev.Reason, ev.Offence = Refused, reason, 0
+		return ev, true
+	}
+	o := &offence{at: now, end: ev.End, duration: ev.Duration, count: ev.Offence}
+	d.active[p] = o
+	if _, ok := d.history[p]; !ok && len(d.history) >= d.cfg.MaxHistory {
+		evict(d.history, now, func(h *offence) bool { return now.Sub(h.end) >= d.cfg.MaxDuration })
+	}
+	d.history[p] = o
+	ev.Kind = Ban
+	return ev, true
+}
+
+// expire ends the bans past their end.
+func (d *Detector) expire(now time.Time, events []Event) []Event {
+	for p, o := range d.active {
+		if now.Before(o.end) {
+			continue
+		}
+		delete(d.active, p)
+		events = append(events, Event{Kind: Expire, Source: p, Duration: o.duration, Offence: o.count, End: o.end})
+	}
+	return events
+}
+
+// evict makes room in m: it deletes the entries stale says are of no more
+// use, then others, whichever they are, until an eighth of m is free.
+func evict[V any](m map[netip.Prefix]V, now time.Time, stale func(V) bool) {
+	n := len(m)
+	for k, v := range m {
+		if stale(v) {
+			delete(m, k)
+		}
+	}
+	for k := range m {
+		if len(m) <= n-n/8-1 {
+			return
+		}
+		delete(m, k)
+	}
+}
+
+// Restore takes back a ban in force a predecessor made (a reload): it ends
+// at end and counts as offence count with its duration.
+func (d *Detector) Restore(p netip.Prefix, end time.Time, duration time.Duration, count int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o := &offence{at: end.Add(-duration), end: end, duration: duration, count: max(count, 1)}
+	if len(d.active) < d.cfg.MaxActive {
+		d.active[p] = o
+	}
+	if len(d.history) < d.cfg.MaxHistory {
+		d.history[p] = o
+	}
+}
+
+// Active is how many bans of detection are in force.
+func (d *Detector) Active() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.active)
+}
+
+// Sizes are the lengths of the detector's maps, for the bounds' tests.
+func (d *Detector) Sizes() (tracks, active, history, refused int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.tracks), len(d.active), len(d.history), len(d.refused)
+}
+
+func since(now, base uint64) uint64 {
+	if now < base {
+		return 0
+	}
+	return now - base
+}

@@ -1,0 +1,32 @@
+package xdp_drop
+
+// maxBanEvents bounds the xdp_drop_ban_event points of one gather; the
+// rest are counted (FieldUnreported) and logged.
+const maxBanEvents = 100
+
+// BanEvent is one ban, expiry or refusal of a detection
+// (MeasurementBanEvent): the source is a field, so series stay bounded.
+type BanEvent struct {
+	Origin         string // OriginDetect
+	Event          string // EventBan, EventExpire or EventRefused
+	Source         string // the prefix
+	PPS            float64
+	BytesPerSecond float64
+	DurationS      int64 // the ban's; for a refusal, the ban's it would have had
+	Offence        int64 // the source's bans within max_duration, this one included; 0 for a refusal
+}
+
+// PutTags adds the event's tags to tags.
+func (e *BanEvent) PutTags(tags map[string]string) {
+	tags[TagOrigin] = e.Origin
+	tags[TagEvent] = e.Event
+}
+
+// PutFields adds the event's fields to fields.
+func (e *BanEvent) PutFields(fields map[string]any) {
+	fields[FieldSource] = e.Source
+	fields[FieldPPS] = e.PPS
+	fields[FieldBytesPerSecond] = e.BytesPerSecond
+	fields[FieldDurationS] = e.DurationS
+	fields[FieldOffence] = e.Offence
+}
