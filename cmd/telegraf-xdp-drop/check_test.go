@@ -173,7 +173,7 @@ func TestCheckUntrustedFiles(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Equal(t, []string{
 		`E! config ` + config + `: ` + config + ` is writable by all users (mode 0646), who could then choose which traffic is dropped; run: chmod go-w ` + config,
-		`E! config ` + config + `:1: drop is empty; use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47] (dry_run = true counts without dropping), or give rules`,
+		`E! config ` + config + `:1: drop is empty; use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47] (dry_run = true counts without dropping), or give rules or [inputs.xdp_drop.bans]`,
 		`E! config ` + config + `:3: mode = "turbo" is not a mode; use "native" (default), "generic", "offload" or "auto"`,
 	}, strings.Split(strings.TrimSpace(stderr), "\n"))
 }

@@ -65,6 +65,22 @@ func TestBansConfig(t *testing.T) {
 	require.Nil(t, p.bans)
 }
 
+// TestBansWithoutDrop: with [bans], drop may be empty, as the and
+// the docs' config has it: frames no ban decides pass. Without bans (or
+// rules) an empty drop is still refused.
+func TestBansWithoutDrop(t *testing.T) {
+	p := withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{}, Bans: &BansConfig{CrowdSec: goodCrowdSec()}, Log: testutil.Logger{}})
+	require.NoError(t, p.Init())
+	require.True(t, p.links.policy.Bans.On)
+	require.False(t, p.links.policy.DropAll)
+	require.Empty(t, p.links.policy.Protocols, "no protocol dropped")
+
+	p = withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{}, Log: testutil.Logger{}})
+	err := p.Init()
+	require.ErrorContains(t, err, "drop is empty")
+	require.ErrorContains(t, err, "or give rules or [inputs.xdp_drop.bans]")
+}
+
 func fmtPrefixes[T any](ps []T) string { return fmt.Sprint(ps) }
 
 // TestBansConfigRefused: every bad bans option is refused by Init with an

@@ -11,13 +11,13 @@ import (
 )
 
 // parsePolicy turns the drop option and the rules into a policy. With
-// rules, drop is optional: frames no rule matches then pass. The policy
-// holds every rule, those refused too, unless there are too many; the
-// error joins every refusal.
-func parsePolicy(drop []any, rules []Rule) (bpf.Policy, error) {
+// rules or bans, drop is optional: frames no rule or ban decides then
+// pass. The policy holds every rule, those refused too, unless there are
+// too many; the error joins every refusal.
+func parsePolicy(drop []any, rules []Rule, bans bool) (bpf.Policy, error) {
 	var p bpf.Policy
 	var dropErr error
-	if len(drop) > 0 || len(rules) == 0 {
+	if len(drop) > 0 || len(rules) == 0 && !bans {
 		p, dropErr = ParseDrop(drop)
 		dropErr = optionError("drop", dropErr)
 	}
@@ -35,7 +35,7 @@ func parsePolicy(drop []any, rules []Rule) (bpf.Policy, error) {
 func ParseDrop(drop []any) (bpf.Policy, error) {
 	const accepted = `use ["all"], or IP protocol names or numbers 0-255 such as ["udp", "icmp", 47]`
 	if len(drop) == 0 {
-		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping), or give rules", accepted)
+		return bpf.Policy{}, fmt.Errorf("drop is empty; %s (dry_run = true counts without dropping), or give rules or [inputs.xdp_drop.bans]", accepted)
 	}
 	var p bpf.Policy
 	seen := make(map[uint8]bool)

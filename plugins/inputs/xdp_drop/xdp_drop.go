@@ -122,7 +122,7 @@ func (x *XDPDrop) Init() error {
 	default:
 		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, quote.Value(x.Mode)))
 	}
-	policy, err := parsePolicy(x.Drop, x.Rules)
+	policy, err := parsePolicy(x.Drop, x.Rules, x.Bans != nil)
 	errs = append(errs, Errors(err)...)
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
