@@ -173,6 +173,12 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		if rep.bans, rep.banApply, rep.bansNotes, err = bansPerPacket(bc); err != nil {
 			return nil, fmt.Errorf("bans: %w", err)
 		}
+		status("bans: a cold start's sync of %d decisions from a feed", banSyncCount)
+		s, err := bansStartupSync(e)
+		if err != nil {
+			return nil, fmt.Errorf("bans: %w", err)
+		}
+		rep.banSync = &s
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

@@ -48,6 +48,7 @@ type report struct {
 	flood           *samplingFlood
 	bans            []samplingResult
 	banApply        banApply
+	banSync         *banSync
 	bansNotes       []string
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
@@ -331,4 +332,9 @@ func (r *report) printBans(w io.Writer) {
 	a := r.banApply
 	fmt.Fprintf(w, "| bans applied, %d new on %d in force | BanTable.Ban, then Lift, both families | %s applied, %s lifted | — | — | ≤ %s | %s |\n",
 		banBenchDelta, banBenchCount, round(a.apply), round(a.lift), targetBanApply, met(a.apply <= targetBanApply && a.lift <= targetBanApply, "over"))
+	if s := r.banSync; s != nil {
+		fmt.Fprintf(w, "| bans startup sync, %d decisions (half Ip, half Range, both families; %.1f MB answer) | the plugin from Start to the gather that reports them in force | %s; RSS +%.1f MB | — | — | ≤ %s, RSS ≤ +%d MB | %s |\n",
+			banSyncCount, float64(s.bodyBytes)/1e6, round(s.took), float64(s.rssGrowKB)/1024, targetBanSync, targetBanSyncRSS>>10,
+			met(s.took <= targetBanSync && s.rssGrowKB <= targetBanSyncRSS, "over"))
+	}
 }
