@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
-
 )
 
 // quoting is where in the TOML document a $VAR stands.
