@@ -53,7 +53,9 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 	if err != nil {
 		return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))
 	}
-	return &bans{set: set, log: log, feed: client, state: newBanState()}, nil
+	state := newBanState()
+	state.warn = log.Warnf
+	return &bans{set: set, log: log, feed: client, state: state}, nil
 }
 
 // use puts the bans on the ban table of in, the instance whose programs

@@ -52,6 +52,10 @@ type banState struct {
 	decisions map[int64]banDecision
 	prefixes  map[netip.Prefix]bannedPrefix
 	counts    banCounts
+	// warn logs a decision refused as the table cannot take it, once per
+	// prefix (warned); nil logs nothing.
+	warn   func(format string, args ...any)
+	warned map[netip.Prefix]bool
 }
 
 type banDecision struct {
@@ -70,6 +74,29 @@ func newBanState() *banState {
 	return &banState{
 		decisions: map[int64]banDecision{},
 		prefixes:  map[netip.Prefix]bannedPrefix{},
+		warned:    map[netip.Prefix]bool{},
+	}
+}
+
+// maxBanDuration caps a decision's duration: CrowdSec's own bans last
+// hours, a year is beyond any of them, and it keeps the end far from the
+// overflow of unix nanoseconds (year 2262) that a duration such as
+// 2500000h reaches. A decision still in the LAPI after a year is banned
+// again at the next full pull (a restart or a feed failure).
+const maxBanDuration = 365 * 24 * time.Hour
+
+// wholeFamily: p covers all of IPv4 or IPv6, which the table refuses:
+// such a ban would drop every source, the operator's own access too.
+func wholeFamily(p netip.Prefix) bool {
+	return p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96
+}
+
+// refuse counts a decision the table cannot take and logs it once per prefix.
+func (s *banState) refuse(dec crowdsec.Decision, why string) {
+	s.counts.Refused++
+	if s.warn != nil && !s.warned[dec.Prefix] {
+		s.warned[dec.Prefix] = true
+		s.warn("bans: crowdsec: decision %d on %s refused: %s", dec.ID, dec.Prefix, why)
 	}
 }
 
@@ -78,6 +105,10 @@ func newBanState() *banState {
 // bans in table that this state never saw (a predecessor's).
 func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error {
 	var errs []error
+	// Each ban's end counts from when it is written: an apply of many
+	// decisions takes time, and a short one may end before its turn.
+	start := time.Now()
+	clock := func() time.Time { return now.Add(time.Since(start)) }
 	for _, n := range d.Ignored {
 		s.counts.Refused += int64(n)
 	}
@@ -96,7 +127,7 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 		errs = append(errs, s.drop(table, dec.ID, now))
 	}
 	for _, dec := range d.New {
-		errs = append(errs, s.add(table, dec, now))
+		errs = append(errs, s.add(table, dec, clock()))
 	}
 	if d.Startup {
 		errs = append(errs, s.liftStrangers(table))
@@ -110,7 +141,11 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	if dec.Duration <= 0 {
 		return nil // over already
 	}
-	end := now.Add(dec.Duration).UnixNano()
+	if wholeFamily(dec.Prefix) {
+		s.refuse(dec, "it covers a whole address family, and would drop every source")
+		return nil
+	}
+	end := now.Add(min(dec.Duration, maxBanDuration)).UnixNano()
 	if old, ok := s.decisions[dec.ID]; ok && old.prefix != dec.Prefix {
 		if err := s.drop(table, dec.ID, now); err != nil {
 			return err
@@ -129,6 +164,9 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	}
 	got, err := table.Ban(dec.Prefix, time.Unix(0, want))
 	if err != nil {
+		if !time.Unix(0, want).After(time.Now()) {
+			return nil // ended while the apply ran: over, as one that came ended
+		}
 		return fmt.Errorf("ban %s: %w", dec.Prefix, err)
 	}
 	switch got {
@@ -189,7 +227,13 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	bp.end = latest
 	s.prefixes[dec.prefix] = bp
 	if _, err := table.Ban(dec.prefix, time.Unix(0, latest)); err != nil {
-		return fmt.Errorf("ban %s: %w", dec.prefix, err)
+		if time.Unix(0, latest).After(time.Now()) {
+			return fmt.Errorf("ban %s: %w", dec.prefix, err)
+		}
+		// The others ended too: the prefix goes, as at the sweep.
+		if err := table.Lift(dec.prefix); err != nil {
+			return fmt.Errorf("lift %s: %w", dec.prefix, err)
+		}
 	}
 	return nil
 }
