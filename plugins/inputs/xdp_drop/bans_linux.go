@@ -55,6 +55,7 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 	}
 	state := newBanState()
 	state.warn = log.Warnf
+	state.limit = 2 * set.max
 	return &bans{set: set, log: log, feed: client, state: state}, nil
 }
 

@@ -56,6 +56,9 @@ type banState struct {
 	// prefix (warned); nil logs nothing.
 	warn   func(format string, args ...any)
 	warned map[netip.Prefix]bool
+	// limit bounds the decisions held (0: none); newBans sets twice max,
+	// both families full, so memory stays within the max bound.
+	limit int
 }
 
 type banDecision struct {
@@ -63,8 +66,13 @@ type banDecision struct {
 	end    int64
 }
 
+// maxDecisionsPerPrefix bounds the decisions that hold one prefix: the
+// LAPI sends one decision per value and type, so a prefix holds one or a
+// few; the bound keeps each decision's work at most this many steps.
+const maxDecisionsPerPrefix = 64
+
 // bannedPrefix is a prefix in the table: its end there, and the decisions
-// that hold it (most often one).
+// that hold it (most often one, at most maxDecisionsPerPrefix).
 type bannedPrefix struct {
 	end int64
 	ids []int64
@@ -105,10 +113,6 @@ func (s *banState) refuse(dec crowdsec.Decision, why string) {
 // bans in table that this state never saw (a predecessor's).
 func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error {
 	var errs []error
-	// Each ban's end counts from when it is written: an apply of many
-	// decisions takes time, and a short one may end before its turn.
-	start := time.Now()
-	clock := func() time.Time { return now.Add(time.Since(start)) }
 	for _, n := range d.Ignored {
 		s.counts.Refused += int64(n)
 	}
@@ -127,7 +131,7 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 		errs = append(errs, s.drop(table, dec.ID, now))
 	}
 	for _, dec := range d.New {
-		errs = append(errs, s.add(table, dec, clock()))
+		errs = append(errs, s.add(table, dec, now))
 	}
 	if d.Startup {
 		errs = append(errs, s.liftStrangers(table))
@@ -146,7 +150,16 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		return nil
 	}
 	end := now.Add(min(dec.Duration, maxBanDuration)).UnixNano()
-	if old, ok := s.decisions[dec.ID]; ok && old.prefix != dec.Prefix {
+	old, known := s.decisions[dec.ID]
+	if !known && s.limit > 0 && len(s.decisions) >= s.limit {
+		s.counts.Refused++ // the decisions held are at their bound
+		return nil
+	}
+	if (!known || old.prefix != dec.Prefix) && len(s.prefixes[dec.Prefix].ids) >= maxDecisionsPerPrefix {
+		s.counts.Refused++ // the prefix is banned by those it holds
+		return nil
+	}
+	if known && old.prefix != dec.Prefix {
 		if err := s.drop(table, dec.ID, now); err != nil {
 			return err
 		}
@@ -165,7 +178,8 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	got, err := table.Ban(dec.Prefix, time.Unix(0, want))
 	if err != nil {
 		if !time.Unix(0, want).After(time.Now()) {
-			return nil // ended while the apply ran: over, as one that came ended
+			// Ended while the apply ran (now is its start): over, as one that came ended.
+			return nil
 		}
 		return fmt.Errorf("ban %s: %w", dec.Prefix, err)
 	}

@@ -215,3 +215,40 @@ func TestBanStateMemory(t *testing.T) {
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(d) // the answer is the feed's, not counted here
 }
+
+// TestBanStateBoundsDecisions: decisions on one prefix beyond
+// maxDecisionsPerPrefix, and beyond the state's limit overall, are refused
+// and counted, and each costs bounded work: 20,000 on one prefix hold 64.
+func TestBanStateBoundsDecisions(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	s := newBanState()
+	d := crowdsec.Delta{Startup: true}
+	for i := range 20_000 {
+		d.New = append(d.New, decision(int64(i+1), "203.0.113.0/24", time.Hour+time.Duration(i)))
+	}
+	start := time.Now()
+	require.NoError(t, s.apply(table, d, now))
+	t.Logf("20,000 decisions on one prefix applied in %s", time.Since(start))
+	require.Equal(t, maxDecisionsPerPrefix, len(s.decisions))
+	require.Equal(t, maxDecisionsPerPrefix, len(s.prefixes[netip.MustParsePrefix("203.0.113.0/24")].ids))
+	require.Equal(t, banCounts{Added: 1, Refused: 20_000 - maxDecisionsPerPrefix}, s.counts)
+	require.Equal(t, now.Add(time.Hour+maxDecisionsPerPrefix-1), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
+
+	// A decision held already is updated, not refused, at the bound.
+	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{decision(1, "203.0.113.0/24", 2*time.Hour)}}, now))
+	require.Equal(t, now.Add(2*time.Hour), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
+	require.Equal(t, int64(20_000-maxDecisionsPerPrefix), s.counts.Refused)
+
+	limited := newBanState()
+	limited.limit = 4
+	table = newFakeBanTable(10)
+	require.NoError(t, limited.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "192.0.2.1/32", time.Hour), decision(2, "192.0.2.2/32", time.Hour),
+		decision(3, "192.0.2.3/32", time.Hour), decision(4, "192.0.2.4/32", time.Hour),
+		decision(5, "192.0.2.5/32", time.Hour), decision(6, "192.0.2.6/32", time.Hour),
+	}}, now))
+	require.Len(t, limited.decisions, 4)
+	require.Len(t, table.bans, 4)
+	require.Equal(t, banCounts{Added: 4, Refused: 2}, limited.counts)
+}
