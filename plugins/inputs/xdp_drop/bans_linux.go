@@ -262,12 +262,11 @@ func (k kernelBans) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
 	return banUpdated, err
 }
 
-func (k kernelBans) Lift(p netip.Prefix) error {
+func (k kernelBans) Lift(p netip.Prefix) (bool, error) {
 	if k.t == nil {
-		return errNoBanTable
+		return false, errNoBanTable
 	}
-	_, err := k.t.Lift(p)
-	return err
+	return k.t.Lift(p)
 }
 
 func (k kernelBans) Expire(now time.Time) (int, error) {

@@ -25,7 +25,8 @@ const (
 // and what is in force.
 type banTable interface {
 	Ban(p netip.Prefix, end time.Time) (banOutcome, error)
-	Lift(p netip.Prefix) error
+	// Lift removes the ban on p and says whether there was one.
+	Lift(p netip.Prefix) (bool, error)
 	// Expire removes the bans past their end (the kernel stopped
 	// dropping for them then) and says how many.
 	Expire(now time.Time) (int, error)
@@ -221,7 +222,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	ended := dec.end <= now.Add(endSlack).UnixNano()
 	bp := s.forget(id, dec)
 	if len(bp.ids) == 0 {
-		if err := table.Lift(dec.prefix); err != nil {
+		if _, err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
 		if ended {
@@ -245,7 +246,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 			return fmt.Errorf("ban %s: %w", dec.prefix, err)
 		}
 		// The others ended too: the prefix goes, as at the sweep.
-		if err := table.Lift(dec.prefix); err != nil {
+		if _, err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
 	}
@@ -281,27 +282,42 @@ func (s *banState) liftStrangers(table banTable) error {
 		if _, ok := s.prefixes[p]; ok {
 			continue
 		}
-		if err := table.Lift(p); err != nil {
+		lifted, err := table.Lift(p)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("lift %s: %w", p, err))
 			continue
 		}
-		s.counts.Removed++
+		if lifted {
+			s.counts.Removed++
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // expire sweeps the bans past their end from table and forgets the
-// decisions that ended by now.
+// decisions that ended by now. The kernel ends bans on the monotonic
+// clock, the state on the wall clock: a prefix whose last decision is
+// forgotten is lifted too, so that no ban outlives what holds it.
 func (s *banState) expire(table banTable, now time.Time) error {
 	n, err := table.Expire(now)
 	s.counts.Expired += int64(n)
+	errs := []error{err}
 	at := now.UnixNano()
 	for id, dec := range s.decisions {
-		if dec.end <= at {
-			s.forget(id, dec)
+		if dec.end > at {
+			continue
+		}
+		if bp := s.forget(id, dec); len(bp.ids) > 0 {
+			continue
+		}
+		lifted, err := table.Lift(dec.prefix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lift %s: %w", dec.prefix, err))
+		} else if lifted {
+			s.counts.Expired++
 		}
 	}
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sweep the expired bans: %w", err)
 	}
 	return nil

@@ -18,6 +18,9 @@ type fakeBanTable struct {
 	allow []netip.Prefix
 	bans  map[netip.Prefix]time.Time
 	lifts []netip.Prefix
+	// monoBehind: Expire removes nothing, as a kernel whose monotonic
+	// clock lags the wall clock the state ends decisions by.
+	monoBehind bool
 }
 
 func newFakeBanTable(max int, allow ...netip.Prefix) *fakeBanTable {
@@ -41,13 +44,19 @@ func (f *fakeBanTable) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
 	return banAdded, nil
 }
 
-func (f *fakeBanTable) Lift(p netip.Prefix) error {
-	delete(f.bans, p)
-	f.lifts = append(f.lifts, p)
-	return nil
+func (f *fakeBanTable) Lift(p netip.Prefix) (bool, error) {
+	_, ok := f.bans[p]
+	if ok {
+		delete(f.bans, p)
+		f.lifts = append(f.lifts, p)
+	}
+	return ok, nil
 }
 
 func (f *fakeBanTable) Expire(now time.Time) (int, error) {
+	if f.monoBehind {
+		return 0, nil // the kernel's clock has not reached the ends yet
+	}
 	n := 0
 	for p, end := range f.bans {
 		if !end.After(now) {
@@ -189,7 +198,7 @@ func TestBanStateDeletedAtItsEnd(t *testing.T) {
 type nopBanTable struct{}
 
 func (nopBanTable) Ban(netip.Prefix, time.Time) (banOutcome, error) { return banAdded, nil }
-func (nopBanTable) Lift(netip.Prefix) error                         { return nil }
+func (nopBanTable) Lift(netip.Prefix) (bool, error)                 { return true, nil }
 func (nopBanTable) Expire(time.Time) (int, error)                   { return 0, nil }
 func (nopBanTable) InForce() ([]netip.Prefix, error)                { return nil, nil }
 
@@ -251,4 +260,25 @@ func TestBanStateBoundsDecisions(t *testing.T) {
 	require.Len(t, limited.decisions, 4)
 	require.Len(t, table.bans, 4)
 	require.Equal(t, banCounts{Added: 4, Refused: 2}, limited.counts)
+}
+
+// TestBanStateExpiryLiftsWhatItForgets: when the wall clock says a
+// prefix's last decision ended but the kernel's monotonic clock has not
+// reached its end, the state lifts the prefix as it forgets the decision.
+func TestBanStateExpiryLiftsWhatItForgets(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	table.monoBehind = true
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Second),
+		decision(2, "203.0.113.0/24", 3*time.Second),
+		decision(3, "192.0.2.1/32", time.Hour),
+	}}, now))
+	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
+	require.Len(t, table.bans, 2, "decision 2 still holds 203.0.113.0/24")
+	require.NoError(t, s.expire(table, now.Add(4*time.Second)))
+	require.Equal(t, map[netip.Prefix]time.Time{netip.MustParsePrefix("192.0.2.1/32"): now.Add(time.Hour)}, table.bans)
+	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
+	require.Len(t, s.decisions, 1)
 }
