@@ -106,3 +106,34 @@ func TestBanDecisionTheTableCannotTake(t *testing.T) {
 		})
 	}
 }
+
+// TestBansAllowChangeRetries: a decision refused as allow-listed is banned
+// once the allow file no longer covers it: the change makes the next pull
+// a full one, which retries it.
+func TestBansAllowChangeRetries(t *testing.T) {
+	feed := &fixedFeed{d: crowdsec.Delta{New: []crowdsec.Decision{{ID: 1, Prefix: netip.MustParsePrefix("198.51.100.7/32"), Duration: time.Hour}}}}
+	b, table, _ := bansOnKernel(t, feed, 16)
+	allow := t.TempDir() + "/allow.txt"
+	writeList(t, allow, "198.51.100.0/24")
+	b.set.allow.load(&BansConfig{AllowPrefixFile: []string{allow}}, func(_ string, err error) { require.NoError(t, err) })
+	acc := &testutil.Accumulator{}
+	require.True(t, b.setAllow(acc, table))
+	require.True(t, b.pull(context.Background(), acc, true))
+	require.Equal(t, banCounts{Refused: 1}, withoutSynced(b.counts()))
+	require.False(t, b.fullPullDue())
+
+	writeList(t, allow, "192.0.2.0/24")
+	b.mu.Lock()
+	b.refreshAllow(acc)
+	b.mu.Unlock()
+	require.True(t, b.fullPullDue(), "the allowed prefixes changed")
+	require.True(t, b.pull(context.Background(), acc, b.fullPullDue()))
+	require.Empty(t, acc.Errors)
+	require.Equal(t, banCounts{Active: 1, Added: 1, Refused: 1}, withoutSynced(b.counts()))
+	require.False(t, b.fullPullDue())
+}
+
+func withoutSynced(c banCounts) banCounts {
+	c.Synced = 0
+	return c
+}

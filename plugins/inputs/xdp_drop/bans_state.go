@@ -60,6 +60,19 @@ type banState struct {
 	// limit bounds the decisions held (0: none); newBans sets twice max,
 	// both families full, so memory stays within the max bound.
 	limit int
+	// refusedByTable: since the last full list, a decision was refused as
+	// allow-listed or over max; freed: a ban left the table since. Both
+	// make a full pull due, which retries the refused decisions.
+	refusedByTable, freed bool
+	// inTable is, during a full list's apply, the prefixes in the table:
+	// a prefix held but missing there (lifted by an allowed prefix since
+	// removed) is banned again.
+	inTable map[netip.Prefix]bool
+}
+
+// retryDue: decisions were refused by the table and room came back since.
+func (s *banState) retryDue() bool {
+	return s.refusedByTable && s.freed
 }
 
 type banDecision struct {
@@ -118,6 +131,16 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 		s.counts.Refused += int64(n)
 	}
 	if d.Startup {
+		s.refusedByTable, s.freed = false, false
+		in, err := table.InForce()
+		if err != nil {
+			return fmt.Errorf("list the bans in force: %w", err)
+		}
+		s.inTable = make(map[netip.Prefix]bool, len(in))
+		for _, p := range in {
+			s.inTable[p] = true
+		}
+		defer func() { s.inTable = nil }()
 		keep := make(map[int64]bool, len(d.New))
 		for _, dec := range d.New {
 			keep[dec.ID] = true
@@ -172,7 +195,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 			want = max(want, s.decisions[id].end)
 		}
 	}
-	if held && want == bp.end {
+	if held && want == bp.end && (s.inTable == nil || s.inTable[dec.Prefix]) {
 		s.hold(dec, end, bp)
 		return nil
 	}
@@ -187,6 +210,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	switch got {
 	case banAllowed, banFull:
 		s.counts.Refused++
+		s.refusedByTable = true
 		return nil
 	case banAdded:
 		s.counts.Added++
@@ -225,6 +249,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 		if _, err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
+		s.freed = true
 		if ended {
 			s.counts.Expired++
 		} else {
@@ -249,6 +274,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 		if _, err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
+		s.freed = true
 	}
 	return nil
 }
@@ -289,6 +315,7 @@ func (s *banState) liftStrangers(table banTable) error {
 		}
 		if lifted {
 			s.counts.Removed++
+			s.freed = true
 		}
 	}
 	return errors.Join(errs...)
@@ -301,6 +328,7 @@ func (s *banState) liftStrangers(table banTable) error {
 func (s *banState) expire(table banTable, now time.Time) error {
 	n, err := table.Expire(now)
 	s.counts.Expired += int64(n)
+	s.freed = s.freed || n > 0
 	errs := []error{err}
 	at := now.UnixNano()
 	for id, dec := range s.decisions {
@@ -315,6 +343,7 @@ func (s *banState) expire(table banTable, now time.Time) error {
 			errs = append(errs, fmt.Errorf("lift %s: %w", dec.prefix, err))
 		} else if lifted {
 			s.counts.Expired++
+			s.freed = true
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

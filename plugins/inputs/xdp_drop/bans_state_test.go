@@ -282,3 +282,40 @@ func TestBanStateExpiryLiftsWhatItForgets(t *testing.T) {
 	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
 	require.Len(t, s.decisions, 1)
 }
+
+// TestBanStateRetriesRefused: decisions refused over max or as
+// allow-listed are retried by the next full list once room came back (a
+// full pull is then due), and a prefix held but lifted from the table (by
+// an allowed prefix since removed) is banned again by a full list.
+func TestBanStateRetriesRefused(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(2, netip.MustParsePrefix("192.0.2.0/24"))
+	s := newBanState()
+	full := []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Hour),
+		decision(2, "192.0.2.128/25", time.Hour), // allowed
+		decision(3, "198.51.100.1/32", time.Hour),
+		decision(4, "198.51.100.2/32", time.Hour), // over max
+	}
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full}, now))
+	require.Equal(t, banCounts{Added: 2, Refused: 2}, s.counts)
+	require.False(t, s.retryDue(), "no room came back yet")
+
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: full[:1]}, now))
+	require.True(t, s.retryDue(), "a slot freed")
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.Contains(t, table.bans, netip.MustParsePrefix("198.51.100.2/32"), "the decision refused over max is in force")
+	require.Equal(t, banCounts{Added: 3, Removed: 1, Refused: 3}, s.counts, "the allowed one refused again")
+	require.False(t, s.retryDue())
+
+	// An allowed prefix added then removed lifted 198.51.100.1 behind the state's back.
+	delete(table.bans, netip.MustParsePrefix("198.51.100.1/32"))
+	table.allow, table.max = nil, 3
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.Equal(t, map[netip.Prefix]time.Time{
+		netip.MustParsePrefix("192.0.2.128/25"):  now.Add(time.Hour),
+		netip.MustParsePrefix("198.51.100.1/32"): now.Add(time.Hour),
+		netip.MustParsePrefix("198.51.100.2/32"): now.Add(time.Hour),
+	}, table.bans, "the one lifted banned again, the one allowed before banned")
+	require.Equal(t, banCounts{Added: 5, Removed: 1, Refused: 3}, s.counts)
+}
