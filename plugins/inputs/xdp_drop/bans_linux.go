@@ -72,7 +72,9 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 		return nil, optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", err))
 	}
 	state := newBanState()
-	state.warn = log.Warnf
+	if log != nil {
+		state.warn = log.Warnf
+	}
 	state.limit = 2 * set.max
 	return &bans{set: set, log: log, feed: client, state: state}, nil
 }
