@@ -2,6 +2,7 @@ package crowdsec_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -174,4 +175,26 @@ func BenchmarkLAPIStartup100k(b *testing.B) {
 		require.NoError(b, err)
 		require.Len(b, d.New, n)
 	}
+}
+
+// TestLAPIStartupWithManyExpired: a real LAPI keeps expired decisions and
+// lists them in a startup answer's deleted; 300 of them beside 1 in force
+// sync under a bound of 2, and none is returned.
+func TestLAPIStartupWithManyExpired(t *testing.T) {
+	l := lapi.Start(t)
+	key := l.AddBouncer("expired")
+	var ds []lapi.Decision
+	for i := range 300 {
+		ds = append(ds, lapi.Decision{Value: fmt.Sprintf("10.%d.%d.1", i/250, i%250), Duration: 2 * time.Second})
+	}
+	l.Import(ds)
+	time.Sleep(3 * time.Second)
+	l.AddDecision("198.51.100.7", time.Hour)
+	c, err := crowdsec.New(crowdsec.Config{URL: l.URL(), APIKey: key, UserAgent: "xdp-drop/test", MaxDecisions: 2})
+	require.NoError(t, err)
+	d, err := c.Pull(context.Background(), true)
+	require.NoError(t, err)
+	require.Len(t, d.New, 1)
+	require.Equal(t, "198.51.100.7", d.New[0].Value)
+	require.Empty(t, d.Deleted)
 }
