@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // quoting is where in the TOML document a $VAR stands.
@@ -174,23 +172,50 @@ func expandString(content string, q quoting, start int) (string, error) {
 // of quoting q, or an error when that string cannot hold it.
 func quotedValue(name, value string, q quoting, line int) (string, error) {
 	if !utf8.ValidString(value) {
-		return "", fmt.Errorf("line %d: $%s holds %s, which is not UTF-8, and a TOML file can hold only UTF-8", line, name, quote.Value(value))
+		return "", fmt.Errorf("line %d: $%s holds %s, and a TOML file can hold only UTF-8", line, name, describe(value, func(r rune) bool { return r == utf8.RuneError }))
 	}
 	switch q {
 	case basic, multiBasic:
 		return escapeBasic(value), nil
 	case literal:
-		if strings.ContainsFunc(value, func(r rune) bool { return r == '\'' || isControl(r) }) {
-			return "", fmt.Errorf("line %d: $%s holds %s, with a ' or a control character, which %s cannot hold; "+
-				"use a \"…\" string there, where values are escaped", line, name, quote.Value(value), q)
+		if bad := func(r rune) bool { return r == '\'' || isControl(r) }; strings.ContainsFunc(value, bad) {
+			return "", fmt.Errorf("line %d: $%s holds %s, which %s cannot hold; "+
+				"use a \"…\" string there, where values are escaped", line, name, describe(value, bad), q)
 		}
 	case multiLiteral:
-		if strings.Contains(value, "'''") || strings.ContainsFunc(value, func(r rune) bool { return r != '\n' && isControl(r) }) {
-			return "", fmt.Errorf("line %d: $%s holds %s, with ''' or a control character, which %s cannot hold; "+
-				"use a \"\"\"…\"\"\" string there, where values are escaped", line, name, quote.Value(value), q)
+		if i := strings.Index(value, "'''"); i >= 0 {
+			return "", fmt.Errorf("line %d: $%s holds %d bytes with ''' at byte %d, which %s cannot hold; "+
+				"use a \"\"\"…\"\"\" string there, where values are escaped", line, name, len(value), i, q)
+		}
+		if bad := func(r rune) bool { return r != '\n' && isControl(r) }; strings.ContainsFunc(value, bad) {
+			return "", fmt.Errorf("line %d: $%s holds %s, which %s cannot hold; "+
+				"use a \"\"\"…\"\"\" string there, where values are escaped", line, name, describe(value, bad), q)
 		}
 	}
 	return value, nil
+}
+
+// describe says what is wrong with a variable's value without a byte of
+// it: any variable may hold a secret, and errors reach logs and terminals.
+func describe(value string, bad func(rune) bool) string {
+	for i, r := range value {
+		if !bad(r) {
+			continue
+		}
+		what := fmt.Sprintf("control character %d", r)
+		switch {
+		case r == utf8.RuneError:
+			what = "a byte that is not UTF-8"
+		case r == '\n':
+			what = "a newline"
+		case r == '\r':
+			what = "a carriage return"
+		case r == '\'':
+			what = "a '"
+		}
+		return fmt.Sprintf("%d bytes with %s at byte %d", len(value), what, i)
+	}
+	return fmt.Sprintf("%d bytes", len(value))
 }
 
 // scalar is what a variable outside a string may hold: one number or
@@ -204,8 +229,8 @@ func bareValue(name string, line int) (string, error) {
 			line, name, name)
 	}
 	if !scalar.MatchString(value) {
-		return "", fmt.Errorf("line %d: $%s stands outside any string, where only a number or true/false is taken, and holds %s; quote it (\"$%s\") where a string is meant",
-			line, name, quote.Value(value), name)
+		return "", fmt.Errorf("line %d: $%s stands outside any string, where only a number or true/false is taken, and holds %d bytes that are neither; quote it (\"$%s\") where a string is meant",
+			line, name, len(value), name)
 	}
 	return value, nil
 }

@@ -57,24 +57,26 @@ func TestConfigEnvCannotAddTOML(t *testing.T) {
 		{"multi-line basic", `interfaces = ["""$XDP_TEST_V"""]`, injected(`"""`), []string{injected(`"""`)}, ""},
 		{"multi-line basic, quotes at the end", `interfaces = ["""$XDP_TEST_V"""]`, `x""`, []string{`x""`}, ""},
 		{"literal", `interfaces = ['$XDP_TEST_V']`, injected(`'`), nil,
-			`line 2: $XDP_TEST_V holds "x']\n[[inputs.xdp_drop.rule]]\n  name = 'injected'\n  action = 'drop'\n#", with a ' or a control character, which a '…' literal string cannot hold; use a "…" string there, where values are escaped`},
-		{"literal newline", `interfaces = ['${XDP_TEST_V}']`, "x\ny", nil, "line 2: $XDP_TEST_V holds \"x\\ny\""},
+			`line 2: $XDP_TEST_V holds 68 bytes with a ' at byte 1, which a '…' literal string cannot hold; use a "…" string there, where values are escaped`},
+		{"literal newline", `interfaces = ['${XDP_TEST_V}']`, "x\ny", nil, "line 2: $XDP_TEST_V holds 3 bytes with a newline at byte 1, which a '…' literal string cannot hold"},
+		{"literal trailing newline", `api_key = '${XDP_TEST_V}'`, "Zk3vSECRETSECRET\n", nil, "line 2: $XDP_TEST_V holds 17 bytes with a newline at byte 16, which"},
+		{"literal control", `interfaces = ['${XDP_TEST_V}']`, "Zk3v\x01", nil, "line 2: $XDP_TEST_V holds 5 bytes with control character 1 at byte 4, which"},
 		{"literal plain", `interfaces = ['$XDP_TEST_V']`, `C:\ifaces"x"`, []string{`C:\ifaces"x"`}, ""},
 		{"multi-line literal", `interfaces = ['''$XDP_TEST_V''']`, injected(`'''`), nil,
-			`line 2: $XDP_TEST_V holds "x''']\n[[inputs.xdp_drop.rule]]\n  name = 'injected'\n  action = 'drop'\n#", with ''' or a control character, which a '''…''' literal string cannot hold`},
+			`line 2: $XDP_TEST_V holds 70 bytes with ''' at byte 1, which a '''…''' literal string cannot hold`},
 		{"multi-line literal, quotes beside the string's", "interfaces = ['''$XDP_TEST_V'x''']", `''`, nil,
 			`line 2: the value of $XDP_TEST_V ends a '''…''' literal string early`},
 		{"multi-line literal, quotes at the end", `interfaces = ['''$XDP_TEST_V''']`, `x''`, []string{`x''`}, ""},
 		{"multi-line literal newline", `interfaces = ['''$XDP_TEST_V''']`, "x\ny", []string{"x\ny"}, ""},
 		{"outside a string", "interfaces = []\n  dry_run = $XDP_TEST_V", "false\n[[inputs.xdp_drop.rule]]\n  name = 'injected'\n  action = 'drop'", nil,
-			`line 3: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds "false\n[[inputs.xdp_drop.rule]]\n  name = 'injected'\n  action = 'drop'"; quote it ("$XDP_TEST_V") where a string is meant`},
+			`line 3: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds 68 bytes that are neither; quote it ("$XDP_TEST_V") where a string is meant`},
 		{"outside a string, unset", "interfaces = []\n  dry_run = ${XDP_TEST_V}", "", nil,
 			"line 3: $XDP_TEST_V stands outside any string and is unset or empty"},
 		{"outside a string, true", "interfaces = []\n  dry_run = $XDP_TEST_V", "true", []string{}, ""},
 		{"comment", "interfaces = [] # was [\"$XDP_TEST_V\"]", injected(`"`), []string{}, ""},
 		{"outside a string, long", "interfaces = []\n  dry_run = $XDP_TEST_V", "true\n" + strings.Repeat("a", 200), nil,
-			`line 3: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds "true\n` + strings.Repeat("a", 123) + `"…(205 bytes); quote it`},
-		{"not UTF-8", `interfaces = ["$XDP_TEST_V"]`, "x\xff", nil, `line 2: $XDP_TEST_V holds "x\xff", which is not UTF-8, and a TOML file can hold only UTF-8`},
+			`line 3: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds 205 bytes that are neither; quote it`},
+		{"not UTF-8", `interfaces = ["$XDP_TEST_V"]`, "x\xff", nil, `line 2: $XDP_TEST_V holds 2 bytes with a byte that is not UTF-8 at byte 1, and a TOML file can hold only UTF-8`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -104,11 +106,11 @@ func TestExpandEnv(t *testing.T) {
 		{`"$XDP_TEST_V" = 1`, `a"b`, `"a\"b" = 1`, ""},
 		{`rate = $XDP_TEST_V`, "1000", `rate = 1000`, ""},
 		{`rate = $XDP_TEST_V`, "-1.5e3", `rate = -1.5e3`, ""},
-		{`rate = $XDP_TEST_V`, "0x10", "", `line 1: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds "0x10"`},
-		{`rate = $XDP_TEST_V`, "1, 2", "", `holds "1, 2"`},
+		{`rate = $XDP_TEST_V`, "0x10", "", `line 1: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds 4 bytes that are neither`},
+		{`rate = $XDP_TEST_V`, "1, 2", "", `holds 4 bytes that are neither`},
 		{"a = 1 # $XDP_TEST_V\nb = '$XDP_TEST_V'", "v", "a = 1 # $XDP_TEST_V\nb = 'v'", ""},
 		{"a = \"\"\"\nx\n$XDP_TEST_V\"\"\"", `v"`, "a = \"\"\"\nx\nv\\\"\"\"\"", ""},
-		{"a = '''\nx\n${XDP_TEST_V}'''", "'''", "", `line 3: $XDP_TEST_V holds "'''"`},
+		{"a = '''\nx\n${XDP_TEST_V}'''", "'''", "", `line 3: $XDP_TEST_V holds 3 bytes with ''' at byte 0`},
 		{`a = "$XDP_TEST_V`, "v", `a = "$XDP_TEST_V`, ""},
 	}
 	for _, c := range cases {
@@ -164,4 +166,28 @@ func FuzzExpandEnvKeepsStructure(f *testing.F) {
 			require.Equal(t, value, got["a"], "%q", expanded)
 		}
 	})
+}
+
+// TestConfigEnvNeverEchoesValue: an error about a variable says its length
+// and what is wrong, never a byte of what it holds: any variable may be a key.
+func TestConfigEnvNeverEchoesValue(t *testing.T) {
+	const secret = "Zk3vQ9secretBouncerKey0123456789"
+	cases := []struct{ line, value, err string }{
+		{"api_key = ${XDP_TEST_V}", secret, "line 2: $XDP_TEST_V stands outside any string, where only a number or true/false is taken, and holds 32 bytes that are neither"},
+		{"api_key = '${XDP_TEST_V}'", secret + "\n", "line 2: $XDP_TEST_V holds 33 bytes with a newline at byte 32, which a '…' literal string cannot hold"},
+		{"api_key = '${XDP_TEST_V}'", secret + "\x01", "line 2: $XDP_TEST_V holds 33 bytes with control character 1 at byte 32"},
+		{"api_key = '''${XDP_TEST_V}'''", secret + "'''", "line 2: $XDP_TEST_V holds 35 bytes with ''' at byte 32"},
+		{"api_key = '''${XDP_TEST_V}'''", secret + "\r", "line 2: $XDP_TEST_V holds 33 bytes with a carriage return at byte 32"},
+		{`api_key = "${XDP_TEST_V}"`, secret + "\xff", "line 2: $XDP_TEST_V holds 33 bytes with a byte that is not UTF-8 at byte 32"},
+	}
+	for _, c := range cases {
+		t.Setenv("XDP_TEST_V", c.value)
+		path := filepath.Join(t.TempDir(), "xdp_drop.conf")
+		require.NoError(t, os.WriteFile(path, []byte("[[inputs.xdp_drop]]\n  "+c.line+"\n"), 0o600))
+		_, err := loadConfig(path, noTrustCheck)
+		require.ErrorContains(t, err, c.err, c.line)
+		for n := 4; n <= len(secret); n += 4 {
+			require.NotContains(t, err.Error(), secret[:n], c.line)
+		}
+	}
 }

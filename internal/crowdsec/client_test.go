@@ -165,3 +165,31 @@ func TestPullTLS(t *testing.T) {
 func TestClientURL(t *testing.T) {
 	require.Equal(t, "https://lapi:8080/base/", client(t, "https://lapi:8080/base/").URL())
 }
+
+// TestBodyHintNeverShowsTheKey: an answer that echoes the key (a proxy, a
+// wrong url) is shown without it, whole or cut at the hint's end; a key
+// that quoting would change is refused at New.
+func TestBodyHintNeverShowsTheKey(t *testing.T) {
+	const key = "Zk3v9QpL2mX8rT4wY6bN1cD5fG7hJ0sA"
+	for _, pad := range []int{0, 60, 100, 110, 119, 130} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, strings.Repeat(".", pad)+r.Header.Get("X-Api-Key")+" tail")
+		}))
+		c, err := New(Config{URL: srv.URL, APIKey: key})
+		require.NoError(t, err)
+		_, err = c.Pull(context.Background(), true)
+		srv.Close()
+		require.Error(t, err)
+		for n := minKeyPart; n <= len(key); n++ {
+			require.NotContains(t, err.Error(), key[:n], "pad %d", pad)
+		}
+		if pad < hintBytes-minKeyPart {
+			require.Contains(t, err.Error(), "[api key]", "pad %d", pad)
+		}
+	}
+	for _, bad := range []string{`ab"cd` + key, `ab\cd` + key} {
+		_, err := New(Config{URL: "http://127.0.0.1:8080/", APIKey: bad})
+		require.EqualError(t, err, "crowdsec api key: byte 3 of 37 is a quote or a backslash, which errors would escape (and so could not redact); give the bouncer a key of letters and digits ('cscli bouncers add <name>' makes one)")
+	}
+}

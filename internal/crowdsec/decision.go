@@ -53,7 +53,8 @@ type Delta struct {
 	Startup bool
 	// New are the decisions to enforce, in the LAPI's order.
 	New []Decision
-	// Deleted are the decisions to lift, in the LAPI's order.
+	// Deleted are the decisions to lift, in the LAPI's order; none in a
+	// startup answer, whose New replaces them all.
 	Deleted []Decision
 	// Ignored counts, by reason, the decisions of New and Deleted that were
 	// not returned.

@@ -88,6 +88,13 @@ func (c *Client) decode(r io.Reader, startup bool) (Delta, error) {
 		case "new":
 			d.delta.New, err = d.list(d.delta.New, true)
 		case "deleted":
+			if startup {
+				// A full list replaces the state: its deleted (every expired
+				// decision the LAPI keeps, up to days of them) lifts nothing
+				// more, so it is read through, neither kept nor counted.
+				err = d.elements(false, nil)
+				break
+			}
 			d.delta.Deleted, err = d.list(d.delta.Deleted, false)
 		default:
 			// A field of a newer LAPI: skipped, within the element bound.
@@ -173,6 +180,8 @@ func (d *decoder) list(prev []Decision, isNew bool) ([]Decision, error) {
 	return out, nil
 }
 
+// elements decodes an array of decisions, passing each kept one to keep;
+// a nil keep reads the array through and takes nothing of it.
 func (d *decoder) elements(isNew bool, keep func(Decision)) error {
 	d.allow()
 	tok, err := d.dec.Token()
@@ -186,9 +195,18 @@ func (d *decoder) elements(isNew bool, keep func(Decision)) error {
 		return fmt.Errorf("answer is not the decisions stream: a list of decisions expected, got %s", describe(tok))
 	}
 	for d.dec.More() {
+		if keep == nil {
+			d.allow()
+			var skip json.RawMessage
+			if err := d.dec.Decode(&skip); err != nil {
+				return d.syntax(err)
+			}
+			continue
+		}
 		d.count++
 		if d.count > d.c.cfg.MaxDecisions {
-			return fmt.Errorf("%w: more than %d in one answer; raise the limit or clean the LAPI's decisions ('cscli decisions list')", ErrTooManyDecisions, d.c.cfg.MaxDecisions)
+			return fmt.Errorf("%w: more than %d in one answer; the LAPI holds more decisions in force than the bound (twice bans.max): "+
+				"raise max, or delete decisions on the LAPI ('cscli decisions list' shows those in force)", ErrTooManyDecisions, d.c.cfg.MaxDecisions)
 		}
 		d.allow()
 		d.scratch = wireDecision{}

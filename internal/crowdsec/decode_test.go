@@ -87,17 +87,18 @@ func TestPullParsesTheStream(t *testing.T) {
 			{ID: 15, Origin: "cscli", Type: "ban", Scope: "Range", Value: "::ffff:10.1.0.0/104", Scenario: "m", Prefix: pfx("10.0.0.0/8"), Duration: hour},
 			{ID: 29, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "192.0.2.11", Scenario: "m", Prefix: pfx("192.0.2.11/32"), Duration: hour},
 		},
-		Deleted: []Decision{
-			{ID: 1, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "192.0.2.7", Scenario: "manual", Prefix: pfx("192.0.2.7/32"), Duration: -51135617 * time.Nanosecond},
-			{ID: 2, Origin: "cscli", Type: "ban", Scope: "Range", Value: "2001:db8:1::/48", Scenario: "manual", Prefix: pfx("2001:db8:1::/48"), Duration: 0},
-		},
-		Ignored: map[Reason]int{
-			IgnoredScope:     2, // Country, AS
-			IgnoredType:      1, // captcha
-			IgnoredValue:     4, // 192.0.2.999, a zone, /33, a prefix under scope Ip
-			IgnoredDuration:  1, // forever
-			IgnoredMalformed: 6, // "28" as id, 5, null, {}, "x", [1,2]
-		},
+		Deleted: nil, // a full list's deleted is read through: it replaces the state
+	}
+	wantDeleted := []Decision{
+		{ID: 1, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "192.0.2.7", Scenario: "manual", Prefix: pfx("192.0.2.7/32"), Duration: -51135617 * time.Nanosecond},
+		{ID: 2, Origin: "cscli", Type: "ban", Scope: "Range", Value: "2001:db8:1::/48", Scenario: "manual", Prefix: pfx("2001:db8:1::/48"), Duration: 0},
+	}
+	want.Ignored = map[Reason]int{
+		IgnoredScope:     2, // Country, AS
+		IgnoredType:      1, // captcha
+		IgnoredValue:     4, // 192.0.2.999, a zone, /33, a prefix under scope Ip
+		IgnoredDuration:  1, // forever
+		IgnoredMalformed: 6, // "28" as id, 5, null, {}, "x", [1,2]
 	}
 	require.Equal(t, want, d)
 
@@ -112,6 +113,8 @@ func TestPullParsesTheStream(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, d.Startup)
 	require.Equal(t, "startup=false", (*reqs)[1].URL.RawQuery)
+	want.Startup, want.Deleted = false, wantDeleted
+	require.Equal(t, want, d)
 }
 
 // TestPullEmptyAnswer checks the LAPI's answer when nothing changed.
@@ -276,9 +279,9 @@ func TestPull10MBOfDecisions(t *testing.T) {
 // TestPullCountBoundCountsIgnored checks ignored decisions count toward MaxDecisions.
 func TestPullCountBoundCountsIgnored(t *testing.T) {
 	srv, _ := serve(t, `{"new":[{"scope":"Country","value":"FR"},{"scope":"Country","value":"DE"}],"deleted":[{"scope":"AS","value":"1"},{"scope":"AS","value":"2"}]}`)
-	_, err := client(t, srv.URL, func(c *Config) { c.MaxDecisions = 3 }).Pull(context.Background(), true)
+	_, err := client(t, srv.URL, func(c *Config) { c.MaxDecisions = 3 }).Pull(context.Background(), false)
 	require.ErrorIs(t, err, ErrTooManyDecisions)
-	d, err := client(t, srv.URL, func(c *Config) { c.MaxDecisions = 4 }).Pull(context.Background(), true)
+	d, err := client(t, srv.URL, func(c *Config) { c.MaxDecisions = 4 }).Pull(context.Background(), false)
 	require.NoError(t, err)
 	require.Equal(t, map[Reason]int{IgnoredScope: 4}, d.Ignored)
 }
@@ -329,4 +332,33 @@ func TestPullCanceled(t *testing.T) {
 
 func TestErrKeyRefusedIsDistinct(t *testing.T) {
 	require.False(t, errors.Is(ErrKeyRefused, ErrTooManyDecisions))
+}
+
+// TestPullStartupSkipsDeleted: a full list's deleted (the expired decisions
+// the LAPI keeps for days) is neither kept nor counted toward MaxDecisions:
+// 1 decision in force beside 3,000 expired syncs under a bound of 2; a
+// delta's deleted still counts and is kept.
+func TestPullStartupSkipsDeleted(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"new":[{"duration":"1h","id":1,"scope":"Ip","type":"ban","value":"198.51.100.7"}],"deleted":[`)
+	for i := range 3000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"duration":"-1s","id":%d,"scope":"Ip","type":"ban","value":"10.%d.%d.1"}`, i+2, i/250, i%250)
+	}
+	b.WriteString(`]}`)
+	srv, _ := serve(t, b.String())
+	c := client(t, srv.URL, func(c *Config) { c.MaxDecisions = 2 })
+	d, err := c.Pull(context.Background(), true)
+	require.NoError(t, err)
+	require.Len(t, d.New, 1)
+	require.Empty(t, d.Deleted)
+	require.Empty(t, d.Ignored)
+	_, err = c.Pull(context.Background(), false)
+	require.ErrorIs(t, err, ErrTooManyDecisions)
+	require.ErrorContains(t, err, "too many decisions: more than 2 in one answer; the LAPI holds more decisions in force than the bound (twice bans.max): raise max")
+	d, err = client(t, srv.URL, func(c *Config) { c.MaxDecisions = 3001 }).Pull(context.Background(), false)
+	require.NoError(t, err)
+	require.Len(t, d.Deleted, 3000)
 }

@@ -7,8 +7,8 @@
 // The LAPI is not trusted to be well behaved. The body is decoded as a
 // stream, one decision at a time. One decision's JSON text (or the value of
 // an unknown key) over MaxDecisionBytes, nesting deeper than 10,000, more
-// than Config.MaxDecisions decisions in one answer (new and deleted, kept or
-// ignored), or an answer not complete within Config.Timeout end the pull
+// than Config.MaxDecisions decisions in one answer (new, and deleted in a
+// delta; kept or ignored), or an answer not complete within Config.Timeout end the pull
 // with an error; nothing is returned from a failed pull.
 //
 // Memory is bounded by what is kept, not by what the server sends. The
@@ -33,8 +33,9 @@
 //     one announced in new).
 //   - A startup answer's deleted lists the expired decisions still in the
 //     LAPI's database (kept up to its flush age, 7 days by default), some on
-//     values new holds again: a caller replacing its bans with New may
-//     ignore them. They count toward Config.MaxDecisions.
+//     values new holds again. New replaces the caller's bans, so they are
+//     read through: not returned, not counted toward Config.MaxDecisions
+//     (a LAPI holding more expired decisions than the bound still syncs).
 //   - Deltas are per bouncer key: the LAPI remembers each key's last pull,
 //     so two clients sharing a key take each other's deltas. Deletions are
 //     repeated for 2 s after a pull; applying them twice must be harmless.

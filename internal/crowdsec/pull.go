@@ -92,7 +92,12 @@ func newClient(cfg Config) (*Client, error) {
 	}, nil
 }
 
-// checkKey refuses a key the header cannot carry, without echoing it.
+// minKeyPart is the shortest start of the key an error's cut text is
+// searched for: shorter ones match ordinary text too often to tell.
+const minKeyPart = 8
+
+// checkKey refuses a key the header cannot carry, or that quoting would
+// change (so that no redaction misses it), without echoing it.
 func checkKey(key string) error {
 	if key == "" {
 		return errors.New("crowdsec api key: empty; create one on the LAPI host with 'cscli bouncers add <name>' and set api_key or api_key_file")
@@ -100,6 +105,9 @@ func checkKey(key string) error {
 	for i := 0; i < len(key); i++ {
 		if key[i] <= ' ' || key[i] >= 0x7f {
 			return fmt.Errorf("crowdsec api key: byte %d of %d is a space, control or non-ASCII character; set the key exactly as 'cscli bouncers add' printed it (a trailing newline in api_key_file is trimmed by the caller)", i+1, len(key))
+		}
+		if key[i] == '"' || key[i] == '\\' {
+			return fmt.Errorf("crowdsec api key: byte %d of %d is a quote or a backslash, which errors would escape (and so could not redact); give the bouncer a key of letters and digits ('cscli bouncers add <name>' makes one)", i+1, len(key))
 		}
 	}
 	return nil
@@ -183,20 +191,44 @@ func (c *Client) checkResponse(resp *http.Response) error {
 		}
 		return fmt.Errorf("crowdsec LAPI %s: redirected (HTTP %d) to %s, which is not followed; set url to the LAPI's own address", c.shown, resp.StatusCode, quote.Value(loc))
 	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("crowdsec LAPI %s: HTTP %s%s; check the LAPI's log", c.shown, resp.Status, bodyHint(resp.Body))
+		return fmt.Errorf("crowdsec LAPI %s: HTTP %s%s; check the LAPI's log", c.shown, resp.Status, c.bodyHint(resp.Body))
 	}
 	ct := resp.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return fmt.Errorf("crowdsec LAPI %s: answered Content-Type %s, not application/json%s; is url the LAPI's address (default port 8080) and not a web server or proxy?", c.shown, quote.Value(ct), bodyHint(resp.Body))
+		return fmt.Errorf("crowdsec LAPI %s: answered Content-Type %s, not application/json%s; is url the LAPI's address (default port 8080) and not a web server or proxy?", c.shown, quote.Value(ct), c.bodyHint(resp.Body))
 	}
 	return nil
 }
 
-// bodyHint quotes the start of an unexpected answer so the operator sees what answered.
-func bodyHint(r io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(r, 120))
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
+// hintBytes is how much of an unexpected answer an error shows.
+const hintBytes = 120
+
+// bodyHint quotes the start of an unexpected answer so the operator sees
+// what answered. A proxy may echo the request: the key is redacted in the
+// raw bytes, before they are cut or quoted (which would hide it from a
+// later search), and a start of the key at the cut is dropped.
+func (c *Client) bodyHint(r io.Reader) string {
+	return bodyHint(r, c.cfg.APIKey, "[api key]")
+}
+
+// bodyHint is Client.bodyHint for any secret, shown as mask.
+func bodyHint(r io.Reader, secret, mask string) string {
+	b, _ := io.ReadAll(io.LimitReader(r, int64(hintBytes+len(secret))))
+	text := string(b)
+	if secret != "" {
+		text = strings.ReplaceAll(text, secret, mask)
+	}
+	if len(text) > hintBytes {
+		text = text[:hintBytes]
+	}
+	for n := min(len(secret)-1, len(text)); n >= minKeyPart; n-- {
+		if strings.HasSuffix(text, secret[:n]) {
+			text = text[:len(text)-n] + mask
+			break
+		}
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(text, "?"))
 	if s == "" {
 		return ""
 	}

@@ -147,9 +147,9 @@ func (p *Pusher) tokenFor(ctx context.Context, fresh bool) (string, error) {
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return "", fmt.Errorf("crowdsec LAPI %s: %w for %s (HTTP %d)%s; add the machine on the LAPI host with 'cscli machines add %s --password ...' and write that password to crowdsec_password_file", p.shown, ErrLoginRefused, quote.Value(p.cfg.Login), resp.StatusCode, bodyHint(resp.Body), p.cfg.Login)
+		return "", fmt.Errorf("crowdsec LAPI %s: %w for %s (HTTP %d)%s; add the machine on the LAPI host with 'cscli machines add %s --password ...' and write that password to crowdsec_password_file", p.shown, ErrLoginRefused, quote.Value(p.cfg.Login), resp.StatusCode, bodyHint(resp.Body, p.cfg.Password, "[password]"), p.cfg.Login)
 	case resp.StatusCode != http.StatusOK:
-		return "", fmt.Errorf("crowdsec LAPI %s: login: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body))
+		return "", fmt.Errorf("crowdsec LAPI %s: login: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body, p.cfg.Password, "[password]"))
 	}
 	var out struct {
 		Token string `json:"token"`
@@ -169,7 +169,7 @@ func (p *Pusher) post(ctx context.Context, token string, body []byte) (string, i
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return "", resp.StatusCode, fmt.Errorf("crowdsec LAPI %s: post the alert: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body))
+		return "", resp.StatusCode, fmt.Errorf("crowdsec LAPI %s: post the alert: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body, p.cfg.Password, "[password]"))
 	}
 	var ids []string
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&ids); err != nil || len(ids) != 1 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
@@ -29,6 +31,12 @@ func (a *allowList) load(c *BansConfig, fail func(key string, err error)) {
 		fail(keyAllowPrefix, fmt.Errorf("%s: %w", keyAllowPrefix, err))
 		bad = true
 	}
+	for i, p := range a.inline {
+		if wholeFamily(p) {
+			fail(keyAllowPrefix, fmt.Errorf("%s: %s %s", keyAllowPrefix, quote.Value(c.AllowPrefix[i]), allowsWholeFamily))
+			bad = true
+		}
+	}
 	if err := checkPrefixFilePaths(keyAllowPrefixFile, c.AllowPrefixFile); err != nil {
 		fail(keyAllowPrefixFile, err)
 		return
@@ -40,6 +48,11 @@ func (a *allowList) load(c *BansConfig, fail func(key string, err error)) {
 			for _, e := range Errors(err) {
 				fail(keyAllowPrefixFile, e)
 			}
+			bad = true
+			continue
+		}
+		if err := wholeFamilyIn(pf.path, got.prefixes); err != nil {
+			fail(keyAllowPrefixFile, fmt.Errorf("%s: %w", keyAllowPrefixFile, err))
 			bad = true
 			continue
 		}
@@ -97,6 +110,10 @@ func (a *allowList) refresh() (changed bool, err error) {
 			pf.stamp = got.stamp
 			continue
 		}
+		if err := wholeFamilyIn(pf.path, got.prefixes); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", pf.key, err))
+			continue
+		}
 		pending[pf] = got
 	}
 	if len(pending) > 0 {
@@ -115,4 +132,30 @@ func (a *allowList) refresh() (changed bool, err error) {
 		}
 	}
 	return len(pending) > 0, errors.Join(errs...)
+}
+
+// allowsWholeFamily: an allowed prefix covering a family would turn every
+// ban of that family off, silently; the ban table refuses it.
+const allowsWholeFamily = "allows a whole address family, so no ban of it would ever drop: give the prefixes of your management networks instead"
+
+// wholeFamilyIn says at which line of path a prefix of prefixes covers a
+// whole family; nil when none does. The file is read again for the line
+// only then.
+func wholeFamilyIn(path string, prefixes []netip.Prefix) error {
+	if !slices.ContainsFunc(prefixes, wholeFamily) {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: a prefix %s", path, allowsWholeFamily)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if j := strings.IndexAny(line, "#;"); j >= 0 {
+			line = line[:j]
+		}
+		if p, err := parsePrefix(strings.TrimSpace(line), notListedPrefix); err == nil && wholeFamily(p) {
+			return fmt.Errorf("%s:%d: %s %s", path, i+1, quote.Value(strings.TrimSpace(line)), allowsWholeFamily)
+		}
+	}
+	return fmt.Errorf("%s: a prefix %s", path, allowsWholeFamily)
 }

@@ -260,7 +260,8 @@ func TestBansSurvivePrefixFileChange(t *testing.T) {
 // TestBansAllowFileChanged: a changed allow_prefix_file is read at the next
 // gather and its prefixes put in force: a source it no longer allows is
 // dropped by the ban, one it now allows passes; a file that turns bad
-// keeps the prefixes read before, and says so once.
+// keeps the prefixes read before, and says so once; so does one that
+// allows a whole family.
 func TestBansAllowFileChanged(t *testing.T) {
 	l := lapi.Start(t)
 	key := l.AddBouncer("xdp-drop-test")
@@ -287,5 +288,13 @@ func TestBansAllowFileChanged(t *testing.T) {
 	require.Len(t, errs, 1, "the bad file reported once: %v", errs)
 	require.ErrorContains(t, errs[0], `bans.allow_prefix_file: `+allow+`:2: "not-a-prefix" is not an address prefix or address`)
 	require.ErrorContains(t, errs[0], "the allowed prefixes read before stay in force")
+	sendBanFlows(t, ns, banFlow{"203.0.113.5", 3, 3}, banFlow{"203.0.113.200", 4, 0})
+
+	// A whole family allowed would turn the bans off: refused as a bad line.
+	writeList(t, allow, "0.0.0.0/0")
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, p, func() error { return p.Gather(acc) })
+	require.Len(t, acc.Errors, 1)
+	require.ErrorContains(t, acc.Errors[0], `bans.allow_prefix_file: `+allow+`:1: "0.0.0.0/0" allows a whole address family, so no ban of it would ever drop`)
 	sendBanFlows(t, ns, banFlow{"203.0.113.5", 3, 3}, banFlow{"203.0.113.200", 4, 0})
 }

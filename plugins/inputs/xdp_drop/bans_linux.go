@@ -43,6 +43,24 @@ type bans struct {
 	started bool
 	// detect owns [bans.detect]; nil without it.
 	detect *detection
+	// resync: the allowed prefixes changed, so the next pull is a full
+	// one, which bans again what they no longer cover; lastFull is when
+	// the last full pull was put in force.
+	resync   bool
+	lastFull time.Time
+}
+
+// retrySpacing is the least time between full pulls made to retry the
+// decisions refused for want of room: one a minute at most, whatever
+// the churn of a full table.
+const retrySpacing = time.Minute
+
+// fullPullDue says whether the next pull must be a full one: the allowed
+// prefixes changed, or room came back for decisions refused over max.
+func (b *bans) fullPullDue() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.resync || b.state.retryDue() && time.Since(b.lastFull) >= retrySpacing
 }
 
 // newBans makes the bans owner of set, with its CrowdSec client.
@@ -59,6 +77,10 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 		}
 		b.feed = client
 	}
+	if log != nil {
+		b.state.warn = log.Warnf
+	}
+	b.state.limit = 2 * set.max
 	if set.detect != nil {
 		d, err := newDetection(set.detect, set, set.ns, log)
 		if err != nil {
@@ -138,6 +160,7 @@ func (b *bans) refreshAllow(acc telegraf.Accumulator) {
 		b.log.Infof("bans: allow_prefix_file reads again")
 	}
 	if changed && b.setAllow(acc, b.table) {
+		b.resync = true
 		b.log.Infof("bans: allowed prefixes changed: %s in force", quote.Thousands(uint64(b.set.allow.count())))
 	}
 }
@@ -189,7 +212,7 @@ func (b *bans) poll(ctx context.Context, acc telegraf.Accumulator) {
 	defer tick.Stop()
 	for {
 		if now := time.Now(); !now.Before(next) {
-			if b.pull(ctx, acc, startup) {
+			if b.pull(ctx, acc, startup || b.fullPullDue()) {
 				startup = false
 				backoff.Reset()
 				next = now.Add(b.set.interval)
@@ -226,6 +249,9 @@ func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool)
 		return false
 	}
 	b.state.counts.Synced = time.Now().Unix()
+	if startup {
+		b.resync, b.lastFull = false, time.Now()
+	}
 	b.recovered()
 	return true
 }
@@ -298,12 +324,11 @@ func (k kernelBans) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
 	return banUpdated, err
 }
 
-func (k kernelBans) Lift(p netip.Prefix) error {
+func (k kernelBans) Lift(p netip.Prefix) (bool, error) {
 	if k.t == nil {
-		return errNoBanTable
+		return false, errNoBanTable
 	}
-	_, err := k.t.Lift(p)
-	return err
+	return k.t.Lift(p)
 }
 
 func (k kernelBans) Expire(now time.Time) (int, error) {

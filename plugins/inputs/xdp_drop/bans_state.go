@@ -25,7 +25,8 @@ const (
 // and what is in force.
 type banTable interface {
 	Ban(p netip.Prefix, end time.Time) (banOutcome, error)
-	Lift(p netip.Prefix) error
+	// Lift removes the ban on p and says whether there was one.
+	Lift(p netip.Prefix) (bool, error)
 	// Expire removes the bans past their end (the kernel stopped
 	// dropping for them then) and says how many.
 	Expire(now time.Time) (int, error)
@@ -52,6 +53,26 @@ type banState struct {
 	decisions map[int64]banDecision
 	prefixes  map[netip.Prefix]bannedPrefix
 	counts    banCounts
+	// warn logs a decision refused as the table cannot take it, once per
+	// prefix (warned); nil logs nothing.
+	warn   func(format string, args ...any)
+	warned map[netip.Prefix]bool
+	// limit bounds the decisions held (0: none); newBans sets twice max,
+	// both families full, so memory stays within the max bound.
+	limit int
+	// refusedByTable: since the last full list, a decision was refused as
+	// allow-listed or over max; freed: a ban left the table since. Both
+	// make a full pull due, which retries the refused decisions.
+	refusedByTable, freed bool
+	// inTable is, during a full list's apply, the prefixes in the table:
+	// a prefix held but missing there (lifted by an allowed prefix since
+	// removed) is banned again.
+	inTable map[netip.Prefix]bool
+}
+
+// retryDue: decisions were refused by the table and room came back since.
+func (s *banState) retryDue() bool {
+	return s.refusedByTable && s.freed
 }
 
 type banDecision struct {
@@ -59,8 +80,13 @@ type banDecision struct {
 	end    int64
 }
 
+// maxDecisionsPerPrefix bounds the decisions that hold one prefix: the
+// LAPI sends one decision per value and type, so a prefix holds one or a
+// few; the bound keeps each decision's work at most this many steps.
+const maxDecisionsPerPrefix = 64
+
 // bannedPrefix is a prefix in the table: its end there, and the decisions
-// that hold it (most often one).
+// that hold it (most often one, at most maxDecisionsPerPrefix).
 type bannedPrefix struct {
 	end int64
 	ids []int64
@@ -70,6 +96,29 @@ func newBanState() *banState {
 	return &banState{
 		decisions: map[int64]banDecision{},
 		prefixes:  map[netip.Prefix]bannedPrefix{},
+		warned:    map[netip.Prefix]bool{},
+	}
+}
+
+// maxBanDuration caps a decision's duration: CrowdSec's own bans last
+// hours, a year is beyond any of them, and it keeps the end far from the
+// overflow of unix nanoseconds (year 2262) that a duration such as
+// 2500000h reaches. A decision still in the LAPI after a year is banned
+// again at the next full pull (a restart or a feed failure).
+const maxBanDuration = 365 * 24 * time.Hour
+
+// wholeFamily: p covers all of IPv4 or IPv6, which the table refuses:
+// such a ban would drop every source, the operator's own access too.
+func wholeFamily(p netip.Prefix) bool {
+	return p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96
+}
+
+// refuse counts a decision the table cannot take and logs it once per prefix.
+func (s *banState) refuse(dec crowdsec.Decision, why string) {
+	s.counts.Refused++
+	if s.warn != nil && !s.warned[dec.Prefix] {
+		s.warned[dec.Prefix] = true
+		s.warn("bans: crowdsec: decision %d on %s refused: %s", dec.ID, dec.Prefix, why)
 	}
 }
 
@@ -82,6 +131,16 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 		s.counts.Refused += int64(n)
 	}
 	if d.Startup {
+		s.refusedByTable, s.freed = false, false
+		in, err := table.InForce()
+		if err != nil {
+			return fmt.Errorf("list the bans in force: %w", err)
+		}
+		s.inTable = make(map[netip.Prefix]bool, len(in))
+		for _, p := range in {
+			s.inTable[p] = true
+		}
+		defer func() { s.inTable = nil }()
 		keep := make(map[int64]bool, len(d.New))
 		for _, dec := range d.New {
 			keep[dec.ID] = true
@@ -110,8 +169,21 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	if dec.Duration <= 0 {
 		return nil // over already
 	}
-	end := now.Add(dec.Duration).UnixNano()
-	if old, ok := s.decisions[dec.ID]; ok && old.prefix != dec.Prefix {
+	if wholeFamily(dec.Prefix) {
+		s.refuse(dec, "it covers a whole address family, and would drop every source")
+		return nil
+	}
+	end := now.Add(min(dec.Duration, maxBanDuration)).UnixNano()
+	old, known := s.decisions[dec.ID]
+	if !known && s.limit > 0 && len(s.decisions) >= s.limit {
+		s.counts.Refused++ // the decisions held are at their bound
+		return nil
+	}
+	if (!known || old.prefix != dec.Prefix) && len(s.prefixes[dec.Prefix].ids) >= maxDecisionsPerPrefix {
+		s.counts.Refused++ // the prefix is banned by those it holds
+		return nil
+	}
+	if known && old.prefix != dec.Prefix {
 		if err := s.drop(table, dec.ID, now); err != nil {
 			return err
 		}
@@ -123,17 +195,22 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 			want = max(want, s.decisions[id].end)
 		}
 	}
-	if held && want == bp.end {
+	if held && want == bp.end && (s.inTable == nil || s.inTable[dec.Prefix]) {
 		s.hold(dec, end, bp)
 		return nil
 	}
 	got, err := table.Ban(dec.Prefix, time.Unix(0, want))
 	if err != nil {
+		if !time.Unix(0, want).After(time.Now()) {
+			// Ended while the apply ran (now is its start): over, as one that came ended.
+			return nil
+		}
 		return fmt.Errorf("ban %s: %w", dec.Prefix, err)
 	}
 	switch got {
 	case banAllowed, banFull:
 		s.counts.Refused++
+		s.refusedByTable = true
 		return nil
 	case banAdded:
 		s.counts.Added++
@@ -169,9 +246,10 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	ended := dec.end <= now.Add(endSlack).UnixNano()
 	bp := s.forget(id, dec)
 	if len(bp.ids) == 0 {
-		if err := table.Lift(dec.prefix); err != nil {
+		if _, err := table.Lift(dec.prefix); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
+		s.freed = true
 		if ended {
 			s.counts.Expired++
 		} else {
@@ -189,7 +267,14 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	bp.end = latest
 	s.prefixes[dec.prefix] = bp
 	if _, err := table.Ban(dec.prefix, time.Unix(0, latest)); err != nil {
-		return fmt.Errorf("ban %s: %w", dec.prefix, err)
+		if time.Unix(0, latest).After(time.Now()) {
+			return fmt.Errorf("ban %s: %w", dec.prefix, err)
+		}
+		// The others ended too: the prefix goes, as at the sweep.
+		if _, err := table.Lift(dec.prefix); err != nil {
+			return fmt.Errorf("lift %s: %w", dec.prefix, err)
+		}
+		s.freed = true
 	}
 	return nil
 }
@@ -223,27 +308,45 @@ func (s *banState) liftStrangers(table banTable) error {
 		if _, ok := s.prefixes[p]; ok {
 			continue
 		}
-		if err := table.Lift(p); err != nil {
+		lifted, err := table.Lift(p)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("lift %s: %w", p, err))
 			continue
 		}
-		s.counts.Removed++
+		if lifted {
+			s.counts.Removed++
+			s.freed = true
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // expire sweeps the bans past their end from table and forgets the
-// decisions that ended by now.
+// decisions that ended by now. The kernel ends bans on the monotonic
+// clock, the state on the wall clock: a prefix whose last decision is
+// forgotten is lifted too, so that no ban outlives what holds it.
 func (s *banState) expire(table banTable, now time.Time) error {
 	n, err := table.Expire(now)
 	s.counts.Expired += int64(n)
+	s.freed = s.freed || n > 0
+	errs := []error{err}
 	at := now.UnixNano()
 	for id, dec := range s.decisions {
-		if dec.end <= at {
-			s.forget(id, dec)
+		if dec.end > at {
+			continue
+		}
+		if bp := s.forget(id, dec); len(bp.ids) > 0 {
+			continue
+		}
+		lifted, err := table.Lift(dec.prefix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lift %s: %w", dec.prefix, err))
+		} else if lifted {
+			s.counts.Expired++
+			s.freed = true
 		}
 	}
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sweep the expired bans: %w", err)
 	}
 	return nil

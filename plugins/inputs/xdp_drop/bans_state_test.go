@@ -18,6 +18,9 @@ type fakeBanTable struct {
 	allow []netip.Prefix
 	bans  map[netip.Prefix]time.Time
 	lifts []netip.Prefix
+	// monoBehind: Expire removes nothing, as a kernel whose monotonic
+	// clock lags the wall clock the state ends decisions by.
+	monoBehind bool
 }
 
 func newFakeBanTable(max int, allow ...netip.Prefix) *fakeBanTable {
@@ -41,13 +44,19 @@ func (f *fakeBanTable) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
 	return banAdded, nil
 }
 
-func (f *fakeBanTable) Lift(p netip.Prefix) error {
-	delete(f.bans, p)
-	f.lifts = append(f.lifts, p)
-	return nil
+func (f *fakeBanTable) Lift(p netip.Prefix) (bool, error) {
+	_, ok := f.bans[p]
+	if ok {
+		delete(f.bans, p)
+		f.lifts = append(f.lifts, p)
+	}
+	return ok, nil
 }
 
 func (f *fakeBanTable) Expire(now time.Time) (int, error) {
+	if f.monoBehind {
+		return 0, nil // the kernel's clock has not reached the ends yet
+	}
 	n := 0
 	for p, end := range f.bans {
 		if !end.After(now) {
@@ -189,7 +198,7 @@ func TestBanStateDeletedAtItsEnd(t *testing.T) {
 type nopBanTable struct{}
 
 func (nopBanTable) Ban(netip.Prefix, time.Time) (banOutcome, error) { return banAdded, nil }
-func (nopBanTable) Lift(netip.Prefix) error                         { return nil }
+func (nopBanTable) Lift(netip.Prefix) (bool, error)                 { return true, nil }
 func (nopBanTable) Expire(time.Time) (int, error)                   { return 0, nil }
 func (nopBanTable) InForce() ([]netip.Prefix, error)                { return nil, nil }
 
@@ -214,4 +223,99 @@ func TestBanStateMemory(t *testing.T) {
 	require.LessOrEqual(t, perBan, uint64(maxBanStateBytes))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(d) // the answer is the feed's, not counted here
+}
+
+// TestBanStateBoundsDecisions: decisions on one prefix beyond
+// maxDecisionsPerPrefix, and beyond the state's limit overall, are refused
+// and counted, and each costs bounded work: 20,000 on one prefix hold 64.
+func TestBanStateBoundsDecisions(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	s := newBanState()
+	d := crowdsec.Delta{Startup: true}
+	for i := range 20_000 {
+		d.New = append(d.New, decision(int64(i+1), "203.0.113.0/24", time.Hour+time.Duration(i)))
+	}
+	start := time.Now()
+	require.NoError(t, s.apply(table, d, now))
+	t.Logf("20,000 decisions on one prefix applied in %s", time.Since(start))
+	require.Equal(t, maxDecisionsPerPrefix, len(s.decisions))
+	require.Equal(t, maxDecisionsPerPrefix, len(s.prefixes[netip.MustParsePrefix("203.0.113.0/24")].ids))
+	require.Equal(t, banCounts{Added: 1, Refused: 20_000 - maxDecisionsPerPrefix}, s.counts)
+	require.Equal(t, now.Add(time.Hour+maxDecisionsPerPrefix-1), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
+
+	// A decision held already is updated, not refused, at the bound.
+	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{decision(1, "203.0.113.0/24", 2*time.Hour)}}, now))
+	require.Equal(t, now.Add(2*time.Hour), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
+	require.Equal(t, int64(20_000-maxDecisionsPerPrefix), s.counts.Refused)
+
+	limited := newBanState()
+	limited.limit = 4
+	table = newFakeBanTable(10)
+	require.NoError(t, limited.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "192.0.2.1/32", time.Hour), decision(2, "192.0.2.2/32", time.Hour),
+		decision(3, "192.0.2.3/32", time.Hour), decision(4, "192.0.2.4/32", time.Hour),
+		decision(5, "192.0.2.5/32", time.Hour), decision(6, "192.0.2.6/32", time.Hour),
+	}}, now))
+	require.Len(t, limited.decisions, 4)
+	require.Len(t, table.bans, 4)
+	require.Equal(t, banCounts{Added: 4, Refused: 2}, limited.counts)
+}
+
+// TestBanStateExpiryLiftsWhatItForgets: when the wall clock says a
+// prefix's last decision ended but the kernel's monotonic clock has not
+// reached its end, the state lifts the prefix as it forgets the decision.
+func TestBanStateExpiryLiftsWhatItForgets(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(10)
+	table.monoBehind = true
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Second),
+		decision(2, "203.0.113.0/24", 3*time.Second),
+		decision(3, "192.0.2.1/32", time.Hour),
+	}}, now))
+	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
+	require.Len(t, table.bans, 2, "decision 2 still holds 203.0.113.0/24")
+	require.NoError(t, s.expire(table, now.Add(4*time.Second)))
+	require.Equal(t, map[netip.Prefix]time.Time{netip.MustParsePrefix("192.0.2.1/32"): now.Add(time.Hour)}, table.bans)
+	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
+	require.Len(t, s.decisions, 1)
+}
+
+// TestBanStateRetriesRefused: decisions refused over max or as
+// allow-listed are retried by the next full list once room came back (a
+// full pull is then due), and a prefix held but lifted from the table (by
+// an allowed prefix since removed) is banned again by a full list.
+func TestBanStateRetriesRefused(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	table := newFakeBanTable(2, netip.MustParsePrefix("192.0.2.0/24"))
+	s := newBanState()
+	full := []crowdsec.Decision{
+		decision(1, "203.0.113.0/24", time.Hour),
+		decision(2, "192.0.2.128/25", time.Hour), // allowed
+		decision(3, "198.51.100.1/32", time.Hour),
+		decision(4, "198.51.100.2/32", time.Hour), // over max
+	}
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full}, now))
+	require.Equal(t, banCounts{Added: 2, Refused: 2}, s.counts)
+	require.False(t, s.retryDue(), "no room came back yet")
+
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: full[:1]}, now))
+	require.True(t, s.retryDue(), "a slot freed")
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.Contains(t, table.bans, netip.MustParsePrefix("198.51.100.2/32"), "the decision refused over max is in force")
+	require.Equal(t, banCounts{Added: 3, Removed: 1, Refused: 3}, s.counts, "the allowed one refused again")
+	require.False(t, s.retryDue())
+
+	// An allowed prefix added then removed lifted 198.51.100.1 behind the state's back.
+	delete(table.bans, netip.MustParsePrefix("198.51.100.1/32"))
+	table.allow, table.max = nil, 3
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.Equal(t, map[netip.Prefix]time.Time{
+		netip.MustParsePrefix("192.0.2.128/25"):  now.Add(time.Hour),
+		netip.MustParsePrefix("198.51.100.1/32"): now.Add(time.Hour),
+		netip.MustParsePrefix("198.51.100.2/32"): now.Add(time.Hour),
+	}, table.bans, "the one lifted banned again, the one allowed before banned")
+	require.Equal(t, banCounts{Added: 5, Removed: 1, Refused: 3}, s.counts)
 }

@@ -96,6 +96,8 @@ func TestBansConfigRefused(t *testing.T) {
 		lines = fmt.Appendf(lines, "10.%d.%d.0/24\n", i>>8, i&0xff)
 	}
 	require.NoError(t, os.WriteFile(manyAllowed, lines, 0o600))
+	wholeAllow := filepath.Join(dir, "whole.txt")
+	require.NoError(t, os.WriteFile(wholeAllow, []byte("192.0.2.0/24\n# all of IPv6\n::/0 ; everything\n"), 0o600))
 	emptyKey := filepath.Join(dir, "empty.key")
 	require.NoError(t, os.WriteFile(emptyKey, []byte("\n"), 0o600))
 	with := func(f func(b *BansConfig)) *BansConfig {
@@ -127,6 +129,9 @@ func TestBansConfigRefused(t *testing.T) {
 		{"allow prefix", "bans.allow_prefix", `bans.allow_prefix: "192.0.2.300/24" is not an address prefix`, with(func(b *BansConfig) { b.AllowPrefix = []string{"192.0.2.300/24"} })},
 		{"allow file line", "bans.allow_prefix_file", "bans.allow_prefix_file: " + badAllow + `:2: "not-a-prefix" is not an address prefix or address`, with(func(b *BansConfig) { b.AllowPrefixFile = []string{badAllow} })},
 		{"allow too many", "bans.allow_prefix", "bans.allow_prefix and allow_prefix_file allow 16,385 IPv4 and 0 IPv6 prefixes; at most 16,384 a family fit the ban maps", with(func(b *BansConfig) { b.AllowPrefixFile = []string{manyAllowed} })},
+		{"allow whole IPv4", "bans.allow_prefix", `bans.allow_prefix: "0.0.0.0/0" allows a whole address family, so no ban of it would ever drop: give the prefixes of your management networks instead`,
+			with(func(b *BansConfig) { b.AllowPrefix = []string{"192.0.2.0/24", "0.0.0.0/0"} })},
+		{"allow file whole IPv6", "bans.allow_prefix_file", "bans.allow_prefix_file: " + wholeAllow + `:3: "::/0" allows a whole address family, so no ban of it would ever drop`, with(func(b *BansConfig) { b.AllowPrefixFile = []string{wholeAllow} })},
 		{"allow file relative", "bans.allow_prefix_file", `bans.allow_prefix_file: "allow.txt" is not an absolute path`, with(func(b *BansConfig) { b.AllowPrefixFile = []string{"allow.txt"} })},
 		{"tls ca missing", "bans.crowdsec.tls_ca", "bans.crowdsec: tls_ca, tls_cert, tls_key: ", with(func(b *BansConfig) {
 			b.CrowdSec.URL = "https://lapi:8080/"
