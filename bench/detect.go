@@ -51,7 +51,7 @@ type detectRun struct {
 	sent, passed  uint64        // the source's frames, sent and seen at the stack
 	dropped       uint64        // the detection's ban counter over the run
 	banned        bool
-	phase         time.Duration // the flood's start after the detector's tick
+	phase         time.Duration // the flood's start into a second counted from the plugin's start
 	backgroundPPS float64       // each background source's rate reached
 }
 
@@ -222,11 +222,18 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 		time.Sleep(time.Until(next))
 	}
 	end := time.Now()
-	// The stack has seen all it will once the counts stop moving.
-	sock.settle()
-	dropped1, _ := snapshot()
-	run.passed = sock.count(src) - passed0
-	run.dropped = dropped1 - dropped0
+	// The stack has seen all it will once the counts stop moving and the
+	// source's frames are all accounted for (a loaded machine may hold
+	// the socket's reader back a while).
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		sock.settle()
+		dropped1, _ := snapshot()
+		run.passed = sock.count(src) - passed0
+		run.dropped = dropped1 - dropped0
+		if run.passed+run.dropped == run.sent || time.Now().After(deadline) {
+			break
+		}
+	}
 	var bgPassed uint64
 	for _, b := range bg {
 		bgPassed += sock.count(b)
@@ -234,7 +241,11 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 	bgPassed -= bgPassed0
 	run.backgroundPPS = float64(bgSent) / float64(len(bg)) / end.Sub(start).Seconds()
 	if run.passed+run.dropped != run.sent {
-		return run, 0, 0, fmt.Errorf("sent %d frames, %d reached the stack and the ban counter dropped %d", run.sent, run.passed, run.dropped)
+		lost := "veth counters unread"
+		if st, err := e.ns.Stats(testns.Dev); err == nil {
+			lost = fmt.Sprintf("the veth's rx_dropped %d, rx_packets %d", st.RxDropped, st.RxPackets)
+		}
+		return run, 0, 0, fmt.Errorf("sent %d frames, %d reached the stack and the ban counter dropped %d (%s)", run.sent, run.passed, run.dropped, lost)
 	}
 	if run.dropped == 0 {
 		run.rate = float64(run.sent) / end.Sub(start).Seconds()
@@ -365,10 +376,10 @@ func (s *sourceCounter) count(src netip.Addr) uint64 {
 	return s.counts[src]
 }
 
-// settle waits until no frame has arrived for 50 ms.
+// settle waits until no frame has arrived for 100 ms.
 func (s *sourceCounter) settle() {
 	last := s.total.Load()
-	for still := 0; still < 5; {
+	for still := 0; still < 10; {
 		time.Sleep(10 * time.Millisecond)
 		if n := s.total.Load(); n != last {
 			last, still = n, 0
@@ -504,12 +515,12 @@ func (r *report) printDetectNotes(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "Detect: the plugin in process on the veth (drop = [\"gre\"], sample_actions = [\"drop\", \"pass\"], [bans.detect] as in the row); frames sent from the peer with live-frames XDP_TX in steps of %s, "+
-		"each run's flood started at another point of the detector's 1-s tick; a packet socket on the veth counts each source's frames that reach the stack. "+
+		"each run's flood started %s later in the second than the one before, counted from the plugin's start (the detector ticks every second from about then); a packet socket on the veth counts each source's frames that reach the stack. "+
 		"The frames that pass are the first ones sent, so the first dropped is the next; time to ban = the send time of its step − the first frame's; "+
 		"checked: in every run the source's frames seen at the stack plus the detection's ban counter make exactly the frames sent; %d detection bans in force at the end (one a run).\n",
-		detectStep, d.active)
+		detectStep, round(time.Second/time.Duration(max(len(d.runs), 1))), d.active)
 	for i, run := range d.runs {
-		fmt.Fprintf(w, "  run %d, %s: start %s after a tick; %d sent, %d reached the stack, %d dropped by the ban; time to ban %s at %.0f frames/s\n",
+		fmt.Fprintf(w, "  run %d, %s: started %s into a second of the plugin's; %d sent, %d reached the stack, %d dropped by the ban; time to ban %s at %.0f frames/s\n",
 			i+1, run.source, round(run.phase), run.sent, run.passed, run.dropped, round(run.took), run.rate)
 	}
 }
