@@ -37,11 +37,12 @@ type config struct {
 	// prefixSwaps is how many times the prefix file section swaps a
 	// 100,000-prefix file in.
 	prefixSwaps int
+	quick       bool
 }
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, bans, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -51,6 +52,7 @@ func run() int {
 		gather:      gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
 		memory:      memoryConfig{trials: 3, gathers: 3},
 		prefixSwaps: 9,
+		quick:       *quick,
 	}
 	if *quick {
 		cfg.perPacket = perPacketConfig{rounds: 20, repeat: 1 << 12, copies: 2}
@@ -61,9 +63,9 @@ func run() int {
 		cfg.prefixSwaps = 3
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "bans", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "bans", "detect", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, bans, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -179,6 +181,18 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			return nil, fmt.Errorf("bans: %w", err)
 		}
 		rep.banSync = &s
+	}
+	if want("detect") {
+		runs := detectRuns
+		if cfg.quick {
+			runs = 2
+		}
+		status("detect: [bans.detect] pps = %d, for = %s, sample_rate = %d; %d runs of one source at 10× pps, %d sources at half of it throughout; the detector's cost per sample", detectPPS, detectFor, detectSampleRate, runs, detectBackground)
+		d, err := detectTimeToBan(e, runs)
+		if err != nil {
+			return nil, fmt.Errorf("detect: %w", err)
+		}
+		rep.detect = &d
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

@@ -50,6 +50,7 @@ type report struct {
 	banApply        banApply
 	banSync         *banSync
 	bansNotes       []string
+	detect          *detectResult
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
 	kernelMem       *kernelMemResult
@@ -110,6 +111,7 @@ func (r *report) print(w io.Writer) {
 	r.printLimit(w)
 	r.printSampling(w)
 	r.printBans(w)
+	r.printDetect(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -223,6 +225,7 @@ func (r *report) print(w io.Writer) {
 	for _, n := range r.bansNotes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
+	r.printDetectNotes(w)
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
 }
 
