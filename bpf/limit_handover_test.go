@@ -4,6 +4,7 @@ package bpf_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -119,29 +120,35 @@ func TestLimitSwapRules(t *testing.T) {
 		return bpf.Policy{Rules: []bpf.Rule{r}}
 	}
 	ns := testns.New(t)
+	// The limiter's clock stands still (SetLimitClock): a swap slower than
+	// the rate's second on a loaded machine must not refill the budget.
+	defer bpf.UseLimitClock()()
 	p, err := bpf.Load(policy("198.51.100.0/24"))
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
+	c := &limitClock{t: t, p: p}
+	c.advance(time.Hour)
 	require.NoError(t, ns.Attach(testns.Dev, func() error { return p.Attach(ns.DevIdx, bpf.ModeNative) }))
 	frame := dnsFrom("198.51.100.1")
-	passed, _ := (&limitClock{t: t, p: p}).send(frame, 2)
+	passed, _ := c.send(frame, 2)
 	require.Equal(t, 2, passed)
 
 	r, err := bpf.CompileRules(policy("198.51.100.0/24", "203.0.113.0/24"))
 	require.NoError(t, err)
 	defer r.Close()
 	require.NoError(t, p.SwapRules(r))
-	passed, dropped := (&limitClock{t: t, p: p}).send(frame, 3)
+	c.advance(0) // the swapped program's clock, at the same time
+	passed, dropped := c.send(frame, 3)
 	require.Equal(t, [2]int{1, 2}, [2]int{passed, dropped}, "the budget spent before the swap stays spent")
-	passed, dropped = (&limitClock{t: t, p: p}).send(dnsFrom("203.0.113.9"), 4)
+	passed, dropped = c.send(dnsFrom("203.0.113.9"), 4)
 	require.Equal(t, [2]int{3, 1}, [2]int{passed, dropped}, "the new prefix is in force, with a budget of its own")
 
 	changed := policy("198.51.100.0/24")
 	changed.Rules[0].Limit.Burst = 4
-	c, err := bpf.CompileRules(changed)
+	cr, err := bpf.CompileRules(changed)
 	require.NoError(t, err)
-	defer c.Close()
-	require.ErrorContains(t, p.SwapRules(c), "differs in more than its prefixes")
+	defer cr.Close()
+	require.ErrorContains(t, p.SwapRules(cr), "differs in more than its prefixes")
 }
 
 // TestLimitHandedRules: the limiter's cells are handed over with the rule
