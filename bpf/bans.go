@@ -301,29 +301,11 @@ func (x *banIndex) shortBits() [2]uint64 {
 	return b
 }
 
-// bucketValue is a bucket of the lengths of bits: listed longest first
-// when they fit, else in the bitmap alone.
-func bucketValue(bits [2]uint64) xdpDropBanBucket {
-	b := xdpDropBanBucket{Bits: bits}
-	for n := 128; n >= 1; n-- {
-		if bits[(n-1)/64]&(1<<((n-1)%64)) == 0 {
-			continue
-		}
-		if int(b.N) == len(b.Lens) {
-			b.N = uint8(xdpDropBanLimitsBAN_LENS_OVERFLOW)
-			break
-		}
-		b.Lens[b.N] = uint8(n)
-		b.N++
-	}
-	return b
-}
-
 // writeBucket writes bucket b of family fam as the index has it.
 func (t *BanTable) writeBucket(fam int, b uint32) error {
 	x := &t.index[fam]
 	v, s := x.long[b], x.shortBits()
-	val := bucketValue([2]uint64{v[0] | s[0], v[1] | s[1]})
+	val := xdpDropBanBucket{Bits: [2]uint64{v[0] | s[0], v[1] | s[1]}}
 	key := uint32(fam*banBuckets) + b
 	if err := t.maps.Buckets.Update(key, &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write ban bucket %d: %w", key, err)
@@ -341,7 +323,7 @@ func (t *BanTable) writeAllBuckets(fam int) error {
 	for b := range keys {
 		keys[b] = uint32(fam*banBuckets + b)
 		v := x.long[uint32(b)]
-		vals[b] = bucketValue([2]uint64{v[0] | s[0], v[1] | s[1]})
+		vals[b] = xdpDropBanBucket{Bits: [2]uint64{v[0] | s[0], v[1] | s[1]}}
 	}
 	if _, err := t.maps.Buckets.BatchUpdate(keys, vals, nil); err != nil {
 		return fmt.Errorf("write ban buckets: %w", err)
