@@ -148,8 +148,6 @@ enum ban_limits {
 	BAN_ACTIONS = 2,
 	BAN_BLOOM_BITS = 23, /* log2 of the bits of ban_bloom, both families */
 	BAN_KEY_V6 = 0x100,  /* in the length hashed into ban_bloom */
-	BAN_BUCKET_LENS = 15,
-	BAN_LENS_OVERFLOW = 0xFF,
 };
 
 struct ban_v4_key {
@@ -171,14 +169,12 @@ struct ban_value {
 };
 
 /*
- * The lengths present in a bucket, longest first in lens (n of them), or
- * when more than BAN_BUCKET_LENS are (n = BAN_LENS_OVERFLOW) in the bitmap
- * alone: a list costs a probe one load, the bitmap a search for its top bit.
+ * The lengths present in a bucket, as a bitmap only: user space rewrites a
+ * bucket in place while programs read it, and a word read whole holds each
+ * bit set both before and after, whatever order the bytes were written in.
  */
 struct ban_bucket {
 	__u64 bits[2]; /* bit len - 1: lengths 1..64 in bits[0], 65..128 in bits[1] */
-	__u8 n;
-	__u8 lens[BAN_BUCKET_LENS];
 };
 
 /* The per-CPU block of ban_counters: frames bans decided, by origin and action. */

@@ -29,8 +29,6 @@ type xdpDropBanBlock struct {
 type xdpDropBanBucket struct {
 	_    structs.HostLayout
 	Bits [2]uint64
-	N    uint8
-	Lens [15]uint8
 }
 
 type xdpDropBanLimits uint32
@@ -45,8 +43,6 @@ const (
 	xdpDropBanLimitsBAN_ACTIONS           xdpDropBanLimits = 2
 	xdpDropBanLimitsBAN_BLOOM_BITS        xdpDropBanLimits = 23
 	xdpDropBanLimitsBAN_KEY_V6            xdpDropBanLimits = 256
-	xdpDropBanLimitsBAN_BUCKET_LENS       xdpDropBanLimits = 15
-	xdpDropBanLimitsBAN_LENS_OVERFLOW     xdpDropBanLimits = 255
 )
 
 type xdpDropBanV4Key struct {
