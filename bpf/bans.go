@@ -57,6 +57,9 @@ type BanTable struct {
 	// users are the instances sharing the table (ContinueBans): the last
 	// to close it closes the maps.
 	users int
+	// history is the ban history (banhistory.go); nil until a ban is
+	// remembered or one is handed over.
+	history *ebpf.Map
 }
 
 // release lets one instance's use of the table go, closing the maps with
@@ -67,6 +70,9 @@ func (t *BanTable) release() error {
 	t.users--
 	if t.users > 0 {
 		return nil
+	}
+	if t.history != nil {
+		t.history.Close()
 	}
 	return t.maps.Close()
 }

@@ -37,7 +37,7 @@ func (h *HandedRules) close() {
 }
 
 // RuleMapsToHand returns the descriptors of the instance's rule maps and
-// ban maps, to hand over once next to its interfaces' (Program.Handed), in
+// ban maps (the ban history last, when it holds a ban), to hand over once next to its interfaces' (Program.Handed), in
 // the order AdoptRules reads them, and their description; nothing when the
 // instance has neither loaded. The descriptors stay owned by the instance.
 func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
@@ -56,6 +56,9 @@ func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 			fds = append(fds, m.FD())
 		}
 		describe += bansMark + in.bansFingerprint()
+		if fd, d, ok := in.bans.historyToHand(); ok {
+			fds, describe = append(fds, fd), describe+d
+		}
 	}
 	return fds, describe
 }
@@ -175,16 +178,27 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer h.close()
+	histFD, hasHistory := takeHistory(h)
 	banFDs, fp, hasBans := takeBans(h)
 	rules, whyRules := false, ""
 	if !hasBans || h.describe != "" || len(h.fds) > 0 {
 		rules, whyRules = in.adoptRulesLocked(h)
 	}
 	if !hasBans {
+		if hasHistory {
+			closeFD(histFD)
+		}
 		return rules, whyRules
 	}
 	// After the rules: their layout is the handed one when adopted.
 	bans, whyBans := in.adoptBans(banFDs, fp)
+	if hasHistory {
+		if bans && whyBans == "" {
+			in.bans.adoptHistory(histFD)
+		} else {
+			closeFD(histFD) // with the bans refused, offences start again
+		}
+	}
 	switch {
 	case whyBans == "":
 		return rules || bans, whyRules

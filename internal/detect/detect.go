@@ -342,6 +342,18 @@ func (d *Detector) Restore(p netip.Prefix, end time.Time, duration time.Duration
 	}
 }
 
+// RestoreHistory takes back the last ban of a source, ended already, that
+// a predecessor made (a reload): a ban of it within MaxDuration of end is
+// offence count+1, twice duration long.
+func (d *Detector) RestoreHistory(p netip.Prefix, end time.Time, duration time.Duration, count int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.history[p]; ok || len(d.history) >= d.cfg.MaxHistory {
+		return
+	}
+	d.history[p] = &offence{at: end.Add(-duration), end: end, duration: duration, count: max(count, 1)}
+}
+
 // Active is how many bans of detection are in force.
 func (d *Detector) Active() int {
 	d.mu.Lock()

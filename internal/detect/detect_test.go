@@ -297,6 +297,33 @@ func TestRestoreKeepsHistory(t *testing.T) {
 	require.Equal(t, 40*time.Minute, ev[0].Duration)
 }
 
+// TestRestoreHistoryEscalates: a source whose ban ended before a reload,
+// its history restored, is banned at once (nothing in force) as its next
+// offence, twice as long, up to MaxDuration; nothing is active meanwhile.
+func TestRestoreHistoryEscalates(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxDuration = time.Hour
+	s := newSim(t, cfg, 100, 10_000)
+	s.d.RestoreHistory(pfx(1), s.now.Add(-time.Minute), 20*time.Minute, 2)
+	s.d.RestoreHistory(pfx(2), s.now.Add(-time.Minute), 40*time.Minute, 3)
+	require.Zero(t, s.d.Active())
+	srcs := []source{{p: pfx(1), pps: 500_000, length: 100}, {p: pfx(2), pps: 500_000, length: 100}}
+	s.second(srcs)
+	ev := s.second(srcs)
+	require.Len(t, ev, 2)
+	for _, e := range ev {
+		require.Equal(t, Ban, e.Kind)
+		switch e.Source {
+		case pfx(1):
+			require.Equal(t, 3, e.Offence)
+			require.Equal(t, 40*time.Minute, e.Duration)
+		case pfx(2):
+			require.Equal(t, 4, e.Offence)
+			require.Equal(t, time.Hour, e.Duration, "capped by MaxDuration")
+		}
+	}
+}
+
 func TestConfigChecks(t *testing.T) {
 	for _, c := range []Config{
 		{For: time.Second, Duration: time.Minute, MaxDuration: time.Hour},

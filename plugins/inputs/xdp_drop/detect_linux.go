@@ -72,7 +72,7 @@ func newDetection(set *detectSettings, bs *bansSettings, ns namespace, log teleg
 	det, err := detect.New(detect.Config{
 		PPS: set.pps, BytesPerSecond: set.bps, For: set.forDur, Protocols: set.protocols,
 		Duration: set.duration, MaxDuration: set.maxDuration,
-		Guard: d.guards.check, Enforce: d.enforce, MaxActive: 2 * bs.max,
+		Guard: d.guards.check, Enforce: d.enforce, MaxActive: 2 * bs.max, MaxHistory: bpf.BanHistoryMax,
 	})
 	if err != nil {
 		return nil, optionError(keyDetect, fmt.Errorf("bans.detect: %w", err))
@@ -115,13 +115,7 @@ func (d *detection) use(table *bpf.BanTable) {
 	d.table = table
 	if !d.restored && table != nil {
 		d.restored = true
-		now := time.Now()
-		for _, e := range table.Entries() {
-			if e.Origin == bpf.BanOriginDetect && e.End.After(now) {
-				// The offence count is not in the table: one at least.
-				d.det.Restore(e.Prefix, e.End, max(d.set.duration, e.End.Sub(now)), 1)
-			}
-		}
+		d.restore(table)
 	}
 	if d.started {
 		return
@@ -224,6 +218,7 @@ func (d *detection) record(now time.Time, e detect.Event) {
 	switch e.Kind {
 	case detect.Ban:
 		d.counts.added++
+		d.remember(e)
 		d.log.Infof("bans: detect: %sbanned %s for %s (offence %d): %.0f pps, %.0f bytes/s, mostly %s, over %s for %s%s",
 			would, e.Source, e.Duration, e.Offence, e.PPS, e.BytesPerSecond, protocolTag(e.Protocol), d.limits(), d.set.forDur, d.dryNote())
 		if d.push != nil && !d.set.dryRun {

@@ -64,3 +64,64 @@ func TestDetectReloadKeepsBans(t *testing.T) {
 	require.Equal(t, int64(2), e.Fields()[FieldOffence], "a second offence across the reload")
 	require.GreaterOrEqual(t, e.Fields()[FieldDurationS], int64(10))
 }
+
+// TestDetectReloadKeepsHistory: the offence history crosses a reload with
+// the bans, those ended included: a source banned twice (its second ban
+// twice as long), its ban ended, is banned after a reload as a third
+// offence, four times the first duration.
+func TestDetectReloadKeepsHistory(t *testing.T) {
+	ns := testns.New(t)
+	cfg := func() *XDPDrop {
+		return detectPlugin(&DetectConfig{
+			PPS: 1000, For: config.Duration(time.Second), Duration: config.Duration(time.Second),
+			MaxDuration: config.Duration(time.Minute), DryRun: enforce(),
+		}, nil)
+	}
+	heavy := []string{"198.51.100.7"}
+	a := cfg()
+	require.Empty(t, startPlugin(t, ns, a).Errors)
+	for offence := int64(1); offence <= 2; offence++ {
+		ban := banAndExpire(t, ns, a, heavy)
+		require.Equal(t, offence, ban.Fields()[FieldOffence])
+		require.Equal(t, offence, ban.Fields()[FieldDurationS], "1 s, then twice that")
+	}
+
+	dir := handOverInProcess(t, ns, a)
+	b := cfg()
+	require.NoError(t, b.Init())
+	b.links.handoff.dir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, b, func() error { return b.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	ban, _ := gatherDetect(t, ns, b)
+	require.Equal(t, int64(0), field(ban.Fields(), FieldActive), "no ban in force crossed the reload")
+
+	e := banAndExpire(t, ns, b, heavy)
+	require.Equal(t, int64(3), e.Fields()[FieldOffence], "a third offence across the reload")
+	require.Equal(t, int64(4), e.Fields()[FieldDurationS], "four times the first duration")
+}
+
+// banAndExpire floods p with srcs until detection bans them, then waits
+// for the ban's end, and returns the ban's event.
+func banAndExpire(t *testing.T, ns *testns.NS, p *XDPDrop, srcs []string) telegraf.Metric {
+	t.Helper()
+	var events []telegraf.Metric
+	flood(t, ns, srcs, 10_000, func() bool {
+		_, ev := gatherDetect(t, ns, p)
+		events = append(events, ev...)
+		return len(events) > 0
+	})
+	require.Len(t, events, 1)
+	require.Equal(t, EventBan, events[0].Tags()[TagEvent])
+	deadline := time.Now().Add(testns.Hang)
+	for len(events) == 1 {
+		require.True(t, time.Now().Before(deadline), "the ban did not expire")
+		time.Sleep(100 * time.Millisecond)
+		_, ev := gatherDetect(t, ns, p)
+		events = append(events, ev...)
+	}
+	require.Len(t, events, 2)
+	require.Equal(t, EventExpire, events[1].Tags()[TagEvent])
+	return events[0]
+}
