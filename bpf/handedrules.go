@@ -288,24 +288,9 @@ func mapsFrom(fds []int) (*ruleMaps, error) {
 		}
 		return nil, fmt.Errorf("%d descriptors, not the %d rule maps (%d with the limiter's cells)", len(fds), ruleMapCount, ruleMapCount+1)
 	}
-	ms := make([]*ebpf.Map, len(fds))
-	var errs error
-	for i, fd := range fds {
-		// NewMapFromFD closes a descriptor that is not a map.
-		m, err := ebpf.NewMapFromFD(fd)
-		if err != nil {
-			errs = errors.Join(errs, err)
-			continue
-		}
-		ms[i] = m
-	}
-	if errs != nil {
-		for _, m := range ms {
-			if m != nil {
-				m.Close()
-			}
-		}
-		return nil, fmt.Errorf("not rule maps: %w", errs)
+	ms, err := mapsOfFDs(fds)
+	if err != nil {
+		return nil, fmt.Errorf("not rule maps: %w", err)
 	}
 	m := &ruleMaps{PrefixBuckets: ms[0], PrefixExact: ms[1], PrefixV4: ms[2], PrefixV6: ms[3], Ports: ms[4]}
 	if len(ms) > ruleMapCount {
