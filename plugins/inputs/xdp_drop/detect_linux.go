@@ -274,7 +274,7 @@ func (d *detection) takeEvents(out []BanEvent) []BanEvent {
 // interface. In a detection dry run nothing is in the table: packets and
 // bytes are then the estimates (from the samples, scaled to the
 // counters) of what passed from sources a ban would have held.
-func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, bansDry bool) []BanSeries {
+func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, read map[*iface]banRead, bansDry bool) []BanSeries {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	held := map[string][2]uint64{}
@@ -308,12 +308,7 @@ func (d *detection) appendPoints(out []BanSeries, ifaces []*iface, bansDry bool)
 		case d.set.dryRun:
 			s.Packets, s.Bytes = held[ifc.name][0], held[ifc.name][1]
 		default:
-			if counts, err := ifc.prog.BanCounters(); err == nil {
-				s.Packets = counts[bpf.BanOriginDetect][a].Packets
-				s.Bytes = counts[bpf.BanOriginDetect][a].Bytes
-			} else if s.Error == "" {
-				s.Error = quote.Line(firstLine(fmt.Errorf("read the ban counters: %w", err)))
-			}
+			read[ifc].put(&s, bpf.BanOriginDetect, a)
 		}
 		out = append(out, s)
 	}
