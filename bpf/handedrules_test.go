@@ -32,15 +32,7 @@ func handedPolicy(extra string) Policy {
 // handOff returns copies of in's handed rule maps, as a successor gets them.
 func handOff(t *testing.T, in *Instance) *HandedRules {
 	t.Helper()
-	fds, describe := in.RuleMapsToHand()
-	require.Len(t, fds, ruleMapCount)
-	dups := make([]int, len(fds))
-	for i, fd := range fds {
-		d, err := unix.Dup(fd)
-		require.NoError(t, err)
-		dups[i] = d
-	}
-	return RulesHandedFrom(dups, describe)
+	return handOffAll(t, in, ruleMapCount)
 }
 
 // TestAdoptRules: an instance adopts the rule maps handed over for the
