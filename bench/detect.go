@@ -21,6 +21,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
@@ -196,7 +197,7 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 		}
 		steps = append(steps, step{time.Now(), run.sent})
 		err := e.ns.Do(func() error {
-			return withoutSignals(func() error {
+			return txgen.WithoutSignals(func() error {
 				if err := sendLive(gen, heavy, perStep, e.ns.PeerIdx); err != nil {
 					return err
 				}
@@ -281,21 +282,6 @@ func stepOf(from []uint64, n uint64) int {
 func sendLive(gen *ebpf.Program, frame []byte, n uint32, ifindex int) error {
 	_, err := runXDP(gen, frame, n, true, ifindex, 64)
 	return err
-}
-
-// withoutSignals runs f with every signal blocked on the calling thread,
-// which the caller has locked: a signal during a live-frames run ends it
-// after some of its batches, and the count sent would not be known.
-func withoutSignals(f func() error) error {
-	var all, old unix.Sigset_t
-	for i := range all.Val {
-		all.Val[i] = ^uint64(0)
-	}
-	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, &old); err != nil {
-		return fmt.Errorf("block signals for the send: %w", err)
-	}
-	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
-	return f()
 }
 
 func udpFrom(src, dst netip.Addr) []byte {

@@ -23,9 +23,10 @@ const maxKeptText = 128
 // maxInterned bounds the strings shared between the decisions of one answer.
 const maxInterned = 4096
 
-// wireDecision is a decision as the LAPI sends it (models.Decision).
+// wireDecision is a decision as the LAPI sends it (models.Decision), and
+// as an alert posted to it carries one (without an id, which the LAPI gives).
 type wireDecision struct {
-	ID       int64  `json:"id"`
+	ID       int64  `json:"id,omitempty"`
 	Origin   string `json:"origin"`
 	Type     string `json:"type"`
 	Scope    string `json:"scope"`

@@ -198,20 +198,20 @@ func (p *Pusher) do(ctx context.Context, to, token string, body []byte) (*http.R
 
 // alert is the LAPI's Alert as an agent posts it (models.Alert, 1.4).
 type alert struct {
-	Scenario        string     `json:"scenario"`
-	ScenarioHash    string     `json:"scenario_hash"`
-	ScenarioVersion string     `json:"scenario_version"`
-	Message         string     `json:"message"`
-	EventsCount     int32      `json:"events_count"`
-	StartAt         string     `json:"start_at"`
-	StopAt          string     `json:"stop_at"`
-	Capacity        int32      `json:"capacity"`
-	Leakspeed       string     `json:"leakspeed"`
-	Simulated       bool       `json:"simulated"`
-	Remediation     bool       `json:"remediation"`
-	Events          []event    `json:"events"`
-	Decisions       []decision `json:"decisions"`
-	Source          source     `json:"source"`
+	Scenario        string         `json:"scenario"`
+	ScenarioHash    string         `json:"scenario_hash"`
+	ScenarioVersion string         `json:"scenario_version"`
+	Message         string         `json:"message"`
+	EventsCount     int32          `json:"events_count"`
+	StartAt         string         `json:"start_at"`
+	StopAt          string         `json:"stop_at"`
+	Capacity        int32          `json:"capacity"`
+	Leakspeed       string         `json:"leakspeed"`
+	Simulated       bool           `json:"simulated"`
+	Remediation     bool           `json:"remediation"`
+	Events          []event        `json:"events"`
+	Decisions       []wireDecision `json:"decisions"`
+	Source          source         `json:"source"`
 }
 
 type event struct {
@@ -222,15 +222,6 @@ type event struct {
 type meta struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
-}
-
-type decision struct {
-	Origin   string `json:"origin"`
-	Type     string `json:"type"`
-	Scope    string `json:"scope"`
-	Value    string `json:"value"`
-	Duration string `json:"duration"`
-	Scenario string `json:"scenario"`
 }
 
 type source struct {
@@ -256,7 +247,7 @@ func (p *Pusher) alertOf(b Ban) alert {
 		StartAt:     start, StopAt: start,
 		Leakspeed: "0s", Remediation: true,
 		Events: []event{{Timestamp: start, Meta: []meta{{Key: "source_ip", Value: src.Value}}}},
-		Decisions: []decision{{
+		Decisions: []wireDecision{{
 			Origin: "crowdsec", Type: "ban", Scope: src.Scope, Value: src.Value,
 			Duration: b.Duration.Round(time.Second).String(), Scenario: p.cfg.Scenario,
 		}},

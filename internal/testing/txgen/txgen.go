@@ -128,7 +128,7 @@ func (g *Generator) Send(ifindex int, frame []byte, count int) error {
 	}
 	for sent := 0; sent < count; {
 		n := min(count-sent, per)
-		err := withoutSignals(func() error {
+		err := WithoutSignals(func() error {
 			_, err := g.prog.Run(&ebpf.RunOptions{
 				Data:      frame,
 				Repeat:    uint32(n),
@@ -146,12 +146,12 @@ func (g *Generator) Send(ifindex int, frame []byte, count int) error {
 	return nil
 }
 
-// withoutSignals runs f with every signal blocked on the calling thread. A
+// WithoutSignals runs f with every signal blocked on the calling thread. A
 // signal that arrives during a live-frames run (a child's SIGCHLD, the Go
 // runtime's preemption) makes the kernel stop with EINTR after the batches
 // it has already sent, and the BPF library then runs the whole count again:
 // frames would be sent twice. Blocked, the signal waits for the run's end.
-func withoutSignals(f func() error) error {
+func WithoutSignals(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var all, old unix.Sigset_t
