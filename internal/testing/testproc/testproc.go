@@ -1,0 +1,35 @@
+//go:build linux
+
+// Package testproc starts the processes of tests so that they die with the
+// test process, whatever ends it: a run cut short runs no t.Cleanup, and a
+// helper left running (a mount namespace held by sleep, a LAPI, the binary)
+// keeps its namespaces and mounts on the host.
+package testproc
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// Command is exec.Command for a process that dies with the test process.
+func Command(name string, arg ...string) *exec.Cmd {
+	return Tie(exec.Command(name, arg...))
+}
+
+// Tie makes c, not yet started, die with the test process: the kernel sends
+// it SIGKILL when the thread that starts it exits (PR_SET_PDEATHSIG).
+//
+// Go ends an OS thread only when a goroutine exits while locked to it
+// (nsthread.Do's lost threads, a thread unshared into another namespace), so
+// start c from a goroutine that is not locked, never inside ns.Do. The
+// signal is kept across execve, except into a set-user-ID or file-capability
+// binary, and is not inherited by c's children: a program that forks what
+// it runs (unshare --fork, runuser, sudo) must pass it on itself
+// (unshare --kill-child) or be given a pipe whose end tells its child.
+func Tie(c *exec.Cmd) *exec.Cmd {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return c
+}
