@@ -114,7 +114,16 @@ cleanup() {
 		mapfile -t pids < <(ip netns pids "$NS")
 		((${#pids[@]} == 0)) || kill -KILL "${pids[@]}" 2>/dev/null
 		sleep 0.2
-		ip netns del "$NS"
+		# Each try detaches the mount the path reaches, so tries get through
+		# mounts stacked on the file while other processes change mounts.
+		for _ in $(seq 30); do
+			ip netns del "$NS" 2>/dev/null || true
+			[ -e "/run/netns/$NS" ] || break
+			sleep 0.1
+		done
+		if [ -e "/run/netns/$NS" ]; then
+			echo "network namespace $NS is left behind: $(ip netns del "$NS" 2>&1); mounts on it: $(grep -F " /run/netns/$NS " /proc/self/mountinfo)" >&2
+		fi
 	fi
 	wait 2>/dev/null
 	[ -z "$HANDOVER_DIR" ] || rmdir "$HANDOVER_DIR"/i-* "$HANDOVER_DIR" 2>/dev/null
