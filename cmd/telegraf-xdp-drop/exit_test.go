@@ -17,6 +17,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 func lastLine(s string) string {
@@ -89,7 +90,7 @@ func TestExitReasonLogged(t *testing.T) {
 		cmd.Stdout = w
 		stderr := &binarytest.Buffer{}
 		cmd.Stderr = stderr
-		require.NoError(t, cmd.Start())
+		require.NoError(t, testproc.Tie(cmd).Start())
 		t.Cleanup(func() { cmd.Process.Kill() })
 		w.Close()
 		waitAttached(t, ns, testns.Dev)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // TestOutOfFileDescriptors runs the binary with RLIMIT_NOFILE far too low
@@ -60,7 +61,7 @@ func testOutOfFileDescriptors(t *testing.T, limit int) {
 	require.NoError(t, err)
 	stderr := &binarytest.Buffer{}
 	cmd.Stderr = stderr
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	t.Cleanup(func() { cmd.Process.Kill() })
 	_, err = io.WriteString(stdin, "\n")
 	require.NoError(t, err)
@@ -135,7 +136,7 @@ func TestSoftFDLimitRaised(t *testing.T) {
 	cmd := exec.Command("prlimit", "--nofile=64:1024", "ip", "netns", "exec", ns.Name, binary, "-config", writeConfig(t, dropAllConfig()), "-poll_interval_disabled")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	waitAttached(t, ns, testns.Dev)
 	limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", cmd.Process.Pid))

@@ -22,6 +22,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 const setcapCaps = "cap_bpf,cap_net_admin,cap_perfmon+ep"
@@ -183,7 +184,7 @@ func gatherOnce(t *testing.T, cmd *exec.Cmd) (string, string) {
 	require.NoError(t, err)
 	var stdout, stderr binarytest.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	_, err = io.WriteString(stdin, "\n")
 	require.NoError(t, err)
 	deadline := time.Now().Add(testns.Hang)

@@ -22,6 +22,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
@@ -66,7 +67,7 @@ func TestWatchBesideInstance(t *testing.T) {
 
 	w := &watchView{cmd: ns.Exec(binary, "-config", writeConfig(t, conf), "-watch"), done: make(chan error, 1)}
 	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
-	require.NoError(t, w.cmd.Start())
+	require.NoError(t, testproc.Tie(w.cmd).Start())
 	go func() { w.done <- w.cmd.Wait() }()
 	t.Cleanup(func() { w.cmd.Process.Kill() })
 
@@ -190,7 +191,7 @@ func runBounded(t *testing.T, cmd *exec.Cmd) (string, error) {
 	t.Helper()
 	var out binarytest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -250,7 +251,7 @@ func TestWatchOutlivesInstance(t *testing.T) {
 	id := waitAttached(t, ns, testns.Dev)
 	w := &watchView{cmd: ns.Exec(binary, "-config", writeConfig(t, conf), "-watch"), done: make(chan error, 1)}
 	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
-	require.NoError(t, w.cmd.Start())
+	require.NoError(t, testproc.Tie(w.cmd).Start())
 	go func() { w.done <- w.cmd.Wait() }()
 	t.Cleanup(func() { w.cmd.Process.Kill() })
 	waitScreen := func(re *regexp.Regexp) {

@@ -17,6 +17,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
 	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
@@ -85,7 +86,7 @@ func startWatch(t *testing.T, ns *testns.NS, conf string) *watchView {
 	t.Helper()
 	w := &watchView{cmd: ns.Exec(binary, "-config", conf, "-watch"), done: make(chan error, 1)}
 	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
-	require.NoError(t, w.cmd.Start())
+	require.NoError(t, testproc.Tie(w.cmd).Start())
 	go func() { w.done <- w.cmd.Wait() }()
 	t.Cleanup(func() { w.cmd.Process.Kill() })
 	waitAttached(t, ns, testns.Dev)

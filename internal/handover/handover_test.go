@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // connectEnv makes the test binary, run as another user, try to take an
@@ -220,7 +221,7 @@ func TestOtherUserRefused(t *testing.T) {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), connectEnv+"="+path)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		out, err := cmd.CombinedOutput()
+		out, err := testproc.Tie(cmd).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return strings.TrimSpace(string(out))
 	}

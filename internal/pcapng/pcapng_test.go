@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // record is a frame as a reader of the capture sees it.
@@ -507,7 +508,7 @@ func TestRotationBlockedByAnotherUser(t *testing.T) {
 	require.NoError(t, err)
 	outPipe, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	out := bufio.NewReader(outPipe)
 	line, err := out.ReadString('\n')
 	require.NoError(t, err)

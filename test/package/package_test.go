@@ -24,6 +24,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 const (
@@ -288,7 +289,7 @@ func newMountNS(t *testing.T, mode string) *mountNS {
 	require.NoError(t, err)
 	var stderr binarytest.Buffer
 	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/binarytest"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // The Telegraf that make e2e builds (test/e2e/run.sh), reused from its cache.
@@ -137,7 +138,7 @@ esac`, tg.cmd.Process.Pid))
 		stream := ns.Exec(udpstream, "-netns", ns.Name, "-iface", testns.Peer, "-sink", testns.Dev)
 		var report, streamErr bytes.Buffer
 		stream.Stdout, stream.Stderr = &report, &streamErr
-		require.NoError(t, stream.Start())
+		require.NoError(t, testproc.Tie(stream).Start())
 		defer stream.Process.Kill()
 		time.Sleep(time.Second)
 
@@ -331,7 +332,7 @@ func startTelegraf(t *testing.T, m *mountNS, ns *testns.NS, bin string) *telegra
 	cmd := telegrafCmd(m, ns, bin)
 	p := &telegrafProc{cmd: cmd, stderr: &binarytest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		if p.exited() == nil {

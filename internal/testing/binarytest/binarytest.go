@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // Buffer collects a child's output while the test reads it.
@@ -62,7 +64,7 @@ func Start(t testing.TB, cmd *exec.Cmd, buffer int) *Proc {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = p.Stderr
-	require.NoError(t, cmd.Start())
+	require.NoError(t, testproc.Tie(cmd).Start())
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {

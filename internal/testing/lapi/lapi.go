@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // wait bounds a start, a stop and one cscli call: far beyond what they take
@@ -184,7 +185,7 @@ func (l *LAPI) importFile(scope string, lines any) {
 func (l *LAPI) Cscli(args ...string) string {
 	l.t.Helper()
 	full := append([]string{"-c", l.config, "--error"}, args...)
-	cmd := exec.Command("cscli", full...)
+	cmd := testproc.Command("cscli", full...)
 	cmd.Dir = l.dir
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -243,8 +244,8 @@ func (l *LAPI) start() error {
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: a test binary killed mid-run does not take the terminal's signals to it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := testproc.Tie(cmd).Start(); err != nil {
 		return fmt.Errorf("start crowdsec: %w", err)
 	}
 	exited := make(chan struct{})

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
+	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
 )
 
 // RequireEnv turns skipped privileged tests into failures when set to 1 (CI sets it).
@@ -314,9 +315,11 @@ func CheckNotInitial() error {
 	return nil
 }
 
-// Exec runs a command inside the namespace (ip netns exec) and returns it unstarted.
+// Exec runs a command inside the namespace (ip netns exec) and returns it
+// unstarted, tied to the test process (ip netns exec execs it, keeping the
+// tie).
 func (n *NS) Exec(name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	return testproc.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
 }
 
 // XDPProgramID returns the id of the XDP program on ifname in the namespace, 0 if none.

@@ -22,10 +22,11 @@ func Command(name string, arg ...string) *exec.Cmd {
 // Go ends an OS thread only when a goroutine exits while locked to it
 // (nsthread.Do's lost threads, a thread unshared into another namespace), so
 // start c from a goroutine that is not locked, never inside ns.Do. The
-// signal is kept across execve, except into a set-user-ID or file-capability
-// binary, and is not inherited by c's children: a program that forks what
-// it runs (unshare --fork, runuser, sudo) must pass it on itself
-// (unshare --kill-child) or be given a pipe whose end tells its child.
+// kernel keeps the signal across execve but clears it when a program changes
+// its user or group (setpriv, runuser) or execs a set-user-ID or
+// file-capability binary, and c's children do not inherit it: a program that
+// forks what it runs must pass it on (unshare --kill-child), and past those
+// a pipe to stdin is what tells the binary (it stops when stdin ends).
 func Tie(c *exec.Cmd) *exec.Cmd {
 	if c.SysProcAttr == nil {
 		c.SysProcAttr = &syscall.SysProcAttr{}
