@@ -16,32 +16,88 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
 
 // DefaultBPFFS is where Linux conventionally mounts the BPF filesystem.
 const DefaultBPFFS = "/sys/fs/bpf"
 
+// MountBPFFS is the fix for a host without a BPF filesystem, as root.
+const MountBPFFS = "mount -t bpf bpf " + DefaultBPFFS + ", or with systemd: systemctl start sys-fs-bpf.mount"
+
 // ensureBPFFS checks that dir is on a BPF filesystem. When dir lies under
-// /sys/fs/bpf and nothing is mounted there, it mounts one, as systemd does.
+// /sys/fs/bpf and nothing is mounted there, it mounts one, as systemd does,
+// but only in PID 1's mount namespace: one mounted anywhere else would
+// vanish with the process.
 func ensureBPFFS(dir string) (mounted bool, err error) {
 	if onBPFFS(dir) {
 		return false, nil
 	}
-	clean := filepath.Clean(dir)
-	if clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/") {
-		if !onBPFFS(DefaultBPFFS) {
-			if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
-				return false, &UnpinnableError{Why: fmt.Sprintf("no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
-					"as root run: mount -t bpf bpf %s (systemd mounts it at boot; ip netns exec mounts a /sys without it: use nsenter --net instead)",
-					DefaultBPFFS, DefaultBPFFS)}
-			} else if err != nil {
-				return false, &UnpinnableError{Why: fmt.Sprintf("mount the BPF filesystem on %s: %v (mount it with: mount -t bpf bpf %s)", DefaultBPFFS, err, DefaultBPFFS)}
-			}
-			return true, nil
-		}
+	if !underDefaultBPFFS(dir) {
+		return false, notOnBPFFS(dir)
+	}
+	if onBPFFS(DefaultBPFFS) {
 		return false, nil
 	}
-	return false, &UnpinnableError{Why: fmt.Sprintf("%s is not on a BPF filesystem: use a path under %s, or mount one with: mount -t bpf bpf DIR", dir, DefaultBPFFS)}
+	if !trust.HasCapability(unix.CAP_SYS_ADMIN) {
+		return false, noBPFFSUnmountable()
+	}
+	if privateMountNS() {
+		return false, &PinDirError{Root: dir, Reason: PinDirPrivate, Err: ErrPrivateBPFFS}
+	}
+	if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); errors.Is(err, unix.EPERM) {
+		return false, noBPFFSUnmountable()
+	} else if err != nil {
+		return false, &UnpinnableError{Why: fmt.Sprintf("mount the BPF filesystem on %s: %v; as root run: %s", DefaultBPFFS, err, MountBPFFS)}
+	}
+	return true, nil
+}
+
+// noBPFFSUnmountable says that /sys/fs/bpf has no BPF filesystem, which
+// this process may not mount.
+func noBPFFSUnmountable() error {
+	return &UnpinnableError{Why: fmt.Sprintf("no BPF filesystem on %s, and mounting one needs CAP_SYS_ADMIN, which this process lacks; "+
+		"as root run: %s (ip netns exec mounts a /sys without it: use nsenter --net instead)", DefaultBPFFS, MountBPFFS)}
+}
+
+func underDefaultBPFFS(dir string) bool {
+	clean := filepath.Clean(dir)
+	return clean == DefaultBPFFS || strings.HasPrefix(clean, DefaultBPFFS+"/")
+}
+
+// notOnBPFFS says that dir, outside /sys/fs/bpf, is on no BPF filesystem.
+func notOnBPFFS(dir string) error {
+	return &UnpinnableError{Why: fmt.Sprintf("%s is not on a BPF filesystem: use a path under %s, or as root mount one there: mkdir -p %s && mount -t bpf bpf %s",
+		dir, DefaultBPFFS, dir, dir)}
+}
+
+// CheckPinPath says, reading only, what pinning under root would meet: the
+// errors Acquire returns or notes (an *UnpinnableError: attached without
+// pins; a *PinDirError: refused), or nil. It mounts and creates nothing;
+// where Acquire would mount the BPF filesystem (no BPF filesystem on
+// /sys/fs/bpf), the *UnpinnableError says so.
+func CheckPinPath(root string) error {
+	if !onBPFFS(root) {
+		if !underDefaultBPFFS(root) {
+			return notOnBPFFS(root)
+		}
+		if !trust.HasCapability(unix.CAP_SYS_ADMIN) {
+			return noBPFFSUnmountable()
+		}
+		if privateMountNS() {
+			return &PinDirError{Root: root, Reason: PinDirPrivate, Err: ErrPrivateBPFFS}
+		}
+		return &UnpinnableError{Why: fmt.Sprintf("no BPF filesystem on %s now: this process (with CAP_SYS_ADMIN) mounts one there when it starts, "+
+			"one without CAP_SYS_ADMIN (under the package's file capabilities) attaches without pins; as root run: %s", DefaultBPFFS, MountBPFFS)}
+	}
+	if err := checkPersistent(root); err != nil {
+		return &PinDirError{Root: root, Reason: PinDirPrivate, Err: err}
+	}
+	if err := checkPinDir(root); err != nil {
+		return &PinDirError{Root: root, Reason: PinRootNotDir, Err: err}
+	}
+	return nil
 }
 
 // ErrPrivateBPFFS is returned when the BPF filesystem under a pin path is
@@ -53,29 +109,62 @@ var ErrPrivateBPFFS = errors.New("the BPF filesystem there is private to this pr
 // dir is not mounted in the mount namespace of PID 1, which outlives this
 // process. When PID 1's mounts cannot be read it cannot tell, and returns nil.
 func checkPersistent(dir string) error {
+	if !seenByPID1(dir, "bpf") {
+		return ErrPrivateBPFFS
+	}
+	return nil
+}
+
+// seenByPID1 reports whether the filesystem holding the closest existing
+// ancestor of dir is mounted in PID 1's mount namespace (as fstype, unless
+// ""); true when PID 1's mounts cannot be read, as it cannot tell.
+func seenByPID1(dir, fstype string) bool {
 	var st unix.Stat_t
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if err := unix.Stat(d, &st); err == nil {
 			break
 		}
 		if d == "/" {
-			return nil
+			return true
 		}
 	}
 	mounts, err := os.ReadFile("/proc/1/mountinfo")
 	if err != nil {
-		return nil
+		return true
 	}
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	for _, line := range strings.Split(string(mounts), "\n") {
 		// mount ID, parent ID, major:minor, root, mount point, ... - fstype ...
 		fields := strings.Fields(line)
 		_, post, ok := strings.Cut(line, " - ")
-		if ok && len(fields) > 2 && fields[2] == dev && strings.HasPrefix(post, "bpf ") {
-			return nil
+		if ok && len(fields) > 2 && fields[2] == dev && (fstype == "" || strings.HasPrefix(post, fstype+" ")) {
+			return true
 		}
 	}
-	return ErrPrivateBPFFS
+	return false
+}
+
+// privateMountNS reports whether a BPF filesystem mounted on /sys/fs/bpf
+// now would be this thread's alone: the mount that holds /sys/fs/bpf is not
+// one of PID 1's (mount IDs are unique across namespaces: one copied by
+// unshare -m, or the fresh /sys of ip netns exec, has its own). When it
+// cannot tell, it says no.
+func privateMountNS() bool {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, DefaultBPFFS, 0, unix.STATX_MNT_ID, &stx); err != nil || stx.Mask&unix.STATX_MNT_ID == 0 {
+		return !seenByPID1(DefaultBPFFS, "")
+	}
+	mounts, err := os.ReadFile("/proc/1/mountinfo")
+	if err != nil {
+		return false
+	}
+	id := strconv.FormatUint(stx.Mnt_id, 10)
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if first, _, _ := strings.Cut(line, " "); first == id {
+			return false
+		}
+	}
+	return true
 }
 
 // onBPFFS reports whether the closest existing ancestor of dir is on bpffs.

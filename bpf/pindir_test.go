@@ -69,7 +69,42 @@ func TestAcquirePinErrors(t *testing.T) {
 	var unpinnable *bpf.UnpinnableError
 	require.ErrorAs(t, unpinned.Err, &unpinnable)
 	require.Contains(t, unpinnable.Why, "is not on a BPF filesystem")
+	require.Contains(t, unpinnable.Why, "mount -t bpf bpf ")
 	for _, n := range got.Notes {
 		require.NotRegexp(t, optionWords, n.Text)
 	}
+}
+
+// TestCheckPinPathPlainDirectory: a pin path on no BPF filesystem (a plain
+// directory) is, read without mounting or creating anything, the
+// *UnpinnableError a start notes, naming the mount that fixes it.
+func TestCheckPinPathPlainDirectory(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "xdp_drop")
+	err := bpf.CheckPinPath(root)
+	var unpinnable *bpf.UnpinnableError
+	require.ErrorAs(t, err, &unpinnable)
+	require.Equal(t, root+" is not on a BPF filesystem: use a path under /sys/fs/bpf, or as root mount one there: mkdir -p "+root+" && mount -t bpf bpf "+root, unpinnable.Why)
+	require.NotRegexp(t, optionWords, err.Error())
+	_, err = os.Stat(root)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing created")
+}
+
+// TestCheckPinPath: on a BPF filesystem PID 1 sees, a pin path is usable
+// (missing or a directory); an object pinned where the root would be is
+// the *PinDirError a start refuses with.
+func TestCheckPinPath(t *testing.T) {
+	fs := testns.BPFFS(t, 0o700)
+	require.NoError(t, bpf.CheckPinPath(filepath.Join(fs, "xdp_drop")))
+	require.NoError(t, os.Mkdir(filepath.Join(fs, "xdp_drop"), 0o700))
+	require.NoError(t, bpf.CheckPinPath(filepath.Join(fs, "xdp_drop")))
+
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	require.NoError(t, err)
+	defer m.Close()
+	pinned := filepath.Join(fs, "somemap")
+	require.NoError(t, m.Pin(pinned))
+	var pinErr *bpf.PinDirError
+	require.ErrorAs(t, bpf.CheckPinPath(pinned), &pinErr)
+	require.Equal(t, bpf.PinRootNotDir, pinErr.Reason)
+	require.ErrorContains(t, pinErr, "is a pinned BPF map, not a directory")
 }

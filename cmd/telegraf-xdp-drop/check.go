@@ -81,6 +81,14 @@ func warnPlan(log *levelWriter, conf *loadedConfig, plugin *xdp_drop.XDPDrop, pl
 	for _, p := range plan.Unmatched {
 		log.Warnf("%s: interfaces: the pattern %s matches no interface now%s; interfaces it matches later are attached at the gather after they appear", where, quote.Value(p), inNamespace(plugin))
 	}
+	if plan.Pins != nil {
+		// What the host offers now, not the config's fault: a warning.
+		where := "config " + conf.path
+		if at := conf.lines.line(0, "pin_path"); at != 0 {
+			where = fmt.Sprintf("config %s:%d", conf.path, at)
+		}
+		log.Warnf("%s: %v", where, plan.Pins)
+	}
 }
 
 func inNamespace(plugin *xdp_drop.XDPDrop) string {

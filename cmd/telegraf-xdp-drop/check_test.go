@@ -52,7 +52,7 @@ func TestCheckValidConfig(t *testing.T) {
 	dir := t.TempDir()
 	list := filepath.Join(dir, "drop.txt")
 	require.NoError(t, os.WriteFile(list, []byte("; DROP\n192.0.2.0/24\n198.51.100.0/24 ; SBL\n2001:db8::/32\n"), 0o644))
-	pins, runtime := filepath.Join(dir, "pins"), filepath.Join(dir, "run")
+	pins, runtime := filepath.Join(testns.BPFFS(t, 0o700), "pins"), filepath.Join(dir, "run")
 	require.NoError(t, os.Mkdir(runtime, 0o755))
 	config := writeConfig(t, fmt.Sprintf(`[[inputs.xdp_drop]]
   namespace = %q
@@ -92,6 +92,22 @@ func TestCheckValidConfig(t *testing.T) {
 	left, err := os.ReadDir(runtime)
 	require.NoError(t, err)
 	require.Empty(t, left, "-check makes no handover directory")
+}
+
+// TestCheckPinPathNoBPFFS: a pin_path on no BPF filesystem (a plain
+// directory, as /sys/fs/bpf is on a host that never mounted one) is a
+// warning with its line that names the mount to make and what a start then
+// does, not an error: -check exits 0, and mounts and creates nothing.
+func TestCheckPinPathNoBPFFS(t *testing.T) {
+	ns := testns.New(t)
+	pins := filepath.Join(t.TempDir(), "xdp_drop")
+	config := writeConfig(t, fmt.Sprintf("[[inputs.xdp_drop]]\n  namespace = %q\n  interfaces = [%q]\n  drop = [\"udp\"]\n  pin_path = %q\n  keep_attached = true\n", ns.Name, testns.Dev, pins))
+	code, stdout, stderr := runCheck(t, config, t.TempDir())
+	require.Equal(t, 0, code, "stdout: %s\nstderr: %s", stdout, stderr)
+	require.Contains(t, stdout, "config "+config+": valid; nothing attached (-check)")
+	require.Equal(t, fmt.Sprintf("W! config %s:5: pin_path unusable: %s is not on a BPF filesystem: use a path under /sys/fs/bpf, or as root mount one there: mkdir -p %s && mount -t bpf bpf %s; the interfaces would be attached without pins",
+		config, pins, pins, pins), strings.TrimSpace(stderr))
+	require.NoDirExists(t, pins, "-check creates nothing")
 }
 
 // TestCheckReportsEveryError: two bad values on two lines, and an unknown

@@ -19,7 +19,8 @@ import (
 // TestPrivateBPFFSRefused: under ip netns exec the binary sees a fresh /sys
 // without the host's BPF filesystem; one mounted there vanishes with the
 // process. pin_path and keep_attached are refused there with the reason,
-// instead of logging that the program was left attached.
+// instead of logging that the program was left attached; and no BPF
+// filesystem is mounted there first, to vanish with the process.
 func TestPrivateBPFFSRefused(t *testing.T) {
 	ns := testns.New(t)
 	pinPath := "/sys/fs/bpf/xdpdrop-test-private-" + ns.Name[len("xdpdrop-test-"):]
@@ -37,6 +38,7 @@ func TestPrivateBPFFSRefused(t *testing.T) {
 	require.NoError(t, p.stdin.Close())
 	require.NoError(t, p.wait(t))
 	require.NotContains(t, p.stderr.String(), "left attached")
+	require.NotContains(t, p.stderr.String(), "mounted the BPF filesystem")
 }
 
 // startInHost runs the binary in this process's own mount and network
@@ -92,4 +94,56 @@ func TestSharedPinPathNeverFights(t *testing.T) {
 	require.NotZero(t, id)
 	require.NoError(t, second.stdin.Close())
 	require.NoError(t, second.wait(t))
+}
+
+// startOnHostWithoutBPFFS runs the binary, with the capabilities left after
+// setprivArgs, in the test's network namespace and in mount and PID
+// namespaces of its own whose /sys/fs/bpf has nothing mounted: a host that
+// never mounted the BPF filesystem, as PID 1 of it sees it (the binary is
+// that PID 1), whatever this machine's /sys/fs/bpf is.
+func startOnHostWithoutBPFFS(t *testing.T, ns *testns.NS, config string, setprivArgs ...string) *proc {
+	t.Helper()
+	require.NoError(t, ns.Do(func() error { return ns.CheckAttachable(testns.Dev) }))
+	args := []string{"--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--",
+		"sh", "-c", `while mountpoint -q /sys/fs/bpf; do umount -l /sys/fs/bpf || exit; done; exec "$@"`, "sh",
+		"nsenter", "--net=" + ns.Path, "--", "setpriv"}
+	args = append(append(args, setprivArgs...), "--", binary, "-config", writeConfig(t, config), "-poll_interval_disabled")
+	return runProc(t, exec.Command("unshare", args...))
+}
+
+// TestPinPathHostWithoutBPFFS: on a host with no BPF filesystem on
+// /sys/fs/bpf, root mounts one for pin_path = "/sys/fs/bpf/xdp_drop" and
+// pins there; a process without CAP_SYS_ADMIN (the package's file
+// capabilities) attaches without pins, and its warning names the mount to
+// make. Either way the interface is attached.
+func TestPinPathHostWithoutBPFFS(t *testing.T) {
+	ns := testns.New(t)
+	config := fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = [\"all\"]\n  pin_path = \"/sys/fs/bpf/xdp_drop\"\n  keep_attached = true\n", testns.Dev)
+	for _, c := range []struct {
+		name     string
+		setpriv  []string
+		log      string
+		unpinned bool
+	}{
+		{"root", nil, "I! mounted the BPF filesystem on /sys/fs/bpf for pin_path", false},
+		{"without CAP_SYS_ADMIN", []string{"--bounding-set=-sys_admin"}, `W! interface "` + testns.Dev + `": attaching without pins, so counters restart at every restart and nothing keeps it attached while no agent runs (keep_attached): ` +
+			"pin_path unusable: no BPF filesystem on /sys/fs/bpf, and mounting one needs CAP_SYS_ADMIN, which this process lacks; " +
+			"as root run: mount -t bpf bpf /sys/fs/bpf, or with systemd: systemctl start sys-fs-bpf.mount (ip netns exec mounts a /sys without it: use nsenter --net instead)", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := startOnHostWithoutBPFFS(t, ns, config, c.setpriv...)
+			ms := p.gather(t, testns.Dev)
+			link := ms[len(ms)-1]
+			require.Equal(t, true, link.Fields()["attached"], "stderr: %s", p.stderr)
+			waitLog(t, p, c.log)
+			if c.unpinned {
+				require.NotContains(t, p.stderr.String(), "mounted the BPF filesystem")
+			} else {
+				require.NotContains(t, p.stderr.String(), "without pins")
+			}
+			require.NoError(t, p.stdin.Close())
+			require.NoError(t, p.wait(t))
+			requireDetached(t, ns, "its mount and PID namespaces ended")
+		})
+	}
 }

@@ -14,6 +14,9 @@ type Plan struct {
 	Unmatched []string
 	Rules     []PlannedRule
 	Footprint bpf.Footprint
+	// Pins says what pin_path would meet now (no BPF filesystem, say),
+	// worded for the operator; nil when pin_path is unset or usable.
+	Pins error
 }
 
 // PlannedInterface is an interface of the plan.
@@ -46,6 +49,7 @@ func (x *XDPDrop) Plan() (Plan, error) {
 		return plan, err
 	}
 	plan.Footprint = fp
+	plan.Pins = x.links.planPins()
 	plan.Interfaces, plan.Unmatched, err = x.links.planInterfaces()
 	return plan, err
 }

@@ -3,10 +3,13 @@
 package xdp_drop
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
 	"github.com/influxdata/telegraf/filter"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
@@ -65,4 +68,21 @@ func (l *links) planInterfaces() ([]PlannedInterface, []string, error) {
 		}
 	}
 	return out, unmatched, nil
+}
+
+// planPins says, reading only, what pin_path would meet at start and what
+// a start then does: attach without pins, or not attach.
+func (l *links) planPins() error {
+	if l.opts.pinPath == "" {
+		return nil
+	}
+	err := bpf.CheckPinPath(l.opts.pinPath)
+	var unpinnable *bpf.UnpinnableError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &unpinnable):
+		return fmt.Errorf("%w; the interfaces would be attached without pins", advise(err))
+	}
+	return fmt.Errorf("%w; the interfaces would not be attached", advise(err))
 }

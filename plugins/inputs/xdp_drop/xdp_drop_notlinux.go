@@ -28,3 +28,5 @@ func (namespace) checkEntry() error { return nil }
 type kernelSide struct{}
 
 func (*links) planInterfaces() ([]PlannedInterface, []string, error) { return nil, nil, errNotLinux }
+
+func (*links) planPins() error { return nil }
