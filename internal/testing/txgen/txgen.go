@@ -1,15 +1,18 @@
 //go:build linux
 
-// Package txgen sends real frames through a veth pair with BPF_PROG_TEST_RUN
-// in live-frames mode: a program that returns XDP_TX on one end hands each
-// frame to the other end's receive path. What to send (the standard mix and
-// what it must count) is package traffic.
+// Package txgen sends real frames through a veth pair, out of one end into
+// the other end's receive path, by one of two transports: BPF_PROG_TEST_RUN
+// in live-frames mode (a program that returns XDP_TX), or an AF_PACKET
+// socket where the kernel refuses live frames. What to send (the standard
+// mix and what it must count) is package traffic.
 package txgen
 
 import (
 	"errors"
 	"fmt"
-	"runtime"
+	"os"
+	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -18,71 +21,131 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/testing/traffic"
 )
 
-// Batch is the most frames sent per BPF_PROG_TEST_RUN call. Live-frames mode
-// recycles its pages without re-initialising them, so a receiver that
-// rewrites frames (VLAN untagging on XDP_PASS) corrupts any later batch.
-const Batch = 64
+// TransportEnv chooses the transport: "live" forces live frames (and fails
+// where the kernel refuses them), "packet" forces AF_PACKET; unset, live
+// frames are used where the kernel grants them and AF_PACKET elsewhere.
+const TransportEnv = "XDP_DROP_TXGEN"
 
-// Generator transmits frames out of an interface with XDP_TX.
+// Transport is how a Generator hands frames to the device.
+type Transport string
+
+const (
+	// Live runs an XDP_TX program with BPF_PROG_TEST_RUN's live-frames
+	// mode: several million frames a second, but a host security policy
+	// may refuse it.
+	Live Transport = "live"
+	// Packet writes frames to an AF_PACKET socket bound to the device
+	// (sendmmsg, PACKET_QDISC_BYPASS): about half a million a second.
+	Packet Transport = "packet"
+)
+
+// Generator transmits frames out of an interface.
 type Generator struct {
-	prog *ebpf.Program
-	runs *ebpf.Map // per-CPU count of frames transmitted; nil unless counting
+	transport Transport
+	prog      *ebpf.Program // XDP_TX, for Live
+	runs      *ebpf.Map     // Live: per-CPU count of frames transmitted; nil unless counting
+	counting  bool
+	handed    atomic.Uint64 // Packet: frames the device accepted
 }
 
-// New loads the XDP_TX program.
-func New() (*Generator, error) {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:    "xdp_drop_txgen",
-		Type:    ebpf.XDP,
-		License: "Dual BSD/GPL",
-		Instructions: asm.Instructions{
-			asm.LoadImm(asm.R0, 3, asm.DWord), // XDP_TX
-			asm.Return(),
-		},
-	})
+// New makes a generator with the transport TransportEnv chooses.
+func New() (*Generator, error) { return newGenerator(false) }
+
+// NewCounting makes a generator that also counts every frame it transmits,
+// so that Sent reports what really left: BPF_PROG_TEST_RUN restarts a run a
+// signal interrupted, sending more than asked.
+func NewCounting() (*Generator, error) { return newGenerator(true) }
+
+func newGenerator(counting bool) (*Generator, error) {
+	t, err := Choose()
 	if err != nil {
-		return nil, fmt.Errorf("load XDP_TX generator: %w", err)
+		return nil, err
 	}
-	return &Generator{prog: prog}, nil
+	g := &Generator{transport: t, counting: counting}
+	if t == Packet {
+		return g, nil
+	}
+	if counting {
+		g.runs, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+		if err != nil {
+			return nil, fmt.Errorf("create the generator's frame counter: %w", err)
+		}
+	}
+	g.prog, err = txProgram(g.runs)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
 }
 
-// NewCounting loads an XDP_TX program that also counts every frame
-// it transmits, so that Sent reports what really left: BPF_PROG_TEST_RUN
-// restarts a run a signal interrupted, sending more than asked.
-func NewCounting() (*Generator, error) {
-	runs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		return nil, fmt.Errorf("create the generator's frame counter: %w", err)
+// Transport says how this generator sends.
+func (g *Generator) Transport() Transport { return g.transport }
+
+// Choose returns the transport TransportEnv asks for, or, unset, Live where
+// a probe finds the kernel grants live frames and Packet where it refuses
+// them. The probe runs once a process.
+func Choose() (Transport, error) {
+	switch v := os.Getenv(TransportEnv); v {
+	case "packet":
+		return Packet, nil
+	case "live":
+		if err := probeLive(); err != nil {
+			return "", fmt.Errorf("%s=live, but %w", TransportEnv, err)
+		}
+		return Live, nil
+	case "":
+		err := probeLive()
+		if err == nil {
+			return Live, nil
+		}
+		if errors.Is(err, errLiveRefused) {
+			return Packet, nil
+		}
+		return "", err
+	default:
+		return "", fmt.Errorf("%s=%s: want live, packet or unset", TransportEnv, v)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:    "xdp_drop_txcnt",
-		Type:    ebpf.XDP,
-		License: "Dual BSD/GPL",
-		Instructions: asm.Instructions{
-			asm.StoreImm(asm.RFP, -4, 0, asm.Word), // key 0
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.LoadMapPtr(asm.R1, runs.FD()),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "tx"),
-			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-			asm.Add.Imm(asm.R1, 1),
-			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),         // per-CPU: no atomic needed
-			asm.LoadImm(asm.R0, 3, asm.DWord).WithSymbol("tx"), // XDP_TX
-			asm.Return(),
-		},
-	})
-	if err != nil {
-		runs.Close()
-		return nil, fmt.Errorf("load counting XDP_TX generator: %w", err)
-	}
-	return &Generator{prog: prog, runs: runs}, nil
 }
+
+var errLiveRefused = errors.New("the kernel refuses live-frames test runs")
+
+var probe = sync.OnceValue(func() error {
+	prog, err := txProgram(nil)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	// An ifindex no device has: where live frames are granted the kernel
+	// looks the device up (ENODEV) before it sends anything; a refusal
+	// comes first.
+	frame := make([]byte, 60)
+	_, err = prog.Run(&ebpf.RunOptions{
+		Data: frame, Repeat: 1, Flags: unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+		Context: &XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: 1<<31 - 1},
+	})
+	switch {
+	case errors.Is(err, unix.ENODEV):
+		return nil
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP),
+		errors.Is(err, unix.Errno(524)), errors.Is(err, ebpf.ErrNotSupported): // 524: the kernel's ENOTSUPP
+		return fmt.Errorf("%w (%w)", errLiveRefused, err)
+	case err == nil:
+		return errors.New("probe of live frames: a run on an ifindex no device has succeeded")
+	default:
+		return fmt.Errorf("probe of live frames: %w", err)
+	}
+})
+
+func probeLive() error { return probe() }
 
 // Sent returns how many frames a counting generator has transmitted.
 func (g *Generator) Sent() (uint64, error) {
-	if g.runs == nil {
-		return 0, errors.New("not a counting generator (NewCountingGenerator)")
+	if !g.counting {
+		return 0, errors.New("not a counting generator (NewCounting)")
+	}
+	if g.transport == Packet {
+		return g.handed.Load(), nil
 	}
 	var perCPU []uint64
 	if err := g.runs.Lookup(uint32(0), &perCPU); err != nil {
@@ -100,74 +163,32 @@ func (g *Generator) Close() error {
 	if g.runs != nil {
 		g.runs.Close()
 	}
-	return g.prog.Close()
-}
-
-// XdpMd is struct xdp_md, the context BPF_PROG_TEST_RUN takes for XDP.
-type XdpMd struct {
-	Data           uint32
-	DataEnd        uint32
-	DataMeta       uint32
-	IngressIfindex uint32
-	RxQueueIndex   uint32
-	EgressIfindex  uint32
-}
-
-// Send transmits count copies of frame out of the interface ifindex. The
-// calling thread must be in the interface's network namespace. Each call to
-// BPF_PROG_TEST_RUN waits for an RCU grace period (tens of milliseconds), so
-// frames go in as few calls as possible; a VLAN-tagged frame goes in calls of
-// Batch, since the receiving stack untags it in place.
-func (g *Generator) Send(ifindex int, frame []byte, count int) error {
-	if len(frame) < 14 {
-		return errors.New("live frames need at least 14 bytes")
-	}
-	per := count
-	if tagged(frame) {
-		per = Batch
-	}
-	for sent := 0; sent < count; {
-		n := min(count-sent, per)
-		err := WithoutSignals(func() error {
-			_, err := g.prog.Run(&ebpf.RunOptions{
-				Data:      frame,
-				Repeat:    uint32(n),
-				Flags:     unix.BPF_F_TEST_XDP_LIVE_FRAMES,
-				BatchSize: Batch,
-				Context:   &XdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)},
-			})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("send %d frames out of ifindex %d: %w", n, ifindex, err)
-		}
-		sent += n
+	if g.prog != nil {
+		return g.prog.Close()
 	}
 	return nil
 }
 
-// WithoutSignals runs f with every signal blocked on the calling thread. A
-// signal that arrives during a live-frames run (a child's SIGCHLD, the Go
-// runtime's preemption) makes the kernel stop with EINTR after the batches
-// it has already sent, and the BPF library then runs the whole count again:
-// frames would be sent twice. Blocked, the signal waits for the run's end.
-func WithoutSignals(f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var all, old unix.Sigset_t
-	for i := range all.Val {
-		all.Val[i] = ^uint64(0)
+// Send transmits count copies of frame out of the interface ifindex and
+// returns once the device has taken every one, each once. The calling
+// thread must be in the interface's network namespace.
+func (g *Generator) Send(ifindex int, frame []byte, count int) error {
+	if len(frame) < 14 {
+		return errors.New("a frame needs at least its 14-byte Ethernet header")
 	}
-	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, &old); err != nil {
-		return fmt.Errorf("block signals for the send: %w", err)
+	if count <= 0 {
+		return nil
 	}
-	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
-	return f()
-}
-
-func tagged(frame []byte) bool {
-	et := uint16(frame[12])<<8 | uint16(frame[13])
-	return et == 0x8100 || et == 0x88A8
+	var err error
+	if g.transport == Packet {
+		err = g.sendPacket(ifindex, frame, count)
+	} else {
+		err = g.sendLive(ifindex, frame, count)
+	}
+	if err != nil {
+		return fmt.Errorf("send %d frames out of ifindex %d (%s): %w", count, ifindex, g.transport, err)
+	}
+	return nil
 }
 
 // SendFlows sends every flow of a mix out of ifindex, in order.
@@ -180,36 +201,32 @@ func (g *Generator) SendFlows(ifindex int, flows []traffic.Flow) error {
 	return nil
 }
 
-// AllowedCPUs lists, in order, the CPUs the calling thread may run on: the
-// ones OnCPU can bind to. A restricted affinity mask (taskset, a cgroup
-// cpuset) need not start at CPU 0 nor be contiguous.
-func AllowedCPUs() ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("read CPU affinity: %w", err)
+// txProgram loads the XDP_TX program, counting into runs when not nil.
+func txProgram(runs *ebpf.Map) (*ebpf.Program, error) {
+	insns := asm.Instructions{
+		asm.LoadImm(asm.R0, 3, asm.DWord), // XDP_TX
+		asm.Return(),
 	}
-	var cpus []int
-	for c := 0; len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
+	name := "xdp_drop_txgen"
+	if runs != nil {
+		name = "xdp_drop_txcnt"
+		insns = asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word), // key 0
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -4),
+			asm.LoadMapPtr(asm.R1, runs.FD()),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "tx"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),         // per-CPU: no atomic needed
+			asm.LoadImm(asm.R0, 3, asm.DWord).WithSymbol("tx"), // XDP_TX
+			asm.Return(),
 		}
 	}
-	return cpus, nil
-}
-
-// OnCPU runs f with the calling thread bound to cpu, then restores the
-// thread's affinity. A veth receives what is sent from CPU c on its RX queue
-// c (modulo its queues), so this spreads traffic over CPUs and queues. The
-// caller must hold its OS thread (runtime.LockOSThread).
-func OnCPU(cpu int, f func() error) error {
-	var all, one unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &all); err != nil {
-		return err
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.XDP, License: "Dual BSD/GPL", Instructions: insns})
+	if err != nil {
+		return nil, fmt.Errorf("load the XDP_TX generator: %w", err)
 	}
-	defer unix.SchedSetaffinity(0, &all)
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		return fmt.Errorf("bind to CPU %d: %w", cpu, err)
-	}
-	return f()
+	return prog, nil
 }
