@@ -148,7 +148,7 @@ func run() error {
 
 	mix := traffic.Mix()
 	for g := 1; g <= gathers; g++ {
-		status("sending %d frames from %s: %s", traffic.Total(mix), testns.Peer, flowNames(mix))
+		status("sending %d frames from %s (%s): %s", traffic.Total(mix), testns.Peer, transportText(gen.Transport()), flowNames(mix))
 		if err := ns.Do(func() error { return gen.SendFlows(ns.PeerIdx, mix) }); err != nil {
 			return err
 		}
@@ -162,6 +162,14 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// transportText says how the frames leave the peer.
+func transportText(t txgen.Transport) string {
+	if t == txgen.Packet {
+		return "an AF_PACKET socket"
+	}
+	return "live-frames XDP_TX"
 }
 
 // printGather prints the points of one gather, which ends with the
