@@ -16,7 +16,8 @@ GROUP=@GROUP@
 NOTE=/run/telegraf-xdp-drop-bpffs-mode
 
 if [ "$(stat -f -c %T "$BPFFS" 2>/dev/null)" != bpf_fs ]; then
-	echo "telegraf-xdp-drop: no BPF filesystem on $BPFFS; pin_path needs one: mount -t bpf bpf $BPFFS, then run /usr/lib/telegraf-xdp-drop/bpffs-access"
+	# Nothing to reach, nothing to change: not even a mode on what is not ours.
+	echo "telegraf-xdp-drop: no BPF filesystem on $BPFFS, so pin_path = \"$PINS\" attaches without pins; to pin, as root run: mount -t bpf bpf $BPFFS (with systemd: systemctl start sys-fs-bpf.mount), then /usr/lib/telegraf-xdp-drop/bpffs-access"
 	exit 0
 fi
 mode=$(stat -c %a "$BPFFS")

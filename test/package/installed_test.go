@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/frames"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
@@ -218,6 +219,46 @@ func TestInstalledBPFFSChangedSince(t *testing.T) {
 	require.Equal(t, os.FileMode(0o1711), modeOf(t, m.path(bpffs)), "purge takes nothing away that it did not add")
 	_, err := os.Stat(bpffsNote)
 	require.ErrorIs(t, err, os.ErrNotExist, "the note goes with the package")
+}
+
+// TestInstalledWithoutBPFFS: on a host with no BPF filesystem on
+// /sys/fs/bpf (a plain sysfs directory), install, the tmpfiles entry,
+// remove and purge all succeed, change nothing there (no chmod of a
+// directory that is not a BPF filesystem) and say what pin_path needs.
+func TestInstalledWithoutBPFFS(t *testing.T) {
+	testns.RequirePrivileged(t)
+	deb := built(t, "deb")
+	m := newMountNSWithoutBPFFS(t)
+	installOnce(t, m)
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(m.path(bpffs), &st))
+	require.NotEqual(t, int64(unix.BPF_FS_MAGIC), int64(st.Type), "nothing mounted on %s in the test's namespace", bpffs)
+	before := modeOf(t, m.path(bpffs))
+	groupExisted := exec.Command("getent", "group", group()).Run() == nil
+	out := dpkg(t, m, nil, "-i", deb)
+	t.Logf("dpkg -i %s:\n%s", deb, out)
+	if !groupExisted {
+		t.Cleanup(func() { exec.Command("groupdel", group()).Run() })
+	}
+	require.Contains(t, out, `telegraf-xdp-drop: no BPF filesystem on /sys/fs/bpf, so pin_path = "/sys/fs/bpf/xdp_drop" attaches without pins; to pin, as root run: mount -t bpf bpf /sys/fs/bpf (with systemd: systemctl start sys-fs-bpf.mount), then /usr/lib/telegraf-xdp-drop/bpffs-access`)
+	require.NotContains(t, out, "added search permission")
+	require.Equal(t, before, modeOf(t, m.path(bpffs)), "the install changes nothing on %s", bpffs)
+	_, err := os.Stat(bpffsNote)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing added, nothing noted")
+	tmp, err := m.command(nil, "systemd-tmpfiles", "--create", tmpfiles).CombinedOutput()
+	require.NoError(t, err, "the tmpfiles entry at boot: %s", tmp)
+	require.DirExists(t, runDir)
+
+	out = dpkg(t, m, nil, "--remove", pkgName)
+	t.Logf("dpkg --remove %s:\n%s", pkgName, out)
+	out = dpkg(t, m, nil, "--purge", pkgName)
+	t.Logf("dpkg --purge %s:\n%s", pkgName, out)
+	require.NotContains(t, out, "took back")
+	require.Equal(t, before, modeOf(t, m.path(bpffs)), "the purge changes nothing on %s", bpffs)
+	for _, p := range []string{installed, pluginConf, tmpfiles, runDir, bpffsNote} {
+		_, err := os.Lstat(p)
+		require.ErrorIs(t, err, os.ErrNotExist, "%s after purge", p)
+	}
 }
 
 // installInto installs the .deb in a mount namespace of the test's own on a
