@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
@@ -40,9 +41,49 @@ func (o *objects) maps() map[string]*ebpf.Map {
 	return all
 }
 
-// memlock raises RLIMIT_MEMLOCK once, and only on kernels that charge BPF
-// memory to it (before 5.11); later kernels charge the memory cgroup.
-var memlock = sync.OnceValue(rlimit.RemoveMemlock)
+// memlock makes room for BPF memory once, and only on kernels that charge
+// it to RLIMIT_MEMLOCK (before 5.11); later kernels charge the memory cgroup
+// and nothing changes.
+var memlock = sync.OnceValue(func() error { return raiseMemlock(rlimit.RemoveMemlock) })
+
+// memlockHard is the hard RLIMIT_MEMLOCK that BPF memory stays within when
+// it could not be lifted (no CAP_SYS_RESOURCE); 0 when it was or need not be.
+var memlockHard atomic.Uint64
+
+// raiseMemlock lifts RLIMIT_MEMLOCK with remove (to unlimited, which needs
+// CAP_SYS_RESOURCE: root may lack it in its bounding set, the package does
+// not grant it). Refused, it raises the soft limit to the hard one, which
+// needs no capability, and BPF memory is bounded by that.
+func raiseMemlock(remove func() error) error {
+	err := remove()
+	if !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	var lim unix.Rlimit
+	if err := unix.Prlimit(0, unix.RLIMIT_MEMLOCK, nil, &lim); err != nil {
+		return fmt.Errorf("read RLIMIT_MEMLOCK: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		raised := unix.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if err := unix.Prlimit(0, unix.RLIMIT_MEMLOCK, &raised, nil); err != nil {
+			return fmt.Errorf("raise RLIMIT_MEMLOCK to its hard limit %d: %w", lim.Max, err)
+		}
+	}
+	if lim.Max != unix.RLIM_INFINITY {
+		memlockHard.Store(lim.Max)
+	}
+	return nil
+}
+
+// errPermission is ErrPermission, with the hard RLIMIT_MEMLOCK when BPF
+// memory is bounded by it: the kernel refuses a map over it with EPERM too.
+func errPermission() error {
+	if hard := memlockHard.Load(); hard > 0 {
+		return fmt.Errorf("%w, or more BPF memory than RLIMIT_MEMLOCK allows: this kernel (before 5.11) charges it there, and without CAP_SYS_RESOURCE "+
+			"it stays at the hard limit, %d bytes; raise the hard limit of the process that starts the binary (systemd: LimitMEMLOCK=infinity)", ErrPermission, hard)
+	}
+	return ErrPermission
+}
 
 func memlockError(err error) error {
 	if errors.Is(err, unix.EPERM) {
@@ -150,7 +191,7 @@ func loadError(err error) error {
 		return fmt.Errorf("load XDP program: %w", ErrPermission)
 	}
 	if errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("load XDP program: %w", ErrPermission)
+		return fmt.Errorf("load XDP program: %w", errPermission())
 	}
 	if fdErr := errOutOfFDs(); fdErr != nil {
 		// Not the verifier's or the kernel's doing, whatever err says.
