@@ -35,12 +35,15 @@ func TestBanHistoryHandedOver(t *testing.T) {
 		table, err := old.Bans()
 		require.NoError(t, err)
 		now := time.Now()
-		const maxAge = time.Hour
+		// The history keeps the kernel's clock, which starts at boot: an
+		// end before boot reads as boot, so every age here stays within
+		// the machine's uptime (a CI machine may have booted minutes ago).
+		maxAge := min(time.Hour, time.Duration(monoClock())/2)
 		kept := []BanRecord{
-			{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Count: 2, Duration: 20 * time.Minute, End: now.Add(-time.Minute)},
+			{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Count: 2, Duration: 20 * time.Minute, End: now.Add(-maxAge / 2)},
 			{Prefix: netip.MustParsePrefix("2001:db8::/48"), Count: 5, Duration: time.Hour, End: now.Add(30 * time.Minute)},
 		}
-		stale := BanRecord{Prefix: netip.MustParsePrefix("203.0.113.9/32"), Count: 1, Duration: time.Minute, End: now.Add(-2 * maxAge)}
+		stale := BanRecord{Prefix: netip.MustParsePrefix("203.0.113.9/32"), Count: 1, Duration: time.Minute, End: now.Add(-maxAge - maxAge/2)}
 		for _, r := range append(kept, stale) {
 			require.NoError(t, table.Remember(r, maxAge))
 		}
@@ -87,11 +90,11 @@ func TestBanHistoryBounded(t *testing.T) {
 	table, err := in.Bans()
 	require.NoError(t, err)
 	now := time.Now()
-	const maxAge = time.Hour
+	maxAge := min(time.Hour, time.Duration(monoClock())/2) // within the uptime, as above
 	for i := range BanHistoryMax {
 		end := now
 		if i < 10 {
-			end = now.Add(-2 * maxAge) // stale
+			end = now.Add(-maxAge - maxAge/2) // stale
 		}
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
 		require.NoError(t, table.Remember(BanRecord{Prefix: p, Count: 1, Duration: time.Minute, End: end}, maxAge))
