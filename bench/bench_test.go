@@ -117,14 +117,11 @@ func BenchmarkGather(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gen, err := loadReturn("xdp_bench_txgen", xdpTx)
+	gen, err := e.newSender()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer gen.Close()
-	if _, err := e.keepInDispatcher(gen); err != nil {
-		b.Fatal(err)
-	}
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("ifaces=%d", n), func(b *testing.B) {
 			x := xdp_drop.New()
@@ -146,9 +143,9 @@ func BenchmarkGather(b *testing.B) {
 				for _, peer := range peers[:n] {
 					for _, f := range traffic.Mix() {
 						// Only filling counters: a run a signal cut short is simply repeated.
-						_, err := runXDP(gen, f.Frame, uint32(f.Count*100), true, peer, 64)
+						_, err := gen.run(f.Frame, uint32(f.Count*100), peer)
 						for tries := 0; errors.Is(err, errInterrupted) && tries < 10; tries++ {
-							_, err = runXDP(gen, f.Frame, uint32(f.Count*100), true, peer, 64)
+							_, err = gen.run(f.Frame, uint32(f.Count*100), peer)
 						}
 						if err != nil {
 							return err

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf"
 	tconfig "github.com/influxdata/telegraf/config"
 	"golang.org/x/sys/unix"
 
@@ -34,7 +33,8 @@ const (
 	detectSampleRate  = 100
 	detectRuns        = 5
 	detectBackground  = 4
-	detectStep        = 10 * time.Millisecond // the senders' pacing
+	detectStep        = 10 * time.Millisecond // the senders' pacing with live frames
+	detectPacketStep  = 50 * time.Millisecond // with AF_PACKET (see sendStep)
 	targetDetectNs    = 500.0                 // per sample: 5 % of a core at 100,000 samples/s
 	detectMoreFlood   = 300 * time.Millisecond
 	detectGiveUpAfter = detectFor + 5*time.Second
@@ -66,6 +66,8 @@ type detectResult struct {
 	active     int64  // detection bans in force at the end
 	nsPerAdd   float64
 	addAllocs  float64
+	sender     string        // the transport that sent the frames
+	step       time.Duration // the senders' pacing
 }
 
 // detectTimeToBan runs the plugin with [bans.detect] (enforcing) on the
@@ -82,11 +84,15 @@ func detectTimeToBan(e *env, runs int) (detectResult, error) {
 	if err := x.Init(); err != nil {
 		return r, err
 	}
-	gen, _, done, err := throughputPrograms(e)
+	gen, err := e.newSender()
 	if err != nil {
 		return r, err
 	}
-	defer done()
+	defer gen.Close()
+	r.sender, r.step = gen.String(), detectStep
+	if !gen.isLive() {
+		r.step = detectPacketStep
+	}
 	sock, err := openSourceCounter(e.ns, testns.Dev)
 	if err != nil {
 		return r, err
@@ -138,7 +144,7 @@ func detectTimeToBan(e *env, runs int) (detectResult, error) {
 			at = at.Add(time.Second)
 		}
 		time.Sleep(time.Until(at))
-		run, bs, bp, err := floodUntilBanned(e, gen, sock, snapshot, src, bg, dst)
+		run, bs, bp, err := floodUntilBanned(e, gen, r.step, sock, snapshot, src, bg, dst)
 		if err != nil {
 			return r, fmt.Errorf("run %d, source %s: %w", i+1, src, err)
 		}
@@ -165,14 +171,18 @@ func detectTimeToBan(e *env, runs int) (detectResult, error) {
 }
 
 // floodUntilBanned sends src at 10× pps and each of bg at half of it, in
-// steps of detectStep, until the detection's ban counter moves and
+// steps of step, until the detection's ban counter moves and
 // detectMoreFlood more; the first frame dropped is the first the stack did
 // not see, and the time to ban runs from the first frame to its step.
-func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot func() (uint64, int64), src netip.Addr, bg []netip.Addr, dst netip.Addr) (detectRun, uint64, uint64, error) {
+func floodUntilBanned(e *env, gen *sender, stepLen time.Duration, sock *sourceCounter, snapshot func() (uint64, int64), src netip.Addr, bg []netip.Addr, dst netip.Addr) (detectRun, uint64, uint64, error) {
 	run := detectRun{source: src}
 	heavy := udpFrom(src, dst)
-	perStep := uint32(10 * detectPPS * detectStep / time.Second)
-	bgPerStep := uint32(detectPPS / 2 * detectStep / time.Second)
+	perStep := uint32(10 * detectPPS * stepLen / time.Second)
+	bgPerStep := uint32(detectPPS / 2 * stepLen / time.Second)
+	var bgFrames [][]byte
+	for _, b := range bg {
+		bgFrames = append(bgFrames, udpFrom(b, dst))
+	}
 	passed0 := sock.count(src)
 	var bgPassed0 uint64
 	for _, b := range bg {
@@ -196,20 +206,7 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 			break
 		}
 		steps = append(steps, step{time.Now(), run.sent})
-		err := e.ns.Do(func() error {
-			return txgen.WithoutSignals(func() error {
-				if err := sendLive(gen, heavy, perStep, e.ns.PeerIdx); err != nil {
-					return err
-				}
-				for _, b := range bg {
-					if err := sendLive(gen, udpFrom(b, dst), bgPerStep, e.ns.PeerIdx); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		})
-		if err != nil {
+		if err := e.sendStep(gen, heavy, perStep, bgFrames, bgPerStep); err != nil {
 			return run, 0, 0, err
 		}
 		run.sent += uint64(perStep)
@@ -219,7 +216,7 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 				bannedAt = time.Now()
 			}
 		}
-		next = next.Add(detectStep)
+		next = next.Add(stepLen)
 		time.Sleep(time.Until(next))
 	}
 	end := time.Now()
@@ -261,7 +258,7 @@ func floodUntilBanned(e *env, gen *ebpf.Program, sock *sourceCounter, snapshot f
 	first := steps[stepOf(from, run.passed)]
 	run.banned = true
 	run.took = first.at.Sub(start)
-	run.rate = float64(first.from) / max(run.took.Seconds(), detectStep.Seconds())
+	run.rate = float64(first.from) / max(run.took.Seconds(), stepLen.Seconds())
 	return run, bgSent, bgPassed, nil
 }
 
@@ -277,11 +274,46 @@ func stepOf(from []uint64, n uint64) int {
 	return i - 1
 }
 
-// sendLive transmits n copies of frame out of ifindex; the caller blocks
-// signals, so that the kernel never stops the run part way (EINTR).
-func sendLive(gen *ebpf.Program, frame []byte, n uint32, ifindex int) error {
-	_, err := runXDP(gen, frame, n, true, ifindex, 64)
-	return err
+// sendStep sends one step: n copies of heavy and bgN of each of bg, out of
+// the veth's peer. Live frames go from one thread, signals blocked, so
+// that the kernel never stops a run part way (EINTR). AF_PACKET opens and
+// closes a socket a send, and the close waits for an RCU grace period
+// (10-15 ms here): its sends go side by side, a thread each, so that one
+// step waits about one grace period, not one a source.
+func (e *env) sendStep(gen *sender, heavy []byte, n uint32, bg [][]byte, bgN uint32) error {
+	if gen.isLive() {
+		return e.ns.Do(func() error {
+			return txgen.WithoutSignals(func() error {
+				if _, err := gen.run(heavy, n, e.ns.PeerIdx); err != nil {
+					return err
+				}
+				for _, f := range bg {
+					if _, err := gen.run(f, bgN, e.ns.PeerIdx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+	errs := make([]error, len(bg)+1)
+	var wg sync.WaitGroup
+	for i := range errs {
+		frame, count := heavy, n
+		if i > 0 {
+			frame, count = bg[i-1], bgN
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.ns.Do(func() error {
+				_, err := gen.run(frame, count, e.ns.PeerIdx)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func udpFrom(src, dst netip.Addr) []byte {
@@ -465,8 +497,8 @@ func (r *detectResult) rows() []string {
 		bgRate = append(bgRate, run.backgroundPPS)
 	}
 	rows := []string{
-		fmt.Sprintf("| time to ban, [bans.detect] | pps = %d, for = \"%s\", sample_rate = %d, dry_run = false; one new source per run at 10× pps = %.0f frames/s (%s), veth; counted at the stack | %s | — | — | ≤ %s (for + 1 s) | %s |",
-			r.pps, detectFor, detectSampleRate, want, reached, figure, targetTimeToBan, ok),
+		fmt.Sprintf("| time to ban, [bans.detect] | pps = %d, for = \"%s\", sample_rate = %d, dry_run = false; one new source per run at 10× pps = %.0f frames/s (%s), veth, sent by %s; counted at the stack | %s | — | — | ≤ %s (for + 1 s) | %s |",
+			r.pps, detectFor, detectSampleRate, want, reached, r.sender, figure, targetTimeToBan, ok),
 		fmt.Sprintf("| false bans, [bans.detect] | %d sources at 0.5× pps (%.0f frames/s each) during the runs above | %d banned; %d of %d frames reached the stack | — | — | 0 banned, all reach the stack | %s |",
 			r.background, median(bgRate), r.bgBanned, r.bgPassed, r.bgSent, met(r.bgBanned == 0 && r.bgPassed == r.bgSent, fmt.Sprintf("%d banned, %d frames kept from the stack", r.bgBanned, r.bgSent-r.bgPassed))),
 		fmt.Sprintf("| detector, per sampled frame | internal/detect's BenchmarkAdd in thread CPU time: Window.Add, a quarter from one source among 65,536 /24s, Tick every 100,000; median of 5 × 2^20 | %.0f ns CPU, %.2f allocs | — | — | ≤ %.0f ns (5 %% of a core at 100,000 samples/s) | %s |",
@@ -500,11 +532,11 @@ func (r *report) printDetectNotes(w io.Writer) {
 	if d == nil {
 		return
 	}
-	fmt.Fprintf(w, "Detect: the plugin in process on the veth (drop = [\"gre\"], sample_actions = [\"drop\", \"pass\"], [bans.detect] as in the row); frames sent from the peer with live-frames XDP_TX in steps of %s, "+
+	fmt.Fprintf(w, "Detect: the plugin in process on the veth (drop = [\"gre\"], sample_actions = [\"drop\", \"pass\"], [bans.detect] as in the row); frames sent from the peer with %s in steps of %s, "+
 		"each run's flood started %s later in the second than the one before, counted from the plugin's start (the detector ticks every second from about then); a packet socket on the veth counts each source's frames that reach the stack. "+
 		"The frames that pass are the first ones sent, so the first dropped is the next; time to ban = the send time of its step − the first frame's; "+
 		"checked: in every run the source's frames seen at the stack plus the detection's ban counter make exactly the frames sent; %d detection bans in force at the end (one a run).\n",
-		detectStep, round(time.Second/time.Duration(max(len(d.runs), 1))), d.active)
+		d.sender, d.step, round(time.Second/time.Duration(max(len(d.runs), 1))), d.active)
 	for i, run := range d.runs {
 		fmt.Fprintf(w, "  run %d, %s: started %s into a second of the plugin's; %d sent, %d reached the stack, %d dropped by the ban; time to ban %s at %.0f frames/s\n",
 			i+1, run.source, round(run.phase), run.sent, run.passed, run.dropped, round(run.took), run.rate)

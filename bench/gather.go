@@ -32,6 +32,7 @@ type gatherResult struct {
 	baseline     float64 // key-by-key read of a 256-entry per-CPU array, median µs
 	baseAllocs   float64
 	baselineKeys int
+	sender       string // the transport that sent the traffic
 }
 
 // gatherVeths creates n veth pairs (xdpbgN / xdpbgNp) for the plugin.
@@ -51,16 +52,11 @@ func (e *env) gatherVeths(n int) (names []string, peers []int, err error) {
 // gather measures one Gather of the plugin with n attached interfaces, each
 // of which has seen the traffic mix, and the key-by-key baseline.
 func gather(e *env, cfg gatherConfig, names []string, peers []int) ([]gatherResult, error) {
-	gen, err := loadReturn("xdp_bench_txgen", xdpTx)
+	gen, err := e.newSender()
 	if err != nil {
 		return nil, err
 	}
 	defer gen.Close()
-	idle, err := e.keepInDispatcher(gen)
-	if err != nil {
-		return nil, err
-	}
-	defer idle.Close()
 	baseline, err := newKeyByKey()
 	if err != nil {
 		return nil, err
@@ -78,12 +74,13 @@ func gather(e *env, cfg gatherConfig, names []string, peers []int) ([]gatherResu
 			return nil, err
 		}
 		r.baselineKeys = keyByKeyEntries
+		r.sender = gen.String()
 		results = append(results, r)
 	}
 	return results, nil
 }
 
-func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int) (gatherResult, error) {
+func gatherN(e *env, gen *sender, names []string, peers []int, samples int) (gatherResult, error) {
 	r := gatherResult{ifaces: len(names)}
 	x := xdp_drop.New()
 	x.Interfaces, x.Drop, x.Log, x.HandoverTimeout = names, []any{"all"}, quietLogger{}, 0
@@ -181,13 +178,13 @@ func gatherN(e *env, gen *ebpf.Program, names []string, peers []int, samples int
 // sendAll sends count copies of frame from the veth peer to dev, also when
 // a signal cuts a send short: what dev received is then taken off. The
 // calling thread must be in the namespace.
-func (e *env) sendAll(gen *ebpf.Program, frame []byte, count int, dev string, peer int) error {
+func (e *env) sendAll(gen *sender, frame []byte, count int, dev string, peer int) error {
 	for tries := 0; count > 0; tries++ {
 		rx0, err := e.ns.RxPackets(dev)
 		if err != nil {
 			return err
 		}
-		_, err = runXDP(gen, frame, uint32(count), true, peer, 64)
+		_, err = gen.run(frame, uint32(count), peer)
 		if err == nil {
 			return nil
 		}

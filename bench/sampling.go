@@ -195,6 +195,7 @@ type samplingFlood struct {
 	cap                  int64
 	rssKB                int64         // the bench process, plugin included
 	gather, gatherLoaded time.Duration // median Gather, idle and after the flood's samples
+	sender               string        // the transport that sent the flood
 }
 
 func floodSampling(e *env, seconds float64) (samplingFlood, error) {
@@ -208,11 +209,12 @@ func floodSampling(e *env, seconds float64) (samplingFlood, error) {
 	if err := x.Init(); err != nil {
 		return r, err
 	}
-	gen, _, done, err := throughputPrograms(e)
+	gen, err := e.newSender()
 	if err != nil {
 		return r, err
 	}
-	defer done()
+	defer gen.Close()
+	r.sender = gen.String()
 	acc := &discardAccumulator{}
 	err = e.ns.Do(func() error {
 		if err := e.ns.CheckAttachable(testns.Dev); err != nil {
@@ -236,12 +238,13 @@ func floodSampling(e *env, seconds float64) (samplingFlood, error) {
 		}
 		r.gather = timeGather(20)
 		frame := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
+		chunk := gen.scaled(1 << 20)
 		start := time.Now()
 		for time.Since(start).Seconds() < seconds {
-			if _, err := runXDP(gen, frame, 1<<20, true, e.ns.PeerIdx, 64); err != nil && !errors.Is(err, errInterrupted) {
+			if _, err := gen.run(frame, chunk, e.ns.PeerIdx); err != nil && !errors.Is(err, errInterrupted) {
 				return err
 			}
-			r.frames += 1 << 20
+			r.frames += uint64(chunk)
 		}
 		r.took = time.Since(start)
 		time.Sleep(100 * time.Millisecond) // the reader catches up
