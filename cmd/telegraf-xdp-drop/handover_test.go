@@ -31,37 +31,21 @@ var (
 // stream sends UDP from the peer without pause until stopped, counting
 // the frames sent.
 type stream struct {
-	sent  atomic.Int64
-	stop  chan struct{}
-	done  chan error
+	*txgen.Stream
 	begin time.Time
-	end   time.Time
 }
 
 func startStream(t *testing.T, ns *testns.NS, gen *txgen.Generator) *stream {
-	s := &stream{stop: make(chan struct{}), done: make(chan error, senders), begin: time.Now()}
-	for range senders {
-		go func() {
-			s.done <- ns.Do(func() error {
-				for {
-					select {
-					case <-s.stop:
-						return nil
-					default:
-					}
-					if err := gen.Send(ns.PeerIdx, udpFrame, perCall); err != nil {
-						return err
-					}
-					s.sent.Add(perCall)
-				}
-			})
-		}()
-	}
-	return s
+	return &stream{begin: time.Now(), Stream: txgen.NewStream(senders, func() (int, error) {
+		if err := ns.Do(func() error { return gen.Send(ns.PeerIdx, udpFrame, perCall) }); err != nil {
+			return 0, err
+		}
+		return perCall, nil
+	})}
 }
 
-// Each send waits for an RCU grace period, in which it sends nothing:
-// several senders in parallel leave no moment without traffic.
+// Each live-frames send waits for an RCU grace period, in which it sends
+// nothing: several senders in parallel leave no moment without traffic.
 const (
 	senders = 4
 	perCall = 1024
@@ -69,13 +53,8 @@ const (
 
 func (s *stream) finish(t *testing.T) (int64, time.Duration) {
 	t.Helper()
-	close(s.stop)
-	for range senders {
-		require.NoError(t, <-s.done)
-	}
-	s.end = time.Now()
-	n := s.sent.Load()
-	return n, s.end.Sub(s.begin)
+	require.NoError(t, s.Stop())
+	return s.Sent(), time.Since(s.begin)
 }
 
 // gapWatch polls the interface's XDP program id until stopped and counts
@@ -227,9 +206,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 
 			gaps := watchGaps(ns)
 			s := startStream(t, ns, gen)
-			for s.sent.Load() < 20000 {
-				time.Sleep(5 * time.Millisecond)
-			}
+			require.NoError(t, s.WaitSent(20000, testns.Hang))
 			require.NoError(t, a.stdin.Close())
 			b := startAt(t, ns, conf, fmt.Sprintf("[[inputs.xdp_drop]]\n  interfaces = [%q]\n  drop = %s\n", testns.Dev, c.dropB))
 			var attached bool
@@ -241,9 +218,7 @@ func TestHandoverUnderLoad(t *testing.T) {
 				}
 			}
 			require.True(t, attached, "B never took over; B's stderr: %s", b.stderr)
-			for mark := s.sent.Load(); s.sent.Load() < mark+20000; {
-				time.Sleep(5 * time.Millisecond)
-			}
+			require.NoError(t, s.WaitSent(s.Sent()+20000, testns.Hang))
 			sent, took := s.finish(t)
 			polls, empty := gaps.finish(t)
 			// Not every frame sent reaches the interface (the veth's ring

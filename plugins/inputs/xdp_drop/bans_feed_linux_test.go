@@ -165,29 +165,19 @@ func TestBansReloadUnderTraffic(t *testing.T) {
 	require.NoError(t, err)
 	defer gen.Close()
 	banned, other := banFlow{src: "203.0.113.5"}.frame(), banFlow{src: "198.51.100.1"}.frame()
-	var sentBanned, sentOther atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if ns.Do(func() error { return gen.Send(ns.PeerIdx, banned, 64) }) == nil {
-				sentBanned.Add(64)
-			}
-			if ns.Do(func() error { return gen.Send(ns.PeerIdx, other, 1) }) == nil {
-				sentOther.Add(1)
-			}
+	var sentOther atomic.Int64
+	s := txgen.NewStream(1, func() (int, error) {
+		if err := ns.Do(func() error { return gen.Send(ns.PeerIdx, banned, 64) }); err != nil {
+			return 0, err
 		}
-	}()
-	for sentBanned.Load() < 5000 {
-		time.Sleep(5 * time.Millisecond)
-	}
+		if err := ns.Do(func() error { return gen.Send(ns.PeerIdx, other, 1) }); err != nil {
+			return 64, err
+		}
+		sentOther.Add(1)
+		return 64, nil
+	})
+	defer s.Stop()
+	require.NoError(t, s.WaitSent(5000, testns.Hang))
 	dir := handOverInProcess(t, ns, a)
 	b := banPlugin(l, key, nil)
 	require.NoError(t, b.Init())
@@ -199,11 +189,8 @@ func TestBansReloadUnderTraffic(t *testing.T) {
 	f := waitBans(t, ns, b, "the successor's first pull", func(f map[string]any) bool { return field(f, FieldSynced) > 0 })
 	require.Equal(t, int64(1), field(f, FieldActive))
 	require.Equal(t, int64(0), field(f, FieldAdded), "the ban was handed over, not added again")
-	for mark := sentBanned.Load(); sentBanned.Load() < mark+5000; {
-		time.Sleep(5 * time.Millisecond)
-	}
-	close(stop)
-	wg.Wait()
+	require.NoError(t, s.WaitSent(s.Sent()+5000, testns.Hang))
+	require.NoError(t, s.Stop())
 
 	got, err := sink.Receive(int(sentOther.Load()), testns.Hang)
 	require.NoError(t, err)
@@ -216,7 +203,7 @@ func TestBansReloadUnderTraffic(t *testing.T) {
 			passed++
 		}
 	}
-	t.Logf("%d frames sent from the banned source, %d from another across the reload", sentBanned.Load(), sentOther.Load())
+	t.Logf("%d frames sent from the banned source, %d from another across the reload", s.Sent(), sentOther.Load())
 	require.Zero(t, leaked, "frames from the banned source that reached the stack")
 	require.Equal(t, int(sentOther.Load()), passed, "frames from the other source all passed")
 }

@@ -8,10 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/influxdata/telegraf/testutil"
@@ -85,47 +82,29 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	gen, err := txgen.New()
 	require.NoError(t, err)
 	defer gen.Close()
-	var sent atomic.Uint64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var stopOnce sync.Once
-	stopFlood := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
-	defer stopFlood() // before gen closes, also when the test fails
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	flood := txgen.NewStream(1, func() (int, error) {
+		n := 0
 		err := ns.Do(func() error {
-			for {
-				select {
-				case <-stop:
-					return nil
-				default:
+			for _, f := range [][]byte{bothV4, bothV6, newV4, newV6} {
+				if err := gen.Send(ns.PeerIdx, f, 64); err != nil {
+					return err
 				}
-				for _, f := range [][]byte{bothV4, bothV6, newV4, newV6} {
-					if err := gen.Send(ns.PeerIdx, f, 64); err != nil {
-						return err
-					}
-					sent.Add(64)
-				}
+				n += 64
 			}
+			return nil
 		})
-		if err != nil {
-			t.Errorf("flood: %v", err)
-		}
-	}()
+		return n, err
+	})
+	defer flood.Stop() // before gen closes, also when the test fails
 	// Every swap is made while the flood runs: the flood has sent more
 	// since the last one.
-	floodOn := func(since uint64) {
+	floodOn := func(since int64) {
 		t.Helper()
-		deadline := time.Now().Add(testns.Hang)
-		for sent.Load() <= since && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		require.Greater(t, sent.Load(), since, "the flood runs")
+		require.NoError(t, flood.WaitSent(since+1, testns.Hang), "the flood runs")
 	}
 	swaps := 0
 	for i := range 20 {
-		floodOn(sent.Load())
+		floodOn(flood.Sent())
 		version := listV2
 		if i%2 == 1 {
 			version = listV1
@@ -139,20 +118,21 @@ func TestPrefixFileSwapLive(t *testing.T) {
 		require.Equal(t, p.files.gen, p.links.ifaces[0].rulesGen, "swap %d: in force on the interface", i)
 		swaps++
 	}
-	floodOn(sent.Load())
-	stopFlood()
+	floodOn(flood.Sent())
+	require.NoError(t, flood.Stop())
+	sent := uint64(flood.Sent())
 	require.Equal(t, 20, swaps)
 	require.NotEqual(t, firstID, p.links.ifaces[0].prog.ID(), "the program was replaced")
 
-	acc = gatherUntil(t, ns, p, sent.Load())
+	acc = gatherUntil(t, ns, p, sent)
 	got := classPackets(acc)
-	t.Logf("flood of %d frames through 20 swaps: %v", sent.Load(), got)
+	t.Logf("flood of %d frames through 20 swaps: %v", sent, got)
 	require.Zero(t, got["ipv4/udp/pass"]+got["ipv6/udp/pass"], "frames from sources both versions list passed")
 	both := got["ipv4/udp/drop"] + got["ipv6/udp/drop"]
-	require.Equal(t, sent.Load()/2, both, "every frame of the sources both versions list dropped")
+	require.Equal(t, sent/2, both, "every frame of the sources both versions list dropped")
 	require.Equal(t, got["ipv4/udp/drop"]+got["ipv6/udp/drop"]+got["ipv4/tcp/drop"]+got["ipv6/tcp/drop"], got["rule/blocklist"],
 		"the rule counted every frame it dropped, across all programs")
-	require.Equal(t, sent.Load(), got["ipv4/udp/drop"]+got["ipv6/udp/drop"]+got["ipv4/tcp/drop"]+got["ipv6/tcp/drop"]+got["ipv4/tcp/pass"]+got["ipv6/tcp/pass"])
+	require.Equal(t, sent, got["ipv4/udp/drop"]+got["ipv6/udp/drop"]+got["ipv4/tcp/drop"]+got["ipv6/tcp/drop"]+got["ipv4/tcp/pass"]+got["ipv6/tcp/pass"])
 
 	// The last version in force is the first (20 flips end on it): put the
 	// second in force and flood from its new sources alone: none passes.
@@ -160,7 +140,7 @@ func TestPrefixFileSwapLive(t *testing.T) {
 	acc = &testutil.Accumulator{}
 	inNS(t, ns, p, func() error { return p.Gather(acc) })
 	require.Empty(t, acc.Errors)
-	total := sent.Load()
+	total := sent
 	send(t, ns, nil)
 	require.NoError(t, ns.Do(func() error {
 		for _, f := range [][]byte{newV4, newV6} {
