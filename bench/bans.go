@@ -183,7 +183,7 @@ func bansPerPacket(cfg perPacketConfig) ([]samplingResult, banApply, []string, e
 	apply.apply = time.Since(start)
 	start = time.Now()
 	for _, p := range delta {
-		if ok, err := table.Lift(p); err != nil || !ok {
+		if ok, err := table.Lift(p, bpf.BanOriginCrowdSec); err != nil || !ok {
 			return nil, apply, nil, fmt.Errorf("lift %s: %v, %v", p, ok, err)
 		}
 	}

@@ -5,7 +5,9 @@ package bpf
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -25,11 +27,71 @@ func newBanIndex() banIndex {
 	return banIndex{entries: map[netip.Prefix]banValue{}, refs: map[uint32]uint32{}, long: map[uint32][2]uint64{}, allow: map[int]int{}}
 }
 
-// banValue is an entry as user space keeps it.
+// banValue is an entry as user space keeps it: an allowed prefix, or a ban
+// and each origin's claim on it.
 type banValue struct {
-	end    uint64 // monotonic ns; the largest for an allowed prefix
-	origin uint8
+	claims [BanOrigins]uint64 // each origin's end, monotonic ns; 0: no claim
+	origin uint8              // the claim the kernel entry names for its frames
 	allow  bool
+}
+
+// end is the entry's end in the kernel: the latest claim's; the largest
+// for an allowed prefix.
+func (v banValue) end() uint64 {
+	if v.allow {
+		return math.MaxUint64
+	}
+	return slices.Max(v.claims[:])
+}
+
+// claimed reports whether an origin holds a claim on the ban.
+func (v banValue) claimed() bool { return v.end() != 0 }
+
+// holders counts the origins holding a claim on the ban.
+func (v banValue) holders() int {
+	n := 0
+	for _, c := range v.claims {
+		if c != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// name picks the claim the entry names for its frames: the one it names,
+// while that claim is in force at now (the first origin to ban keeps its
+// frames); otherwise the claim in force that lasts longest, or the latest
+// when none is.
+func (v *banValue) name(now uint64) {
+	if v.claims[v.origin] > now {
+		return
+	}
+	for o, c := range v.claims {
+		if c > v.claims[v.origin] {
+			v.origin = uint8(o)
+		}
+	}
+}
+
+// kernel is the entry as the kernel's hash holds it.
+func (v banValue) kernel() xdpDropBanValue {
+	kind := uint8(xdpDropBanLimitsBAN_KIND_BAN)
+	if v.allow {
+		kind = uint8(xdpDropBanLimitsBAN_KIND_ALLOW)
+	}
+	return xdpDropBanValue{End: v.end(), Origin: v.origin, Kind: kind, Claims: v.claims}
+}
+
+// valueOf is the entry a kernel value holds; a ban without claims (none
+// is written so) is its origin's until its end.
+func valueOf(k xdpDropBanValue) banValue {
+	v := banValue{claims: k.Claims, origin: k.Origin % BanOrigins, allow: k.Kind == uint8(xdpDropBanLimitsBAN_KIND_ALLOW)}
+	if v.allow {
+		v.claims = [BanOrigins]uint64{}
+	} else if !v.claimed() {
+		v.claims[v.origin] = k.End
+	}
+	return v
 }
 
 const (

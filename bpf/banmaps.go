@@ -167,15 +167,15 @@ func (t *BanTable) Memory() (uint64, error) {
 }
 
 // rebuild makes the index again from the maps, handed over by another
-// instance, and writes every filter word and bucket as the entries make
-// them.
+// instance, every origin's claim with it (each entry holds them), and
+// writes every filter word and bucket as the entries make them.
 func (t *BanTable) rebuild() error {
 	var k4 xdpDropBanV4Key
 	var k6 xdpDropBanV6Key
 	var v xdpDropBanValue
 	add := func(p netip.Prefix) {
 		x := &t.index[family(p)]
-		bv := banValue{end: v.End, origin: v.Origin, allow: v.Kind == uint8(xdpDropBanLimitsBAN_KIND_ALLOW)}
+		bv := valueOf(v)
 		x.entries[p] = bv
 		x.adjust(bv, 1, p)
 		t.filter.count(p, 1)

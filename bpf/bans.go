@@ -30,14 +30,21 @@ import (
 // it. Entries are written before their bit is set and deleted after it is
 // cleared, so the program never misses an entry it should see.
 //
+// Each origin owns its claims: a prefix several origins ban is one entry,
+// whose end is the latest claim's and whose origin (the one its frames are
+// counted under) is the first to have banned it while that claim holds.
+// The entry keeps every origin's end, which no program reads, so that a
+// successor rebuilds every claim from the maps. Lift and Expire remove one
+// origin's claims only.
+//
 // Memory: the hashes are preallocated for Max bans plus MaxBanAllow allowed
-// prefixes per family. Worst case per entry in the kernel: 104 bytes for
-// IPv4 and 120 for IPv6 (a hash element of 72 or 88 bytes, and its share of
-// the hash's bucket heads, 16 bytes each and a power of two of them: up to
-// 32 bytes), plus 3 MiB whatever Max (2 MiB of buckets, 1 MiB of filter);
-// user space keeps about 150 bytes more per entry. For the default Max of
-// 100,000 the kernel accounts 26.0 MB (Memory measures it; 46.2 MB for
-// 200,000, 6.8 MB for 1).
+// prefixes per family. Worst case per entry in the kernel: 136 bytes for
+// IPv4 and 152 for IPv6 (a hash element of 104 or 120 bytes, the claims'
+// 32 included, and its share of the hash's bucket heads, 16 bytes each
+// and a power of two of them: up to 32 bytes), plus 3 MiB whatever Max (2
+// MiB of buckets, 1 MiB of filter); user space keeps about 175 bytes more
+// per entry. For the default Max of 100,000 the kernel accounts 33.4 MB
+// (Memory measures it; 60.0 MB for 200,000, 7.9 MB for 1).
 //
 // A BanTable is safe for concurrent use.
 type BanTable struct {
@@ -125,11 +132,7 @@ func (t *BanTable) hashOf(fam int) *ebpf.Map {
 func (t *BanTable) put(p netip.Prefix, v banValue) error {
 	fam := family(p)
 	x := &t.index[fam]
-	kind := uint8(xdpDropBanLimitsBAN_KIND_BAN)
-	if v.allow {
-		kind = uint8(xdpDropBanLimitsBAN_KIND_ALLOW)
-	}
-	val := xdpDropBanValue{End: v.end, Origin: v.origin, Kind: kind}
+	val := v.kernel()
 	if err := t.hashOf(fam).Update(kernelKey(p), &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write ban entry %s: %w", p, err)
 	}
@@ -174,8 +177,9 @@ func (t *BanTable) remove(p netip.Prefix) error {
 
 // SetAllow makes prefixes the allowed ones, replacing those set before:
 // a source inside one is never dropped by a ban. Bans inside a newly
-// allowed prefix are lifted (lifted counts them); a ban that covers an
-// allowed prefix stays and bans the rest. At most MaxBanAllow per family.
+// allowed prefix are lifted, every origin's claim (lifted counts the
+// claims); a ban that covers an allowed prefix stays and bans the rest.
+// At most MaxBanAllow per family.
 func (t *BanTable) SetAllow(prefixes []netip.Prefix) (lifted int, err error) {
 	want := map[netip.Prefix]bool{}
 	var per [2]int
@@ -209,10 +213,10 @@ func (t *BanTable) SetAllow(prefixes []netip.Prefix) (lifted int, err error) {
 				if err := t.remove(q); err != nil {
 					return lifted, err
 				}
-				lifted++
+				lifted += v.holders()
 			}
 		}
-		if err := t.put(p, banValue{end: math.MaxUint64, allow: true}); err != nil {
+		if err := t.put(p, banValue{allow: true}); err != nil {
 			return lifted, err
 		}
 	}
@@ -229,10 +233,15 @@ func (t *BanTable) SetAllow(prefixes []netip.Prefix) (lifted int, err error) {
 	return lifted, nil
 }
 
-// Ban puts a ban on p (masked to its length) from now until end, by
-// origin (< BanOrigins). A prefix banned already gets the new end and
-// origin. The outcome says whether it is in force; an error is a failed
-// write or bad input (an end that passed, a /0, an origin out of range).
+// Ban puts origin's (< BanOrigins) claim on p (masked to its length), from
+// now until end. Each origin holds its own claim: the prefix is banned
+// until the latest claim's end, and its frames are counted under the
+// origin that banned it first, while that origin's claim is in force
+// (then under the claim in force that lasts longest). A claim of an
+// origin on a prefix it holds already gets the new end. The outcome says
+// whether it is in force: a claim on a prefix another origin holds is not
+// a new entry, never refused as over Max. An error is a failed write or
+// bad input (an end that passed, a /0, an origin out of range).
 func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome, error) {
 	p, err := normalize(p)
 	if err != nil {
@@ -245,74 +254,125 @@ func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome,
 	if !end.After(wallNow) {
 		return 0, fmt.Errorf("ban on %s: its end %s has passed", p, end.Format(time.RFC3339))
 	}
-	v := banValue{end: monoOf(end, wallNow, monoNow), origin: origin}
+	claim := max(monoOf(end, wallNow, monoNow), 1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	x := &t.index[family(p)]
 	if x.allowedBy(p) {
 		return BanRefusedAllowed, nil
 	}
-	if old, ok := x.entries[p]; ok {
-		if old == v {
+	v, held := x.entries[p]
+	if held {
+		if v.claims[origin] == claim {
 			return BanUnchanged, nil
 		}
-		if err := t.put(p, v); err != nil {
-			return 0, err
-		}
-		return BanUpdated, nil
-	}
-	if x.bans >= t.max {
+	} else if x.bans >= t.max {
 		return BanRefusedFull, nil
+	} else {
+		v.origin = origin
 	}
+	had := v.claims[origin] != 0
+	v.claims[origin] = claim
+	v.name(monoNow)
 	if err := t.put(p, v); err != nil {
 		return 0, err
+	}
+	if had {
+		return BanUpdated, nil
 	}
 	return BanAdded, nil
 }
 
-// Lift removes the ban on p at once, reporting whether there was one.
-func (t *BanTable) Lift(p netip.Prefix) (bool, error) {
+// Lift removes origin's claim on p at once, reporting whether it had one.
+// The other origins' claims stay: p is lifted when none is left.
+func (t *BanTable) Lift(p netip.Prefix, origin uint8) (bool, error) {
 	p, err := normalize(p)
 	if err != nil {
 		return false, fmt.Errorf("lift: %w", err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if v, ok := t.index[family(p)].entries[p]; !ok || v.allow {
+	if origin >= BanOrigins {
 		return false, nil
 	}
-	return true, t.remove(p)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.index[family(p)].entries[p]
+	if !ok || v.allow || v.claims[origin] == 0 {
+		return false, nil
+	}
+	return true, t.unclaim(p, v, origin, monoClock())
 }
 
-// Expire removes the bans whose end is not after now, returning how many.
-// The kernel stopped applying them at their end already.
-func (t *BanTable) Expire(now time.Time) (n int, err error) {
-	cut := monoOf(now, time.Now(), monoClock())
+// unclaim removes origin's claim from p's entry v: the entry is rewritten
+// to the claims left, or removed with the last.
+func (t *BanTable) unclaim(p netip.Prefix, v banValue, origin uint8, now uint64) error {
+	v.claims[origin] = 0
+	if !v.claimed() {
+		return t.remove(p)
+	}
+	v.name(now)
+	return t.put(p, v)
+}
+
+// Expire removes origin's claims whose end is not after now, returning
+// how many; the kernel stopped applying them at their end already, and
+// the other origins' claims stay. An entry whose frames are counted under
+// a claim that ended is rewritten to count them under one in force.
+func (t *BanTable) Expire(now time.Time, origin uint8) (n int, err error) {
+	if origin >= BanOrigins {
+		return 0, nil
+	}
+	monoNow := monoClock()
+	cut := monoOf(now, time.Now(), monoNow)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for fam := range t.index {
 		for p, v := range t.index[fam].entries {
-			if v.allow || v.end > cut {
+			if v.allow {
 				continue
 			}
-			if err := t.remove(p); err != nil {
-				return n, err
+			if c := v.claims[origin]; c != 0 && c <= cut {
+				if err := t.unclaim(p, v, origin, monoNow); err != nil {
+					return n, err
+				}
+				n++
+				continue
 			}
-			n++
+			if v.claims[v.origin] > monoNow {
+				continue
+			}
+			named := v
+			if named.name(monoNow); named.origin != v.origin {
+				if err := t.put(p, named); err != nil {
+					return n, err
+				}
+			}
 		}
 	}
 	return n, nil
 }
 
-// InForce counts the bans held whose end is still ahead, per family.
+// InForce counts the prefixes banned whose end is still ahead, whichever
+// origins hold them, per family.
 func (t *BanTable) InForce() (v4, v6 int) {
+	return t.inForce(func(v banValue, now uint64) bool { return v.end() > now })
+}
+
+// InForceOf counts origin's claims whose end is still ahead, per family.
+func (t *BanTable) InForceOf(origin uint8) (v4, v6 int) {
+	if origin >= BanOrigins {
+		return 0, 0
+	}
+	return t.inForce(func(v banValue, now uint64) bool { return v.claims[origin] > now })
+}
+
+func (t *BanTable) inForce(holds func(v banValue, now uint64) bool) (v4, v6 int) {
 	now := monoClock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var n [2]int
 	for fam := range t.index {
 		for _, v := range t.index[fam].entries {
-			if !v.allow && v.end > now {
+			if !v.allow && holds(v, now) {
 				n[fam]++
 			}
 		}
@@ -320,8 +380,9 @@ func (t *BanTable) InForce() (v4, v6 int) {
 	return n[0], n[1]
 }
 
-// Entries lists the bans held (allowed prefixes left out), by prefix, for
-// a resync after a handover: their prefixes, ends and origins.
+// Entries lists the claims held, one per origin and prefix (allowed
+// prefixes left out), by prefix and origin, for a resync after a handover:
+// their prefixes, ends and origins.
 func (t *BanTable) Entries() []BanEntry {
 	wallNow, monoNow := time.Now(), monoClock()
 	t.mu.Lock()
@@ -332,19 +393,26 @@ func (t *BanTable) Entries() []BanEntry {
 			if v.allow {
 				continue
 			}
-			left := time.Duration(math.MaxInt64)
-			if v.end-monoNow < math.MaxInt64 || v.end < monoNow {
-				left = time.Duration(int64(v.end - monoNow))
+			for o, c := range v.claims {
+				if c == 0 {
+					continue
+				}
+				left := time.Duration(math.MaxInt64)
+				if c-monoNow < math.MaxInt64 || c < monoNow {
+					left = time.Duration(int64(c - monoNow))
+				}
+				out = append(out, BanEntry{Prefix: p, End: wallNow.Add(left).Round(0), Origin: uint8(o)})
 			}
-			end := wallNow.Add(left).Round(0)
-			out = append(out, BanEntry{Prefix: p, End: end, Origin: v.origin})
 		}
 	}
 	slices.SortFunc(out, func(a, b BanEntry) int {
 		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
 			return c
 		}
-		return a.Prefix.Bits() - b.Prefix.Bits()
+		if c := a.Prefix.Bits() - b.Prefix.Bits(); c != 0 {
+			return c
+		}
+		return int(a.Origin) - int(b.Origin)
 	})
 	return out
 }

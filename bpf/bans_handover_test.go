@@ -108,14 +108,14 @@ func TestBansHandedOver(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, BanAdded, o)
 		require.Zero(t, passed(t, q, banFrame("198.51.100.5"), 10))
-		_, err = mine.Lift(netip.MustParsePrefix("198.51.101.0/24"))
+		_, err = mine.Lift(netip.MustParsePrefix("198.51.101.0/24"), 0)
 		require.NoError(t, err)
 		require.Zero(t, passed(t, q, banFrame("198.51.100.5"), 10))
 		o, err = mine.Ban(netip.MustParsePrefix("198.51.100.130/32"), end, 0)
 		require.NoError(t, err)
 		require.Equal(t, BanRefusedAllowed, o, "the allowed prefixes came too")
 
-		ok, err := mine.Lift(netip.MustParsePrefix("198.51.100.0/24"))
+		ok, err := mine.Lift(netip.MustParsePrefix("198.51.100.0/24"), BanOriginDetect)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, 10, passed(t, p, banFrame("198.51.100.5"), 10), "the old program runs on the same maps")
@@ -148,4 +148,50 @@ func TestBanCountersFoundOnProgram(t *testing.T) {
 	defer taken.closeBanCounters()
 	require.Equal(t, uint64(7), c[BanOriginDetect][BanDrop].Packets)
 	require.Equal(t, uint64(7*len(banFrame("198.51.100.5"))), c[BanOriginDetect][BanDrop].Bytes)
+}
+
+// TestBanClaimsHandedOver: every origin's claim on a prefix crosses a
+// handover: the successor's table lists both with their ends, and one
+// origin's lift there leaves the prefix banned by the other's.
+func TestBanClaimsHandedOver(t *testing.T) {
+	testns.RequirePrivileged(t)
+	policy := Policy{Bans: BansConfig{On: true}}
+	old := NewInstance(policy)
+	defer old.Close()
+	p, err := old.loadFresh()
+	require.NoError(t, err)
+	defer p.Close()
+	table, err := old.Bans()
+	require.NoError(t, err)
+	prefix := netip.MustParsePrefix("198.51.100.0/24")
+	detectEnd, feedEnd := time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
+	_, err = table.Ban(prefix, detectEnd, BanOriginDetect)
+	require.NoError(t, err)
+	_, err = table.Ban(prefix, feedEnd, BanOriginCrowdSec)
+	require.NoError(t, err)
+
+	in := NewInstance(policy)
+	defer in.Close()
+	adopted, why := in.AdoptRules(handOffAll(t, old, banMapCount))
+	require.True(t, adopted, why)
+	q, err := in.loadFresh()
+	require.NoError(t, err)
+	defer q.Close()
+	mine, err := in.Bans()
+	require.NoError(t, err)
+	got := mine.Entries()
+	require.Len(t, got, 2)
+	require.Equal(t, BanOriginCrowdSec, got[0].Origin)
+	require.WithinDuration(t, feedEnd, got[0].End, time.Millisecond)
+	require.Equal(t, BanOriginDetect, got[1].Origin)
+	require.WithinDuration(t, detectEnd, got[1].End, time.Millisecond)
+
+	ok, err := mine.Lift(prefix, BanOriginDetect)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Zero(t, passed(t, q, banFrame("198.51.100.5"), 10), "the feed's claim holds it after the handover")
+	ok, err = mine.Lift(prefix, BanOriginCrowdSec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 10, passed(t, q, banFrame("198.51.100.5"), 10))
 }

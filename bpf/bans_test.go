@@ -127,11 +127,11 @@ func TestBans(t *testing.T) {
 	require.NoError(t, r.p.ReadBlock(&got))
 	require.Equal(t, wantBlock.Class, got.Class, "the frames bans dropped are drops of their class")
 
-	lifted, err := r.table.Lift(netip.MustParsePrefix("198.51.100.7/32"))
+	lifted, err := r.table.Lift(netip.MustParsePrefix("198.51.100.7/32"), bpf.BanOriginDetect)
 	require.NoError(t, err)
 	require.True(t, lifted)
 	require.Equal(t, xdpPass, r.run(from("198.51.100.7")), "lifted at once")
-	lifted, err = r.table.Lift(netip.MustParsePrefix("198.51.100.7/32"))
+	lifted, err = r.table.Lift(netip.MustParsePrefix("198.51.100.7/32"), bpf.BanOriginDetect)
 	require.NoError(t, err)
 	require.False(t, lifted)
 	require.Equal(t, xdpDrop, r.run(from("192.0.2.5")), "the other bans stay")
@@ -159,7 +159,7 @@ func TestBanExpiry(t *testing.T) {
 	v4, v6 := r.table.InForce()
 	require.Equal(t, [2]int{1, 0}, [2]int{v4, v6})
 	require.Len(t, r.table.Entries(), 4, "held until Expire")
-	n, err := r.table.Expire(time.Now())
+	n, err := r.table.Expire(time.Now(), bpf.BanOriginDetect)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	entries := r.table.Entries()
@@ -180,7 +180,7 @@ func TestBanShortPrefixes(t *testing.T) {
 	require.Equal(t, xdpPass, r.run(from("11.0.0.1")))
 	require.Equal(t, xdpPass, r.run(from("2001:dc0::1")))
 	for _, p := range []string{"10.0.0.0/8", "2001:db8::/29"} {
-		ok, err := r.table.Lift(netip.MustParsePrefix(p))
+		ok, err := r.table.Lift(netip.MustParsePrefix(p), 0)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -198,7 +198,7 @@ func TestBansFull(t *testing.T) {
 	require.Equal(t, xdpPass, r.run(from("192.0.2.3")))
 	require.Equal(t, bpf.BanUpdated, r.ban("192.0.2.2/32", 2*time.Hour, 0))
 	require.Equal(t, bpf.BanAdded, r.ban("2001:db8::1/128", time.Hour, 0))
-	_, err := r.table.Lift(netip.MustParsePrefix("192.0.2.1/32"))
+	_, err := r.table.Lift(netip.MustParsePrefix("192.0.2.1/32"), 0)
 	require.NoError(t, err)
 	require.Equal(t, bpf.BanAdded, r.ban("192.0.2.3/32", time.Hour, 0))
 	require.Equal(t, xdpDrop, r.run(from("192.0.2.3")))
@@ -337,7 +337,7 @@ func TestBansSwapRules(t *testing.T) {
 	mine, err := next.Bans()
 	require.NoError(t, err)
 	require.Same(t, table, mine)
-	ok, err := mine.Lift(netip.MustParsePrefix("203.0.113.7/32"))
+	ok, err := mine.Lift(netip.MustParsePrefix("203.0.113.7/32"), bpf.BanOriginDetect)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, xdpPass, r.run(from("203.0.113.7")))
@@ -355,4 +355,107 @@ func TestBansMultiBuffer(t *testing.T) {
 	require.Equal(t, xdpDrop, r.run(from("198.51.100.7")))
 	require.Equal(t, xdpPass, r.run(from("198.51.100.8")))
 	require.Equal(t, uint64(2), r.counts()[bpf.BanOriginDetect][bpf.BanDrop].Packets)
+}
+
+// lift lifts origin's claim on p and says whether it had one.
+func (r *banRig) lift(p string, origin uint8) bool {
+	r.t.Helper()
+	ok, err := r.table.Lift(netip.MustParsePrefix(p), origin)
+	require.NoError(r.t, err, p)
+	return ok
+}
+
+// expire sweeps origin's ended claims and says how many went.
+func (r *banRig) expire(origin uint8) int {
+	r.t.Helper()
+	n, err := r.table.Expire(time.Now(), origin)
+	require.NoError(r.t, err)
+	return n
+}
+
+// dropped is the frames the bans of each origin dropped.
+func (r *banRig) dropped() [2]uint64 {
+	r.t.Helper()
+	c := r.counts()
+	return [2]uint64{c[bpf.BanOriginCrowdSec][bpf.BanDrop].Packets, c[bpf.BanOriginDetect][bpf.BanDrop].Packets}
+}
+
+// TestBanOwners: a prefix two origins ban stays banned until the last
+// claim ends; lifting, expiring or replacing one origin's claim leaves the
+// other's; each origin's claims are counted apart, and the frames are
+// counted under the origin that banned first while its claim holds.
+func TestBanOwners(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	const x = "10.2.2.2/32"
+	require.Equal(t, bpf.BanAdded, r.ban(x, time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, bpf.BanAdded, r.ban(x, 100*time.Millisecond, bpf.BanOriginCrowdSec), "a claim of its own")
+	require.Equal(t, bpf.BanUpdated, r.ban(x, 200*time.Millisecond, bpf.BanOriginCrowdSec), "its own claim replaced")
+	v4, _ := r.table.InForce()
+	require.Equal(t, 1, v4, "one prefix in force")
+	for _, o := range []uint8{bpf.BanOriginCrowdSec, bpf.BanOriginDetect} {
+		v4, _ = r.table.InForceOf(o)
+		require.Equal(t, 1, v4, "origin %d's claim", o)
+	}
+	entries := r.table.Entries()
+	require.Len(t, entries, 2, "one entry a claim")
+	require.Equal(t, []uint8{bpf.BanOriginCrowdSec, bpf.BanOriginDetect}, []uint8{entries[0].Origin, entries[1].Origin})
+	require.WithinDuration(t, time.Now().Add(200*time.Millisecond), entries[0].End, 50*time.Millisecond)
+	require.WithinDuration(t, time.Now().Add(time.Hour), entries[1].End, time.Second)
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")))
+	require.Equal(t, [2]uint64{0, 1}, r.dropped(), "detection banned first: its frames")
+
+	time.Sleep(250 * time.Millisecond)
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")), "the shorter claim's end leaves the longer")
+	require.Equal(t, 0, r.expire(bpf.BanOriginDetect))
+	require.Equal(t, 1, r.expire(bpf.BanOriginCrowdSec))
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")), "the shorter claim's sweep leaves the longer")
+	v4, _ = r.table.InForceOf(bpf.BanOriginCrowdSec)
+	require.Zero(t, v4)
+
+	require.Equal(t, bpf.BanAdded, r.ban(x, time.Hour, bpf.BanOriginCrowdSec))
+	require.True(t, r.lift(x, bpf.BanOriginCrowdSec))
+	require.False(t, r.lift(x, bpf.BanOriginCrowdSec), "lifted already")
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")), "one origin's lift leaves the other's claim")
+	require.Equal(t, [2]uint64{0, 4}, r.dropped())
+	require.True(t, r.lift(x, bpf.BanOriginDetect))
+	require.Equal(t, xdpPass, r.run(from("10.2.2.2")), "the last claim lifted")
+	require.Empty(t, r.table.Entries())
+}
+
+// TestBanOwnersFrames: the frames of a prefix two origins ban go to the
+// one that banned first until its claim ends, then to the other, from the
+// first sweep of any origin after that end; when detection's ban ends, a
+// LAPI decision on the same prefix (detection's ban shared and come back)
+// holds it until its own end.
+func TestBanOwnersFrames(t *testing.T) {
+	r := loadBans(t, bpf.Policy{})
+	require.Equal(t, bpf.BanAdded, r.ban("10.2.2.2/32", 100*time.Millisecond, bpf.BanOriginDetect))
+	require.Equal(t, bpf.BanAdded, r.ban("10.2.2.2/32", time.Hour, bpf.BanOriginCrowdSec))
+	for range 3 {
+		require.Equal(t, xdpDrop, r.run(from("10.2.2.2")))
+	}
+	require.Equal(t, [2]uint64{0, 3}, r.dropped(), "detection's frames while its ban holds: the decision counts none")
+	time.Sleep(150 * time.Millisecond)
+	require.Equal(t, 0, r.expire(bpf.BanOriginCrowdSec), "the feed's sweep takes none of detection's")
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")))
+	require.Equal(t, [2]uint64{1, 3}, r.dropped(), "detection's ended: the decision's frames")
+	require.Equal(t, 1, r.expire(bpf.BanOriginDetect))
+	require.Equal(t, xdpDrop, r.run(from("10.2.2.2")), "banned until the decision's end")
+	v4, _ := r.table.InForceOf(bpf.BanOriginDetect)
+	require.Zero(t, v4)
+	v4, _ = r.table.InForceOf(bpf.BanOriginCrowdSec)
+	require.Equal(t, 1, v4)
+}
+
+// TestBanOwnersFull: a second origin's claim on a prefix held is no new
+// entry: never refused over max, and a new prefix still is.
+func TestBanOwnersFull(t *testing.T) {
+	r := loadBans(t, bpf.Policy{Bans: bpf.BansConfig{Max: 1}})
+	require.Equal(t, bpf.BanAdded, r.ban("192.0.2.1/32", time.Hour, bpf.BanOriginDetect))
+	require.Equal(t, bpf.BanAdded, r.ban("192.0.2.1/32", time.Hour, bpf.BanOriginCrowdSec))
+	require.Equal(t, bpf.BanRefusedFull, r.ban("192.0.2.2/32", time.Hour, bpf.BanOriginCrowdSec))
+	require.True(t, r.lift("192.0.2.1/32", bpf.BanOriginDetect))
+	require.Equal(t, bpf.BanRefusedFull, r.ban("192.0.2.2/32", time.Hour, bpf.BanOriginCrowdSec), "the decision's claim holds the entry")
+	require.True(t, r.lift("192.0.2.1/32", bpf.BanOriginCrowdSec))
+	require.Equal(t, bpf.BanAdded, r.ban("192.0.2.2/32", time.Hour, bpf.BanOriginCrowdSec))
 }

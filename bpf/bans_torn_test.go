@@ -35,7 +35,7 @@ func TestBanBucketRewrittenWhileRead(t *testing.T) {
 						done <- err
 						return
 					}
-					if _, err := r.table.Lift(toggle); err != nil {
+					if _, err := r.table.Lift(toggle, 0); err != nil {
 						done <- err
 						return
 					}

@@ -51,11 +51,12 @@ func (c BansConfig) max() int {
 type BanOutcome uint8
 
 const (
-	// BanAdded: the ban is new, in force now.
+	// BanAdded: the origin's claim is new, in force now (on a prefix
+	// another origin holds, a claim of its own, not a new entry).
 	BanAdded BanOutcome = iota
-	// BanUpdated: the prefix was banned already; its end or origin changed.
+	// BanUpdated: the origin had a claim on the prefix; its end changed.
 	BanUpdated
-	// BanUnchanged: the same ban, same end and origin, was in force (a resync).
+	// BanUnchanged: the origin's claim, same end, was in force (a resync).
 	BanUnchanged
 	// BanRefusedAllowed: the prefix is inside (or is) an allowed prefix.
 	BanRefusedAllowed
@@ -76,11 +77,11 @@ func (o BanOutcome) String() string {
 // Refused reports whether the ban was not put in force.
 func (o BanOutcome) Refused() bool { return o == BanRefusedAllowed || o == BanRefusedFull }
 
-// BanEntry is one ban the table holds (BanTable.Entries).
+// BanEntry is one origin's claim the table holds (BanTable.Entries).
 type BanEntry struct {
 	Prefix netip.Prefix
-	// End is when the kernel stops applying it (wall clock, converted from
-	// the monotonic end the kernel holds).
+	// End is when the claim ends (wall clock, converted from the monotonic
+	// end the kernel holds); the prefix is banned until its latest claim's.
 	End    time.Time
 	Origin uint8
 }

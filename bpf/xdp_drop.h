@@ -160,12 +160,20 @@ struct ban_v6_key {
 	__u32 addr[4]; /* network order, masked */
 };
 
-/* An entry: a ban until end (bpf_ktime_get_ns), or an allowed prefix (end unused). */
+/*
+ * An entry: a ban until end (bpf_ktime_get_ns), or an allowed prefix (end
+ * unused). A ban holds each origin's claim on the prefix, its end or 0
+ * (claims): end is the latest, origin names the claim its frames are
+ * counted under. Programs read end, origin and kind only; the claims are
+ * user space's, kept in the entry so that a successor that takes the maps
+ * over rebuilds every origin's claim.
+ */
 struct ban_value {
 	__u64 end;
 	__u8 origin;
 	__u8 kind;
 	__u8 pad[6];
+	__u64 claims[BAN_ORIGINS];
 };
 
 /*

@@ -63,6 +63,7 @@ type xdpDropBanValue struct {
 	Origin uint8
 	Kind   uint8
 	Pad    [6]uint8
+	Claims [4]uint64
 }
 
 type xdpDropClassIdx uint32

@@ -86,7 +86,7 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.sweep = set.url == ""
+		d.roomBack = b.roomBack
 		b.detect = d
 	}
 	return b, nil
@@ -132,9 +132,13 @@ func (b *bans) use(acc telegraf.Accumulator, in *bpf.Instance) {
 func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
 	allow, err := b.set.allow.union()
 	if err == nil {
-		var lifted int
-		lifted, err = table.SetAllow(allow)
-		b.state.counts.Removed += int64(lifted)
+		// The feed's own bans that the allowed prefixes lifted are its removed.
+		own := kernelBans{t: table, origin: bpf.BanOriginCrowdSec}
+		before, _ := own.InForce()
+		if _, err = table.SetAllow(allow); err == nil {
+			after, _ := own.InForce()
+			b.state.counts.Removed += int64(len(before) - len(after))
+		}
 	}
 	if err == nil && b.detect != nil {
 		b.detect.guards.setAllow(allow)
@@ -256,7 +260,15 @@ func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool)
 	return true
 }
 
-// sweep removes the bans past their end from the table.
+// roomBack records that bans of another origin left the table: room for
+// the decisions refused over max, whose retry is then due.
+func (b *bans) roomBack() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.state.freed = true
+}
+
+// sweep removes the feed's bans past their end from the table.
 func (b *bans) sweep(acc telegraf.Accumulator) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -288,19 +300,21 @@ func (b *bans) tableLocked() banTable {
 	return kernelBans{t: b.table, origin: bpf.BanOriginCrowdSec}
 }
 
-// counts are the bans' counts now, and the bans in force.
+// counts are the feed's counts now, and its bans in force (not the other
+// origins' claims on the table).
 func (b *bans) counts() banCounts {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.state.counts
 	if b.table != nil {
-		v4, v6 := b.table.InForce()
+		v4, v6 := b.table.InForceOf(bpf.BanOriginCrowdSec)
 		c.Active = int64(v4 + v6)
 	}
 	return c
 }
 
-// kernelBans is a bpf.BanTable seen for one origin.
+// kernelBans is a bpf.BanTable seen for one origin: its claims alone,
+// which no other origin's lift or expiry touches.
 type kernelBans struct {
 	t      *bpf.BanTable
 	origin uint8
@@ -328,14 +342,14 @@ func (k kernelBans) Lift(p netip.Prefix) (bool, error) {
 	if k.t == nil {
 		return false, errNoBanTable
 	}
-	return k.t.Lift(p)
+	return k.t.Lift(p, k.origin)
 }
 
 func (k kernelBans) Expire(now time.Time) (int, error) {
 	if k.t == nil {
 		return 0, nil
 	}
-	return k.t.Expire(now)
+	return k.t.Expire(now, k.origin)
 }
 
 func (k kernelBans) InForce() ([]netip.Prefix, error) {

@@ -35,7 +35,9 @@ type detection struct {
 	det    *detect.Detector
 	guards *guards
 	push   *crowdsec.PushQueue // nil without crowdsec_push
-	sweep  bool                // no feed sweeps the table: this does
+	// roomBack is told, outside mu, when the sweep removed bans: room in
+	// the table for what the feed had refused; nil tells no one.
+	roomBack func()
 
 	mu        sync.Mutex
 	watched   map[*detect.Window]*watchedIface
@@ -153,15 +155,19 @@ func (d *detection) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		d.tick(time.Now())
+		if d.tick(time.Now()) > 0 && d.roomBack != nil {
+			d.roomBack()
+		}
 		if n%60 == 0 {
 			d.guards.refresh(d.log) // addresses and routes change
 		}
 	}
 }
 
-// tick rates the sources of the second that ended at now.
-func (d *detection) tick(now time.Time) {
+// tick rates the sources of the second that ended at now, and sweeps
+// detection's bans past their end from the table (those alone: the other
+// origins' claims on the same prefixes stay); it returns how many went.
+func (d *detection) tick(now time.Time) (swept int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	readings := make([]detect.Reading, 0, len(d.watched))
@@ -176,11 +182,14 @@ func (d *detection) tick(now time.Time) {
 		d.record(now, e)
 	}
 	d.counts.tick = now.Unix()
-	if d.sweep && d.table != nil && !d.set.dryRun {
-		if _, err := d.table.Expire(now); err != nil {
+	if d.table != nil && !d.set.dryRun {
+		n, err := d.table.Expire(now, bpf.BanOriginDetect)
+		if err != nil {
 			d.lastError = quote.Line(firstLine(fmt.Errorf("sweep the expired bans: %w", err)))
 		}
+		swept = n
 	}
+	return swept
 }
 
 // enforce puts a detection's ban on the table (not in a dry run); a
