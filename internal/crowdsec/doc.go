@@ -43,5 +43,8 @@
 //   - Deltas are per bouncer key: the LAPI remembers each key's last pull,
 //     so two clients sharing a key take each other's deltas. Deletions are
 //     repeated for 2 s after a pull; applying them twice must be harmless.
-//   - Only scopes Ip and Range are sent (the LAPI's default filter).
+//   - Only scopes Ip and Range are sent (the LAPI's default filter). An Ip
+//     value may be a prefix: cscli decisions import gives every row its
+//     --scope, Ip by default, and the LAPI matches the value as the range
+//     it names (types.Addr2Ints); such a decision is that range.
 package crowdsec
