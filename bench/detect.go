@@ -33,8 +33,7 @@ const (
 	detectSampleRate  = 100
 	detectRuns        = 5
 	detectBackground  = 4
-	detectStep        = 10 * time.Millisecond // the senders' pacing with live frames
-	detectPacketStep  = 50 * time.Millisecond // with AF_PACKET (see sendStep)
+	detectStep        = 10 * time.Millisecond // the senders' pacing
 	targetDetectNs    = 500.0                 // per sample: 5 % of a core at 100,000 samples/s
 	detectMoreFlood   = 300 * time.Millisecond
 	detectGiveUpAfter = detectFor + 5*time.Second
@@ -90,9 +89,6 @@ func detectTimeToBan(e *env, runs int) (detectResult, error) {
 	}
 	defer gen.Close()
 	r.sender, r.step = gen.String(), detectStep
-	if !gen.isLive() {
-		r.step = detectPacketStep
-	}
 	sock, err := openSourceCounter(e.ns, testns.Dev)
 	if err != nil {
 		return r, err
@@ -274,46 +270,21 @@ func stepOf(from []uint64, n uint64) int {
 	return i - 1
 }
 
-// sendStep sends one step: n copies of heavy and bgN of each of bg, out of
-// the veth's peer. Live frames go from one thread, signals blocked, so
-// that the kernel never stops a run part way (EINTR). AF_PACKET opens and
-// closes a socket a send, and the close waits for an RCU grace period
-// (10-15 ms here): its sends go side by side, a thread each, so that one
-// step waits about one grace period, not one a source.
+// sendStep sends n of heavy, then bgN of each of bg, out of the peer.
 func (e *env) sendStep(gen *sender, heavy []byte, n uint32, bg [][]byte, bgN uint32) error {
-	if gen.isLive() {
-		return e.ns.Do(func() error {
-			return txgen.WithoutSignals(func() error {
-				if _, err := gen.run(heavy, n, e.ns.PeerIdx); err != nil {
+	return e.ns.Do(func() error {
+		return txgen.WithoutSignals(func() error {
+			if _, err := gen.run(heavy, n, e.ns.PeerIdx); err != nil {
+				return err
+			}
+			for _, f := range bg {
+				if _, err := gen.run(f, bgN, e.ns.PeerIdx); err != nil {
 					return err
 				}
-				for _, f := range bg {
-					if _, err := gen.run(f, bgN, e.ns.PeerIdx); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			}
+			return nil
 		})
-	}
-	errs := make([]error, len(bg)+1)
-	var wg sync.WaitGroup
-	for i := range errs {
-		frame, count := heavy, n
-		if i > 0 {
-			frame, count = bg[i-1], bgN
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = e.ns.Do(func() error {
-				_, err := gen.run(frame, count, e.ns.PeerIdx)
-				return err
-			})
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	})
 }
 
 func udpFrom(src, dst netip.Addr) []byte {

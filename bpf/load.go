@@ -127,7 +127,7 @@ func (in *Instance) load(spec *ebpf.CollectionSpec, counters map[string]*ebpf.Ma
 		return nil, err
 	}
 	p.objs = objs
-	if in.rules.count == 0 && !in.policy.Bans.On {
+	if !in.hasRuleCounters() {
 		// Not used by the program without rules: it costs no descriptor
 		// (FDsPerInterface).
 		p.objs.RuleCounters.Close()

@@ -83,7 +83,7 @@ func Observe(ifindex int, policy Policy) (p *Program, at Attachment, err error) 
 	if len(differ) > 0 {
 		return nil, at, &PolicyMismatchError{ID: id, Constants: differ}
 	}
-	if !continuable(spec, in.rules, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
+	if !in.continuable(spec, maps[xdpDropMapCounters], maps[xdpDropMapRuleCounters]) {
 		return nil, at, &PolicyMismatchError{ID: id, Shape: true}
 	}
 	if at, err = linkOwners(ifindex, id); err != nil {

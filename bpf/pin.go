@@ -126,7 +126,7 @@ func (in *Instance) loadPinned(dir string) (p *Program, note string, err error) 
 		return nil, "", err
 	}
 	wanted := map[string]string{xdpDropMapCounters: countersPin + fp}
-	if in.rules.count > 0 {
+	if in.hasRuleCounters() {
 		wanted[xdpDropMapRuleCounters] = ruleCountersPin + fp
 	}
 	pinned := map[string]*ebpf.Map{}

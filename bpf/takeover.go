@@ -125,7 +125,7 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 	if err != nil {
 		return nil, false, err
 	}
-	same := h.Fingerprint == in.fingerprint && continuable(spec, in.rules, o.counters, o.ruleCounters)
+	same := h.Fingerprint == in.fingerprint && in.continuable(spec, o.counters, o.ruleCounters)
 	if same && in.policy.Sample.On() {
 		// A fresh program on the same counters, with a ring of its own.
 		counters := map[string]*ebpf.Map{xdpDropMapCounters: o.counters}
@@ -171,15 +171,22 @@ func (in *Instance) takeOver(w Want, h *Handed, got *Got) (p *Program, continued
 }
 
 // continuable reports whether handed-over counters fit the program of spec
-// and its rules: rule counters with rules, none without.
-func continuable(spec *ebpf.CollectionSpec, rules *ruleTables, counters, ruleCounters *ebpf.Map) bool {
+// and the instance's policy: rule counters with rules or bans, none without.
+func (in *Instance) continuable(spec *ebpf.CollectionSpec, counters, ruleCounters *ebpf.Map) bool {
 	if spec.Maps[xdpDropMapCounters].Compatible(counters) != nil {
 		return false
 	}
-	if rules.count == 0 || ruleCounters == nil {
-		return rules.count == 0 && ruleCounters == nil
+	if !in.hasRuleCounters() || ruleCounters == nil {
+		return !in.hasRuleCounters() && ruleCounters == nil
 	}
 	return spec.Maps[xdpDropMapRuleCounters].Compatible(ruleCounters) == nil
+}
+
+// hasRuleCounters reports whether the instance's programs keep rule
+// counters: with rules, and with bans, which count the frames they drop
+// there against their class's action (sizeCounters).
+func (in *Instance) hasRuleCounters() bool {
+	return in.rules.count > 0 || in.policy.Bans.On
 }
 
 func wrapHanded(fds []int) (*handedObjects, error) {

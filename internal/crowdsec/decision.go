@@ -20,8 +20,10 @@ type Decision struct {
 	Value string
 	// Scenario is what made the decision (a scenario name or a cscli note).
 	Scenario string
-	// Prefix is the value as a masked prefix: an Ip is a /32 or /128, a
-	// Range its prefix; IPv4-mapped IPv6 is unmapped to IPv4.
+	// Prefix is the value as a masked prefix: an Ip is a /32 or /128 (or,
+	// when its value is a prefix, as cscli decisions import gives every row
+	// of a list scope Ip, that range), a Range its prefix; IPv4-mapped IPv6
+	// is unmapped to IPv4.
 	Prefix netip.Prefix
 	// Duration is the time left when the LAPI answered; deleted decisions
 	// may carry a negative one (already expired).
@@ -37,7 +39,8 @@ const (
 	IgnoredScope Reason = "unsupported_scope"
 	// IgnoredType: a type not in Config.Types (captcha, throttle, ...).
 	IgnoredType Reason = "type_not_enforced"
-	// IgnoredValue: a value that is not an address (Ip) or prefix (Range).
+	// IgnoredValue: a value that is neither an address nor a prefix (Ip),
+	// or not a prefix (Range).
 	IgnoredValue Reason = "malformed_value"
 	// IgnoredDuration: a duration that does not parse as a Go duration.
 	IgnoredDuration Reason = "malformed_duration"

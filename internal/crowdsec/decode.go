@@ -255,7 +255,17 @@ func (d *decoder) convert(w *wireDecision, isNew bool) (Decision, Reason) {
 	switch {
 	case strings.EqualFold(w.Scope, "ip"):
 		a, err := netip.ParseAddr(w.Value)
-		if err != nil || a.Zone() != "" {
+		if err != nil {
+			// cscli decisions import gives every row its --scope, default Ip,
+			// ranges too; the LAPI matches such a value as the range it names.
+			p, perr := netip.ParsePrefix(w.Value)
+			if perr != nil {
+				return Decision{}, IgnoredValue
+			}
+			prefix = unmapPrefix(p)
+			break
+		}
+		if a.Zone() != "" {
 			return Decision{}, IgnoredValue
 		}
 		a = a.Unmap()

@@ -85,6 +85,7 @@ func TestPullParsesTheStream(t *testing.T) {
 			{ID: 13, Origin: "lists", Type: "ban", Scope: "RANGE", Value: "2001:db8:abcd:12::1/56", Scenario: "l", Prefix: pfx("2001:db8:abcd::/56"), Duration: hour},
 			{ID: 14, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "::ffff:192.0.2.5", Scenario: "m", Prefix: pfx("192.0.2.5/32"), Duration: hour},
 			{ID: 15, Origin: "cscli", Type: "ban", Scope: "Range", Value: "::ffff:10.1.0.0/104", Scenario: "m", Prefix: pfx("10.0.0.0/8"), Duration: hour},
+			{ID: 26, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "192.0.2.0/24", Scenario: "m", Prefix: pfx("192.0.2.0/24"), Duration: hour},
 			{ID: 29, Origin: "cscli", Type: "ban", Scope: "Ip", Value: "192.0.2.11", Scenario: "m", Prefix: pfx("192.0.2.11/32"), Duration: hour},
 		},
 		Deleted: nil, // a full list's deleted is read through: it replaces the state
@@ -96,7 +97,7 @@ func TestPullParsesTheStream(t *testing.T) {
 	want.Ignored = map[Reason]int{
 		IgnoredScope:     2, // Country, AS
 		IgnoredType:      1, // captcha
-		IgnoredValue:     4, // 192.0.2.999, a zone, /33, a prefix under scope Ip
+		IgnoredValue:     3, // 192.0.2.999, a zone, /33 (a prefix under scope Ip is its range)
 		IgnoredDuration:  1, // forever
 		IgnoredMalformed: 6, // "28" as id, 5, null, {}, "x", [1,2]
 	}

@@ -27,10 +27,14 @@
 // would carry the header elsewhere.
 //
 // What the LAPI (1.4) sends, and what a caller must know:
-//   - new and deleted hold one decision per value, scope and type: the one
-//     that ends last. A deleted entry means no decision of that type is left
-//     on the value; lift by prefix, not by ID (the ID may differ from the
-//     one announced in new).
+//   - new and deleted hold one decision per value, scope and type (the
+//     stream's deduplication, FormatDecisions in the LAPI's
+//     controllers/v1/decisions.go): in new the one that ends last; in
+//     deleted whichever of those that ended last the query found first. A
+//     deleted entry means no decision of that scope, value and type is left;
+//     lift by that key, not by ID (two scenarios' decisions on one address
+//     are sent as new under one ID and deleted under the other). A decision
+//     deleted while a longer one of its key stands is not listed at all.
 //   - A startup answer's deleted lists the expired decisions still in the
 //     LAPI's database (kept up to its flush age, 7 days by default), some on
 //     values new holds again. New replaces the caller's bans, so they are
@@ -39,5 +43,8 @@
 //   - Deltas are per bouncer key: the LAPI remembers each key's last pull,
 //     so two clients sharing a key take each other's deltas. Deletions are
 //     repeated for 2 s after a pull; applying them twice must be harmless.
-//   - Only scopes Ip and Range are sent (the LAPI's default filter).
+//   - Only scopes Ip and Range are sent (the LAPI's default filter). An Ip
+//     value may be a prefix: cscli decisions import gives every row its
+//     --scope, Ip by default, and the LAPI matches the value as the range
+//     it names (types.Addr2Ints); such a decision is that range.
 package crowdsec

@@ -65,8 +65,10 @@ const (
 // interfaces' offers.
 var SharedKey = Key{}
 
-// MaxSharedFDs is the number of descriptors the shared offer may have.
-const MaxSharedFDs = 8
+// MaxSharedFDs is the number of descriptors the shared offer may have: the
+// rule maps (5, and the limiter's cells), the ban maps (4) and the ban
+// history, with room to spare.
+const MaxSharedFDs = 16
 
 // validFDs reports whether the offer of k may have n descriptors.
 func validFDs(k Key, n int) bool {

@@ -137,23 +137,13 @@ type Decision struct {
 // cscli decisions add would take hours.
 func (l *LAPI) Import(ds []Decision) {
 	l.t.Helper()
-	type line struct {
-		Duration string `json:"duration"`
-		Type     string `json:"type"`
-		Value    string `json:"value"`
-		Reason   string `json:"reason"`
-	}
-	byScope := map[string][]line{}
+	byScope := map[string][]importLine{}
 	for _, d := range ds {
-		typ := d.Type
-		if typ == "" {
-			typ = "ban"
-		}
 		scope := "Ip"
 		if strings.Contains(d.Value, "/") {
 			scope = "Range"
 		}
-		byScope[scope] = append(byScope[scope], line{Duration: d.Duration.String(), Type: typ, Value: d.Value, Reason: "test-import"})
+		byScope[scope] = append(byScope[scope], d.line())
 	}
 	for _, scope := range []string{"Ip", "Range"} {
 		if len(byScope[scope]) > 0 {
@@ -162,8 +152,37 @@ func (l *LAPI) Import(ds []Decision) {
 	}
 }
 
+// ImportList imports ds as an operator imports a list, 'cscli decisions
+// import -i <file>' with no --scope: cscli 1.4 gives every row scope Ip,
+// ranges too.
+func (l *LAPI) ImportList(ds []Decision) {
+	l.t.Helper()
+	lines := make([]importLine, 0, len(ds))
+	for _, d := range ds {
+		lines = append(lines, d.line())
+	}
+	l.importFile("", lines)
+}
+
+// importLine is one row of an import file.
+type importLine struct {
+	Duration string `json:"duration"`
+	Type     string `json:"type"`
+	Value    string `json:"value"`
+	Reason   string `json:"reason"`
+}
+
+func (d Decision) line() importLine {
+	typ := d.Type
+	if typ == "" {
+		typ = "ban"
+	}
+	return importLine{Duration: d.Duration.String(), Type: typ, Value: d.Value, Reason: "test-import"}
+}
+
 // importFile imports lines of one scope: cscli 1.4's --scope (default Ip)
-// overrides the scope a line names, so each scope needs its own call.
+// overrides the scope a line names, so each scope needs its own call; ""
+// passes no --scope.
 func (l *LAPI) importFile(scope string, lines any) {
 	l.t.Helper()
 	f, err := os.CreateTemp(l.dir, "import-*.json")
@@ -176,6 +195,10 @@ func (l *LAPI) importFile(scope string, lines any) {
 	}
 	if err := f.Close(); err != nil {
 		l.t.Fatalf("lapi: write %s: %v", f.Name(), err)
+	}
+	if scope == "" {
+		l.Cscli("decisions", "import", "-i", f.Name())
+		return
 	}
 	l.Cscli("decisions", "import", "--scope", scope, "-i", f.Name())
 }

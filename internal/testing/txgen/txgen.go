@@ -46,6 +46,8 @@ type Generator struct {
 	runs      *ebpf.Map     // Live: per-CPU count of frames transmitted; nil unless counting
 	counting  bool
 	handed    atomic.Uint64 // Packet: frames the device accepted
+	mu        sync.Mutex
+	socks     map[sockKey]int // Packet: a socket per device sent from, until Close
 }
 
 // New makes a generator with the transport TransportEnv chooses.
@@ -158,8 +160,10 @@ func (g *Generator) Sent() (uint64, error) {
 	return n, nil
 }
 
-// Close releases the generator.
+// Close releases the generator. A socket it keeps holds its network
+// namespace alive: close the generator before the namespace goes.
 func (g *Generator) Close() error {
+	g.closeSockets()
 	if g.runs != nil {
 		g.runs.Close()
 	}

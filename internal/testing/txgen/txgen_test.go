@@ -193,3 +193,26 @@ func TestSendKinds(t *testing.T) {
 	require.Equal(t, uint64(600), r.count(t))
 	require.Error(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udp[:13], 1) }), "a frame shorter than its Ethernet header")
 }
+
+// TestSendTwoNamespaces: one generator sending to the same ifindex in two
+// namespaces reaches each one's device, never the other's, and a device
+// that went away fails the send with its error.
+func TestSendTwoNamespaces(t *testing.T) {
+	a, b := testns.New(t), testns.New(t)
+	gen, err := txgen.New()
+	require.NoError(t, err)
+	defer gen.Close()
+	ra, rb := attachReceiver(t, a, 0), attachReceiver(t, b, 0)
+	udp := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
+	for range 3 {
+		require.NoError(t, a.Do(func() error { return gen.Send(a.PeerIdx, udp, 100) }))
+		require.NoError(t, b.Do(func() error { return gen.Send(b.PeerIdx, udp, 200) }))
+	}
+	require.Equal(t, uint64(300), ra.count(t))
+	require.Equal(t, uint64(600), rb.count(t))
+
+	require.NoError(t, a.DelLink(testns.Peer))
+	require.Error(t, a.Do(func() error { return gen.Send(a.PeerIdx, udp, 1) }), "a send to a device that is gone")
+	require.NoError(t, b.Do(func() error { return gen.Send(b.PeerIdx, udp, 1) }))
+	require.Equal(t, uint64(601), rb.count(t))
+}

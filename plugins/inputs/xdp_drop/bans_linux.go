@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,8 @@ type bans struct {
 	// the last full pull was put in force.
 	resync   bool
 	lastFull time.Time
+	// ipRangesNoted: decisions of scope Ip on a range were logged once.
+	ipRangesNoted bool
 }
 
 // retrySpacing is the least time between full pulls made to retry the
@@ -252,6 +255,7 @@ func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool)
 		b.failed(acc, fmt.Errorf("bans: %w", err))
 		return false
 	}
+	b.noteIPRanges(d)
 	b.state.counts.Synced = time.Now().Unix()
 	if startup {
 		b.resync, b.lastFull = false, time.Now()
@@ -266,6 +270,30 @@ func (b *bans) roomBack() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.state.freed = true
+}
+
+// noteIPRanges says once, in one line for a whole pull, that decisions of
+// scope Ip on a range are enforced as that range: cscli decisions import
+// (1.4) gives every row of a list its --scope, default Ip.
+func (b *bans) noteIPRanges(d crowdsec.Delta) {
+	if b.ipRangesNoted {
+		return
+	}
+	n, first := 0, ""
+	for _, dec := range d.New {
+		if strings.EqualFold(dec.Scope, "ip") && dec.Prefix.Bits() < dec.Prefix.Addr().BitLen() {
+			if n == 0 {
+				first = dec.Value
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	b.ipRangesNoted = true
+	b.log.Infof("bans: crowdsec: %s decisions of scope Ip hold a range (such as %s), banned as the ranges they name: 'cscli decisions import' gives every row its --scope, Ip unless told; said once",
+		quote.Thousands(uint64(n)), quote.Value(first))
 }
 
 // sweep removes the feed's bans past their end from the table.

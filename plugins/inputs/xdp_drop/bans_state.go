@@ -47,7 +47,10 @@ type banCounts struct {
 
 // banState holds the decisions in force by id and their prefixes: a
 // prefix several decisions cover is banned until the latest of their
-// ends, and lifted when the last of them goes. Ends are unix nanoseconds:
+// ends, and lifted when the last of them goes. The LAPI's stream keeps one
+// decision per scope, value and type (its key), and names a key's
+// decision, new or deleted, by the id of any decision of it: a decision
+// holds its key's place, and a deletion lifts its key. Ends are unix nanoseconds:
 // a ban here costs about 170 bytes, whatever the LAPI sends.
 type banState struct {
 	decisions map[int64]banDecision
@@ -78,6 +81,23 @@ func (s *banState) retryDue() bool {
 type banDecision struct {
 	prefix netip.Prefix
 	end    int64
+	key    uint64 // decisionKey
+}
+
+// decisionKey is the LAPI's key of a decision, its scope, value and type
+// (FNV-1a, each string closed by a 0xff byte no UTF-8 text holds): the
+// stream deduplicates by it, and a prefix holds one or a few, so a
+// collision between two of them does not happen in practice.
+func decisionKey(dec crowdsec.Decision) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, s := range [...]string{dec.Scope, dec.Value, dec.Type} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+		h = (h ^ 0xff) * prime
+	}
+	return h
 }
 
 // maxDecisionsPerPrefix bounds the decisions that hold one prefix: the
@@ -141,18 +161,20 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 			s.inTable[p] = true
 		}
 		defer func() { s.inTable = nil }()
-		keep := make(map[int64]bool, len(d.New))
+		// Kept by key: a key the list holds under another id than the one
+		// held keeps its ban, which the list's decision then takes over.
+		keep := make(map[uint64]bool, len(d.New))
 		for _, dec := range d.New {
-			keep[dec.ID] = true
+			keep[decisionKey(dec)] = true
 		}
-		for id := range s.decisions {
-			if !keep[id] {
+		for id, held := range s.decisions {
+			if !keep[held.key] {
 				errs = append(errs, s.drop(table, id, now))
 			}
 		}
 	}
 	for _, dec := range d.Deleted {
-		errs = append(errs, s.drop(table, dec.ID, now))
+		errs = append(errs, s.lift(table, dec, now))
 	}
 	for _, dec := range d.New {
 		errs = append(errs, s.add(table, dec, now))
@@ -174,6 +196,8 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		return nil
 	}
 	end := now.Add(min(dec.Duration, maxBanDuration)).UnixNano()
+	key := decisionKey(dec)
+	s.supersede(dec, key)
 	old, known := s.decisions[dec.ID]
 	if !known && s.limit > 0 && len(s.decisions) >= s.limit {
 		s.counts.Refused++ // the decisions held are at their bound
@@ -196,7 +220,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		}
 	}
 	if held && want == bp.end && (s.inTable == nil || s.inTable[dec.Prefix]) {
-		s.hold(dec, end, bp)
+		s.hold(dec, key, end, bp)
 		return nil
 	}
 	got, err := table.Ban(dec.Prefix, time.Unix(0, want))
@@ -216,17 +240,55 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		s.counts.Added++
 	}
 	bp.end = want
-	s.hold(dec, end, bp)
+	s.hold(dec, key, end, bp)
 	return nil
 }
 
-// hold records that dec holds its prefix, in the table until bp.end.
-func (s *banState) hold(dec crowdsec.Decision, end int64, bp bannedPrefix) {
+// supersede forgets the decisions held of key under another id than dec's:
+// the stream sends a key's decision anew when a longer one replaced it, and
+// at a full list under the id of whichever of them it found first.
+func (s *banState) supersede(dec crowdsec.Decision, key uint64) {
+	ids := s.prefixes[dec.Prefix].ids
+	for i := 0; i < len(ids); {
+		if id := ids[i]; id != dec.ID && s.decisions[id].key == key {
+			ids = s.forget(id, s.decisions[id]).ids
+			continue
+		}
+		i++
+	}
+}
+
+// hold records that dec (of key) holds its prefix, in the table until bp.end.
+func (s *banState) hold(dec crowdsec.Decision, key uint64, end int64, bp bannedPrefix) {
 	if _, again := s.decisions[dec.ID]; !again {
 		bp.ids = append(bp.ids, dec.ID)
 	}
-	s.decisions[dec.ID] = banDecision{prefix: dec.Prefix, end: end}
+	s.decisions[dec.ID] = banDecision{prefix: dec.Prefix, end: end, key: key}
 	s.prefixes[dec.Prefix] = bp
+}
+
+// lift puts a deleted entry of the stream in force: the LAPI lists a key
+// as deleted once no decision of it is left, under the id of any of them
+// (not always the one it sent as new), so every decision held of that key
+// goes; decisions of other keys on the same prefix (another type, or the
+// same range under scope Range and Ip) keep it banned.
+func (s *banState) lift(table banTable, dec crowdsec.Decision, now time.Time) error {
+	key := decisionKey(dec)
+	var buf [4]int64
+	ids := buf[:0]
+	if _, ok := s.decisions[dec.ID]; ok {
+		ids = append(ids, dec.ID)
+	}
+	for _, id := range s.prefixes[dec.Prefix].ids {
+		if id != dec.ID && s.decisions[id].key == key {
+			ids = append(ids, id)
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, s.drop(table, id, now))
+	}
+	return errors.Join(errs...)
 }
 
 // endSlack is how close to its end a decision that goes counts as

@@ -1,6 +1,7 @@
 package xdp_drop
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -79,9 +80,15 @@ func decision(id int64, prefix string, d time.Duration) crowdsec.Decision {
 	return crowdsec.Decision{ID: id, Type: "ban", Scope: "Range", Value: prefix, Prefix: netip.MustParsePrefix(prefix), Duration: d}
 }
 
-// TestBanStateSeveralDecisionsOnePrefix: a prefix two decisions cover is
-// banned until the later end; deleting that one moves the end back to the
-// other's, and deleting the last lifts it.
+// typed is dec of another type: another key on the same value.
+func typed(dec crowdsec.Decision, typ string) crowdsec.Decision {
+	dec.Type = typ
+	return dec
+}
+
+// TestBanStateSeveralDecisionsOnePrefix: a prefix two decisions of two
+// keys (two types) cover is banned until the later end; deleting that one
+// moves the end back to the other's, and deleting the last lifts it.
 func TestBanStateSeveralDecisionsOnePrefix(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	p := netip.MustParsePrefix("203.0.113.0/24")
@@ -89,17 +96,56 @@ func TestBanStateSeveralDecisionsOnePrefix(t *testing.T) {
 	s := newBanState()
 	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Hour),
-		decision(2, "203.0.113.0/24", 2*time.Hour),
+		typed(decision(2, "203.0.113.0/24", 2*time.Hour), "captcha"),
 	}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[p], "banned until the later end")
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(2, "203.0.113.0/24", 2*time.Hour)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(decision(2, "203.0.113.0/24", 2*time.Hour), "captcha")}}, now))
 	require.Equal(t, now.Add(time.Hour), table.bans[p], "the later decision deleted: banned until the other's end")
 	require.Empty(t, table.lifts)
 
 	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now))
 	require.NotContains(t, table.bans, p, "the last decision deleted: lifted")
 	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
+}
+
+// TestBanStateDeletedByKey: the LAPI keeps one decision per scope, value
+// and type, and names it by the id of any decision of that key. A brief
+// sent as new under id 2 and deleted under id 1 (two scenarios on one
+// address, as the sshd collection makes) is lifted; a key sent again under
+// another id takes the place of the one held (its end, not the later of
+// the two), at a full list as in a delta; a deletion of one key leaves
+// another key on the same prefix in force.
+func TestBanStateDeletedByKey(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	ssh := netip.MustParsePrefix("198.51.100.7/32")
+	ip := func(id int64, d time.Duration) crowdsec.Decision {
+		return crowdsec.Decision{ID: id, Type: "ban", Scope: "Ip", Value: "198.51.100.7", Prefix: ssh, Duration: d}
+	}
+	table := newFakeBanTable(10)
+	s := newBanState()
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(2, 4*time.Hour)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(1, -time.Millisecond)}}, now.Add(time.Minute)))
+	require.NotContains(t, table.bans, ssh, "deleted under the other id: lifted")
+	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
+	require.Empty(t, s.decisions)
+
+	// A full list that names the key under another id: the ban holds, at the list's end.
+	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(3, 4*time.Hour)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(4, time.Hour)}}, now))
+	require.Equal(t, now.Add(time.Hour), table.bans[ssh], "the list's decision took the key's place")
+	require.Len(t, s.decisions, 1)
+	require.Equal(t, banCounts{Added: 2, Removed: 1}, s.counts, "no lift and ban again across the full list")
+
+	// A delta's new of the key (a longer decision) takes its place too; then two keys on one prefix.
+	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(5, 2*time.Hour), typed(ip(6, 3*time.Hour), "captcha")}}, now))
+	require.Len(t, s.decisions, 2)
+	require.Equal(t, now.Add(3*time.Hour), table.bans[ssh])
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(ip(7, 0), "captcha")}}, now))
+	require.Equal(t, now.Add(2*time.Hour), table.bans[ssh], "the captcha's key deleted: the ban's stands")
+	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(4, 0)}}, now))
+	require.NotContains(t, table.bans, ssh)
+	require.Equal(t, banCounts{Added: 2, Removed: 2}, s.counts)
 }
 
 // TestBanStateResyncLiftsWhatTheListLacks: a full list lifts the bans of
@@ -234,7 +280,7 @@ func TestBanStateBoundsDecisions(t *testing.T) {
 	s := newBanState()
 	d := crowdsec.Delta{Startup: true}
 	for i := range 20_000 {
-		d.New = append(d.New, decision(int64(i+1), "203.0.113.0/24", time.Hour+time.Duration(i)))
+		d.New = append(d.New, typed(decision(int64(i+1), "203.0.113.0/24", time.Hour+time.Duration(i)), fmt.Sprint("type-", i)))
 	}
 	start := time.Now()
 	require.NoError(t, s.apply(table, d, now))
@@ -245,7 +291,7 @@ func TestBanStateBoundsDecisions(t *testing.T) {
 	require.Equal(t, now.Add(time.Hour+maxDecisionsPerPrefix-1), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
 
 	// A decision held already is updated, not refused, at the bound.
-	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{decision(1, "203.0.113.0/24", 2*time.Hour)}}, now))
+	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{typed(decision(1, "203.0.113.0/24", 2*time.Hour), "type-0")}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
 	require.Equal(t, int64(20_000-maxDecisionsPerPrefix), s.counts.Refused)
 
