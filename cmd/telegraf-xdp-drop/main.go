@@ -130,6 +130,7 @@ func run() int {
 	}
 	log.Debugf("config %s: interfaces %s, mode %s, drop %v", *configFile, quote.List(plugin.Interfaces), quote.Value(plugin.Mode), plugin.Drop)
 	plugin.Run.HandoverInstance = handoverInstance(*configFile)
+	plugin.Run.Version = binaryVersion()
 
 	if *statusView {
 		return runStatus(plugin, *configFile, *jsonOut, os.Stdout, log)

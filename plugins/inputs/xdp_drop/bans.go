@@ -91,6 +91,7 @@ func (x *XDPDrop) initBans() error {
 		return err
 	}
 	set.ns = namespace{name: x.Namespace}
+	set.version = lapiVersion(x.Run.Version)
 	x.links.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
 	b, err := newBans(set, x.Log)
 	if err != nil {
@@ -103,6 +104,23 @@ func (x *XDPDrop) initBans() error {
 	return nil
 }
 
+// lapiVersion is v as a User-Agent's version can carry it (no space,
+// slash or control character); "unknown" when there is none.
+func lapiVersion(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r >= 0x7f || r == '/' {
+			return '-'
+		}
+		return r
+	}, v)
+}
+
+// userAgent is what the plugin tells the LAPI it is: name/version.
+func (s *bansSettings) userAgent() string { return "xdp-drop/" + s.version }
+
 // bansSettings are the bans options parsed, for the bans owner.
 type bansSettings struct {
 	allow    allowList
@@ -113,6 +131,7 @@ type bansSettings struct {
 	interval time.Duration
 	types    []string
 	tls      *gotls.Config
+	version  string          // the binary's, as the LAPI is told it
 	detect   *detectSettings // nil without [bans.detect]
 	ns       namespace       // where the detection's guards are read
 }
