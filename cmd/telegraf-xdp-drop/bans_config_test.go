@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -59,4 +60,48 @@ func errorsOf(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// TestBansKeyVariableNamed: an api_key that an unset or empty variable
+// left empty names the variable, and how it stands; the hint names the
+// bouncer as the docs do (xdp-drop-<host>). A view (-status, -watch)
+// needs no key at all.
+func TestBansKeyVariableNamed(t *testing.T) {
+	conf := writeConfig(t, `[[inputs.xdp_drop]]
+  interfaces = ["eth1"]
+  drop = ["udp"]
+  [inputs.xdp_drop.bans]
+    [inputs.xdp_drop.bans.crowdsec]
+      url = "http://127.0.0.1:8080/"
+      api_key = "${XDP_DROP_TEST_NO_SUCH_KEY}"
+`)
+	hint := `; set it in the environment of Telegraf's service to the key "cscli bouncers add xdp-drop-<host>" printed, or set api_key_file = "/etc/telegraf-xdp-drop/crowdsec.key" instead`
+	for _, c := range []struct {
+		set   bool
+		state string
+	}{{false, "unset"}, {true, "set but empty"}} {
+		if c.set {
+			t.Setenv("XDP_DROP_TEST_NO_SUCH_KEY", "")
+		}
+		plugin, lc, err := readConfig(conf, noTrustCheck)
+		require.NoError(t, err)
+		errs := errorsOf(plugin.Init())
+		require.Len(t, errs, 1)
+		require.Equal(t, "config "+conf+":7: bans.crowdsec.api_key is empty: the environment variable XDP_DROP_TEST_NO_SUCH_KEY is "+c.state+hint, lc.locate(errs[0]))
+
+		view, _, err := readConfig(conf, noTrustCheck)
+		require.NoError(t, err)
+		view.Run.Observe, view.Run.ReadOnly = true, true
+		require.NoError(t, view.Init(), "a view reads no key")
+	}
+	plugin, _, err := readConfig(writeConfig(t, strings.Replace(mustReadFile(t, conf), `api_key = "${XDP_DROP_TEST_NO_SUCH_KEY}"`, "", 1)), noTrustCheck)
+	require.NoError(t, err)
+	require.ErrorContains(t, plugin.Init(), `create a key with "cscli bouncers add xdp-drop-<host>" on the LAPI's host`)
+}
+
+func mustReadFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
 }

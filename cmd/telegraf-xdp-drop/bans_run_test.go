@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -77,6 +78,14 @@ func TestBinaryBans(t *testing.T) {
 	packets, _ := ban.GetField("packets")
 	bytes, _ := ban.GetField("bytes")
 	require.Equal(t, []any{int64(7), int64(7 * len(frame))}, []any{packets, bytes})
+
+	// The LAPI records the binary's version from its User-Agent, as cscli bouncers list shows it.
+	var bouncers []struct{ Name, Type, Version string }
+	require.NoError(t, json.Unmarshal([]byte(l.Cscli("bouncers", "list", "-o", "json")), &bouncers))
+	require.Len(t, bouncers, 1)
+	require.Equal(t, "xdp-drop", bouncers[0].Type)
+	require.NotContains(t, []string{"", "unknown"}, bouncers[0].Version, "the binary's version, not unknown")
+	t.Logf("the LAPI records the bouncer as %s/%s", bouncers[0].Type, bouncers[0].Version)
 	require.NoError(t, p.stdin.Close())
 	require.NoError(t, p.wait(t))
 	require.NotContains(t, p.stderr.String(), key, "the key is never logged")

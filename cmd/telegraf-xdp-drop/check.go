@@ -22,7 +22,7 @@ const checkUsage = "check the config and every file it names (trust included: fo
 // on log; then prints to out what a start would attach now. It attaches
 // nothing, pins nothing and makes no handover directory. It returns the
 // exit code: 0 valid, 1 any error.
-func check(path string, out io.Writer, log *levelWriter) int {
+func check(path string, out io.Writer, log *levelWriter, probeLAPI bool) int {
 	uid := os.Getuid()
 	failed := false
 	plugin, conf, err := readConfig(path, uid)
@@ -59,6 +59,9 @@ func check(path string, out io.Writer, log *levelWriter) int {
 	}
 	warnPlan(log, conf, plugin, plan)
 	printPlan(out, path, plugin, plan, cpus)
+	if probeLAPI && !checkLAPI(plugin, out) {
+		return 1
+	}
 	return 0
 }
 
@@ -156,8 +159,38 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	if len(plan.Rules) > 0 {
 		maps = "rule maps " + bytesText(fp.RuleMaps)
 	}
+	var banMaps uint64
+	if b := plan.Bans; b != nil {
+		printBans(w, b)
+		banMaps = b.MapMemory
+		maps += ", ban maps " + bytesText(banMaps)
+	}
 	w.line("kernel memory, at most: %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
-		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+uint64(present)*perIface), plural(present, "interface"))
+		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+banMaps+uint64(present)*perIface), plural(present, "interface"))
+}
+
+// printBans writes [bans]: the feed, the allow list, detection.
+func printBans(w *planWriter, b *xdp_drop.PlannedBans) {
+	dry := ""
+	if b.DryRun {
+		dry = " (dry_run: would_drop, nothing dropped)"
+	}
+	w.line("bans: at most %s in force per family%s, checked before the rules", quote.Thousands(uint64(b.Max)), dry)
+	if b.URL != "" {
+		w.line("  feed crowdsec: %s, key from %s (not contacted; -check-lapi asks it once)", quote.Value(b.URL), quote.Value(b.KeyFrom))
+	}
+	w.line("  allow list: %s IPv4, %s IPv6 prefixes, %s", quote.Thousands(uint64(b.AllowV4)), quote.Thousands(uint64(b.AllowV6)), plural(b.AllowFiles, "file"))
+	if d := b.Detect; d != nil {
+		rate := fmt.Sprintf("pps %s", quote.Thousands(uint64(d.PPS)))
+		if d.BytesPerSecond > 0 {
+			rate += fmt.Sprintf(", bytes_per_second %s", quote.Thousands(uint64(d.BytesPerSecond)))
+		}
+		mode := "bans"
+		if b.DetectDryRun {
+			mode = "dry run: logs and counts, bans nothing"
+		}
+		w.line("  detect: %s for %s, ban %s (up to %s), %s; crowdsec_push %v", rate, b.DetectFor, b.DetectDuration, b.DetectMaxDuration, mode, d.CrowdSecPush)
+	}
 }
 
 // ruleSizes says what a rule holds once compiled.

@@ -80,7 +80,8 @@ func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, er
 	if err != nil {
 		return nil, conf, err
 	}
-	doc, err := expandEnv(string(raw))
+	var empty []emptyVar
+	doc, err := expandEnvNoting(string(raw), &empty)
 	if err != nil {
 		return nil, conf, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -109,6 +110,7 @@ func readConfig(path string, trustUID int) (*xdp_drop.XDPDrop, *loadedConfig, er
 	if err := md.PrimitiveDecode(sections[0], plugin); err != nil {
 		return nil, conf, fmt.Errorf("config %s: %w", path, decodeError(md, sections[0], err))
 	}
+	noteEmptyKey(plugin, conf.lines, empty)
 	errs, refused := checkKeyCase(md, plugin.Rules, sections[0])
 	for _, key := range md.Undecoded() {
 		if under(key, refused) {
@@ -346,4 +348,18 @@ func unwrapInit(err error) error {
 		return inner
 	}
 	return err
+}
+
+// noteEmptyKey tells the plugin which variables left the bouncer's
+// api_key empty, for its error to name them.
+func noteEmptyKey(plugin *xdp_drop.XDPDrop, lines *configLines, empty []emptyVar) {
+	if plugin.Bans == nil || plugin.Bans.CrowdSec == nil || plugin.Bans.CrowdSec.APIKey != "" || lines == nil {
+		return
+	}
+	line := lines.options["bans.crowdsec.api_key"]
+	for _, v := range empty {
+		if line > 0 && v.line == line {
+			plugin.Bans.CrowdSec.APIKeyVars = append(plugin.Bans.CrowdSec.APIKeyVars, xdp_drop.EnvVar{Name: v.name, Set: v.set})
+		}
+	}
 }

@@ -39,7 +39,19 @@ func (q quoting) delimiter() string {
 //   - comments are left as they are.
 //
 // An unset variable is empty. A $ followed by no name stays as it is.
-func expandEnv(doc string) (string, error) {
+func expandEnv(doc string) (string, error) { return expandEnvNoting(doc, nil) }
+
+// emptyVar is a variable a string named that was unset or empty, and the
+// line it stood on: an option left empty by it says which.
+type emptyVar struct {
+	name string
+	line int
+	set  bool
+}
+
+// expandEnvNoting is expandEnv that notes, when noted is not nil, the
+// variables in strings that were unset or empty.
+func expandEnvNoting(doc string, noted *[]emptyVar) (string, error) {
 	var out strings.Builder
 	line := 1
 	for i := 0; i < len(doc); {
@@ -59,7 +71,7 @@ func expandEnv(doc string) (string, error) {
 				out.WriteString(doc[i:])
 				return out.String(), nil
 			}
-			expanded, err := expandString(content, q, line)
+			expanded, err := expandString(content, q, line, noted)
 			if err != nil {
 				return "", err
 			}
@@ -134,7 +146,7 @@ func stringContent(s string, q quoting) (content string, end int, ok bool) {
 
 // expandString expands the variables in content, a string of quoting q
 // that starts on the given line.
-func expandString(content string, q quoting, start int) (string, error) {
+func expandString(content string, q quoting, start int, noted *[]emptyVar) (string, error) {
 	line := start
 	var out strings.Builder
 	var names []string
@@ -148,7 +160,11 @@ func expandString(content string, q quoting, start int) (string, error) {
 			i++
 			continue
 		}
-		value, err := quotedValue(name, os.Getenv(name), q, line)
+		raw, set := os.LookupEnv(name)
+		if raw == "" && noted != nil {
+			*noted = append(*noted, emptyVar{name, line, set})
+		}
+		value, err := quotedValue(name, raw, q, line)
 		if err != nil {
 			return "", err
 		}

@@ -75,6 +75,7 @@ func run() int {
 	watchView := flag.Bool("watch", false, "attach per the config and print drops/s and passes/s per interface, protocol and rule every second until Ctrl-C, instead of line protocol; "+
 		"an interface a running instance holds is shown read-only, from its program (as root)")
 	checkOnly := flag.Bool("check", false, checkUsage)
+	checkLAPIFlag := flag.Bool("check-lapi", false, checkLAPIUsage)
 	statusView := flag.Bool("status", false, "print, once, what the running instance of the config has in force: per interface its program, mode and who holds it; "+
 		"per rule what it matches, its hits and its prefix files; read-only, attaches nothing (as root); exit status 1 when an interface is not held")
 	jsonOut := flag.Bool("json", false, "with -status: print it as JSON")
@@ -104,8 +105,12 @@ func run() int {
 		log.Errorf("-config is required: pass the plugin's config file, e.g. -config /etc/telegraf-xdp-drop/xdp_drop.conf")
 		return 2
 	}
+	if *checkLAPIFlag && !*checkOnly {
+		log.Errorf("-check-lapi goes with -check: telegraf-xdp-drop -config FILE -check -check-lapi")
+		return 2
+	}
 	if *checkOnly {
-		return check(*configFile, os.Stdout, log)
+		return check(*configFile, os.Stdout, log, *checkLAPIFlag)
 	}
 	trustUID := noTrustCheck
 	caps := raisedCapabilities()
@@ -130,6 +135,7 @@ func run() int {
 	}
 	log.Debugf("config %s: interfaces %s, mode %s, drop %v", *configFile, quote.List(plugin.Interfaces), quote.Value(plugin.Mode), plugin.Drop)
 	plugin.Run.HandoverInstance = handoverInstance(*configFile)
+	plugin.Run.Version = binaryVersion()
 
 	if *statusView {
 		return runStatus(plugin, *configFile, *jsonOut, os.Stdout, log)

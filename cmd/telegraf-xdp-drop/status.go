@@ -29,6 +29,19 @@ type statusReport struct {
 	Interfaces   []interfaceStatus `json:"interfaces"`
 	Rules        []ruleStatus      `json:"rules"`
 	PrefixesFrom string            `json:"prefixes_from"`
+	// Bans, with [bans]: per interface and origin, the bans in force read
+	// from the instance's ban maps and the frames they decided.
+	Bans []banStatus `json:"bans,omitempty"`
+}
+
+type banStatus struct {
+	Interface string `json:"interface"`
+	Origin    string `json:"origin"`
+	Action    string `json:"action"`
+	InForce   int64  `json:"in_force"`
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
+	Error     string `json:"error,omitempty"`
 }
 
 type interfaceStatus struct {
@@ -189,6 +202,10 @@ func newStatusReport(configFile string, plugin *xdp_drop.XDPDrop, snap xdp_drop.
 		}
 		r.Rules = append(r.Rules, rs)
 	}
+	for _, s := range snap.Bans {
+		r.Bans = append(r.Bans, banStatus{Interface: s.Interface, Origin: s.Origin, Action: s.Action,
+			InForce: s.Active, Packets: s.Packets, Bytes: s.Bytes, Error: s.Error})
+	}
 	return r
 }
 
@@ -239,6 +256,7 @@ func renderStatus(r statusReport) string {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", i.Interface, i.ProgramID, i.Mode, routeText(i))
 	}
 	w.Flush()
+	renderBanStatus(&b, r.Bans)
 	if len(r.Rules) == 0 {
 		b.WriteString("\nno rules: the drop list decides every frame\n")
 		return trimLines(b.String())
@@ -365,4 +383,25 @@ func checkViews(status, watch, asJSON bool) error {
 		return errors.New("-json prints -status as JSON: add -status, or leave -json out")
 	}
 	return nil
+}
+
+// renderBanStatus writes the bans table: per interface and origin, the
+// bans in force (read from the kernel) and the frames they decided.
+func renderBanStatus(b *strings.Builder, bans []banStatus) {
+	if len(bans) == 0 {
+		return
+	}
+	b.WriteString("\n")
+	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "BANS\tINTERFACE\tACTION\tIN FORCE\tPACKETS\tBYTES")
+	for _, s := range bans {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Origin, s.Interface, s.Action,
+			number(uint64(max(s.InForce, 0)), 26), number(s.Packets, 26), number(s.Bytes, 26))
+	}
+	w.Flush()
+	for _, s := range bans {
+		if s.Error != "" {
+			fmt.Fprintf(b, "bans %s on %s: %s\n", s.Origin, s.Interface, s.Error)
+		}
+	}
 }

@@ -12,12 +12,9 @@ var version, commit = "", ""
 // printVersion writes the version, the commit it was built from and the Go
 // and cilium/ebpf versions it was built with, as read from the build info.
 func printVersion(w io.Writer) {
-	v, rev, goVersion, ebpfVersion := version, commit, "unknown", "unknown"
+	v, rev, goVersion, ebpfVersion := binaryVersion(), commit, "unknown", "unknown"
 	if info, ok := debug.ReadBuildInfo(); ok {
 		goVersion = info.GoVersion
-		if v == "" {
-			v = info.Main.Version
-		}
 		if rev == "" {
 			rev = vcsCommit(info)
 		}
@@ -30,13 +27,22 @@ func printVersion(w io.Writer) {
 			}
 		}
 	}
-	if v == "" {
-		v = "(devel)"
-	}
 	if rev == "" {
 		rev = "unknown"
 	}
 	fmt.Fprintf(w, "telegraf-xdp-drop %s\ncommit %s\ngo %s\ncilium/ebpf %s\n", v, rev, goVersion, ebpfVersion)
+}
+
+// binaryVersion is the version set at build time, else the module's from
+// the build info, else "(devel)".
+func binaryVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
 }
 
 // vcsCommit returns the commit the binary was built from, with "-dirty" when

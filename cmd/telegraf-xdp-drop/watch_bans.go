@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
@@ -30,6 +31,10 @@ func renderBans(t *table, bans []xdp_drop.BanSeries, h *history, seconds float64
 	}
 	// The counts are the instance's: one line, from the first interface.
 	s := bans[0]
+	if s.Viewed {
+		renderViewedBans(t, bans)
+		return
+	}
 	synced := "not synced yet"
 	if s.Synced > 0 {
 		synced = fmt.Sprintf("synced %s ago", now.Sub(time.Unix(s.Synced, 0)).Round(time.Second))
@@ -37,6 +42,23 @@ func renderBans(t *table, bans []xdp_drop.BanSeries, h *history, seconds float64
 	t.row("", clip(fmt.Sprintf("%d bans, %d added, %d removed, %d expired, %d refused; %s",
 		s.Active, s.Added, s.Removed, s.Expired, s.Refused, synced), width-labelWidth-1))
 	if s.Error != "" {
+		t.row("", clip("error: "+s.Error, width-labelWidth-1))
+	}
+}
+
+// renderViewedBans is the counts line of a view of another instance: the
+// bans in force by origin, read from the kernel (the instance pulls the
+// feed; what it added or lifted is its own to count).
+func renderViewedBans(t *table, bans []xdp_drop.BanSeries) {
+	first := bans[0].Interface
+	var parts []string
+	for _, s := range bans {
+		if s.Interface == first {
+			parts = append(parts, fmt.Sprintf("%s %d", s.Origin, s.Active))
+		}
+	}
+	t.row("", clip("bans in force (read from the kernel): "+strings.Join(parts, ", "), width-labelWidth-1))
+	if s := bans[0]; s.Error != "" {
 		t.row("", clip("error: "+s.Error, width-labelWidth-1))
 	}
 }

@@ -35,6 +35,9 @@ type PushConfig struct {
 	Login, Password string
 	// Scenario names the alerts; empty means DefaultScenario.
 	Scenario string
+	// ScenarioVersion is the alerts' scenario_version (the version of
+	// what decides the bans); empty means UserAgent's version.
+	ScenarioVersion string
 	// TLS is used for https URLs; nil means Go's defaults.
 	TLS *tls.Config
 	// Timeout bounds one request; 0 means DefaultTimeout.
@@ -49,9 +52,17 @@ type Ban struct {
 	Prefix   netip.Prefix
 	Start    time.Time
 	Duration time.Duration
-	// Events is how many frames the decision rests on; Message says why.
-	Events  int
-	Message string
+	// Message says why; Evidence is what decided it, the meta of the
+	// alert's one event, in order (as an agent's event carries the fields
+	// of the log line that made it), after the source's own.
+	Message  string
+	Evidence []Meta
+}
+
+// Meta is one key and value of an alert's event.
+type Meta struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
 }
 
 // Pusher posts bans to a LAPI as a machine: it logs in (POST
@@ -92,6 +103,9 @@ func NewPusher(cfg PushConfig) (*Pusher, error) {
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
+	}
+	if cfg.ScenarioVersion == "" {
+		_, cfg.ScenarioVersion, _ = strings.Cut(cfg.UserAgent, "/")
 	}
 	base := strings.TrimSuffix(u.Path, "/")
 	at := func(p string) string {
@@ -197,7 +211,9 @@ func (p *Pusher) do(ctx context.Context, to, token string, body []byte) (*http.R
 }
 
 // alert is the LAPI's Alert as an agent posts it (models.Alert, 1.4).
+// The LAPI sets machine_id to the login of the token that posts it.
 type alert struct {
+	MachineID       string         `json:"machine_id"`
 	Scenario        string         `json:"scenario"`
 	ScenarioHash    string         `json:"scenario_hash"`
 	ScenarioVersion string         `json:"scenario_version"`
@@ -216,12 +232,7 @@ type alert struct {
 
 type event struct {
 	Timestamp string `json:"timestamp"`
-	Meta      []meta `json:"meta"`
-}
-
-type meta struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Meta      []Meta `json:"meta"`
 }
 
 type source struct {
@@ -232,21 +243,25 @@ type source struct {
 }
 
 // alertOf is b as the LAPI takes it: scope Ip for one address, Range
-// otherwise.
+// otherwise; one event, whose meta is the source and the evidence.
 func (p *Pusher) alertOf(b Ban) alert {
 	pfx := b.Prefix.Masked()
 	src := source{Scope: "Range", Value: pfx.String(), Range: pfx.String()}
+	first := Meta{Key: "source_range", Value: src.Value}
 	if pfx.IsSingleIP() {
 		src = source{Scope: "Ip", Value: pfx.Addr().String(), IP: pfx.Addr().String()}
+		first = Meta{Key: "source_ip", Value: src.Value}
 	}
 	start := b.Start.UTC().Format(time.RFC3339)
+	events := []event{{Timestamp: start, Meta: append([]Meta{first}, b.Evidence...)}}
 	return alert{
-		Scenario: p.cfg.Scenario, ScenarioHash: "", ScenarioVersion: "1",
+		MachineID: p.cfg.Login,
+		Scenario:  p.cfg.Scenario, ScenarioHash: "", ScenarioVersion: p.cfg.ScenarioVersion,
 		Message:     b.Message,
-		EventsCount: int32(min(b.Events, 1<<31-1)),
+		EventsCount: int32(len(events)),
 		StartAt:     start, StopAt: start,
 		Leakspeed: "0s", Remediation: true,
-		Events: []event{{Timestamp: start, Meta: []meta{{Key: "source_ip", Value: src.Value}}}},
+		Events: events,
 		Decisions: []wireDecision{{
 			Origin: "crowdsec", Type: "ban", Scope: src.Scope, Value: src.Value,
 			Duration: b.Duration.Round(time.Second).String(), Scenario: p.cfg.Scenario,

@@ -2,6 +2,7 @@ package crowdsec_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -33,9 +34,9 @@ func TestPushReachesABouncer(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	for _, b := range []crowdsec.Ban{
-		{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Start: now, Duration: 10 * time.Minute, Events: 1000, Message: "test range"},
-		{Prefix: netip.MustParsePrefix("192.0.2.9/32"), Start: now, Duration: 20 * time.Minute, Events: 5, Message: "test address"},
-		{Prefix: netip.MustParsePrefix("2001:db8:7::/64"), Start: now, Duration: time.Hour, Events: 5, Message: "test v6"},
+		{Prefix: netip.MustParsePrefix("203.0.113.0/24"), Start: now, Duration: 10 * time.Minute, Message: "test range"},
+		{Prefix: netip.MustParsePrefix("192.0.2.9/32"), Start: now, Duration: 20 * time.Minute, Message: "test address"},
+		{Prefix: netip.MustParsePrefix("2001:db8:7::/64"), Start: now, Duration: time.Hour, Message: "test v6"},
 	} {
 		id, err := p.Push(ctx, b)
 		require.NoError(t, err, "%s", b.Prefix)
@@ -141,4 +142,53 @@ func TestPushQueueRetries(t *testing.T) {
 	s := q.Stats()
 	require.Equal(t, crowdsec.PushStats{Pushed: 1, Failed: 2, Dropped: 1}, s)
 	require.Equal(t, int32(3), posts.Load())
+}
+
+// TestPushAlertAsCrowdSecShowsIt posts a ban and reads its alert back as
+// 'cscli alerts inspect' shows it: the scenario and its version, the
+// source's scope and value, one event whose meta is the source and the
+// evidence, the machine that posted it, and the version the LAPI
+// recorded for that machine from the User-Agent.
+func TestPushAlertAsCrowdSecShowsIt(t *testing.T) {
+	l := lapi.Start(t)
+	addMachine(t, l, "xdp-drop-edge1", "s3cret-pass-word")
+	p, err := crowdsec.NewPusher(crowdsec.PushConfig{URL: l.URL(), Login: "xdp-drop-edge1", Password: "s3cret-pass-word", UserAgent: "xdp-drop/1.2.3"})
+	require.NoError(t, err)
+	evidence := []crowdsec.Meta{{Key: "pps", Value: "12000"}, {Key: "interface", Value: "eth1"}, {Key: "verified", Value: "false"}}
+	for _, c := range []struct {
+		prefix, scope, value, key string
+	}{
+		{"203.0.113.0/24", "Range", "203.0.113.0/24", "source_range"},
+		{"192.0.2.9/32", "Ip", "192.0.2.9", "source_ip"},
+	} {
+		id, err := p.Push(context.Background(), crowdsec.Ban{Prefix: netip.MustParsePrefix(c.prefix), Start: time.Now(), Duration: time.Hour, Message: "test", Evidence: evidence})
+		require.NoError(t, err)
+		var got struct {
+			MachineID       string `json:"machine_id"`
+			Scenario        string `json:"scenario"`
+			ScenarioVersion string `json:"scenario_version"`
+			EventsCount     int    `json:"events_count"`
+			Source          struct{ Scope, Value string }
+			Events          []struct{ Meta []crowdsec.Meta }
+		}
+		require.NoError(t, json.Unmarshal([]byte(l.Cscli("alerts", "inspect", id, "-o", "json")), &got))
+		require.Equal(t, "xdp-drop-edge1", got.MachineID)
+		require.Equal(t, crowdsec.DefaultScenario, got.Scenario)
+		require.Equal(t, "1.2.3", got.ScenarioVersion, "the version of the User-Agent")
+		require.Equal(t, c.scope, got.Source.Scope)
+		require.Equal(t, c.value, got.Source.Value)
+		require.Equal(t, 1, got.EventsCount, "one event, the detection")
+		require.Len(t, got.Events, 1)
+		require.Equal(t, append([]crowdsec.Meta{{Key: c.key, Value: c.value}}, evidence...), got.Events[0].Meta)
+	}
+	var machines []struct {
+		MachineID string `json:"machineId"`
+		Version   string `json:"version"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(l.Cscli("machines", "list", "-o", "json")), &machines))
+	versions := map[string]string{}
+	for _, m := range machines {
+		versions[m.MachineID] = m.Version
+	}
+	require.Equal(t, "1.2.3", versions["xdp-drop-edge1"], "the machine's version as the LAPI recorded it")
 }

@@ -94,6 +94,9 @@ type Event struct {
 	Offence             int    // the source's bans within MaxDuration, this one included
 	Reason              string // why refused
 	End                 time.Time
+	// Window is the one most of its frames came through (the interface);
+	// nil for an expiry.
+	Window *Window
 }
 
 // Detector decides the bans; safe for concurrent use.
@@ -114,6 +117,8 @@ type rate struct {
 	pps, bps       float64 // the estimates
 	lowPPS, lowBPS float64 // their lower bounds, which decide
 	proto          uint8
+	top            *Window // the window of the most frames, topPK of them
+	topPK          float64
 }
 
 // Confidence is how many standard deviations of the sampling noise a
@@ -219,6 +224,9 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 			// low: the estimate less Confidence standard deviations of the
 			// sampling noise (Poisson), so few samples never ban.
 			low := max(sure-Confidence*math.Sqrt(sure), 0) / sure
+			if x.top == nil || pk > x.topPK {
+				x.top, x.topPK = r.W, pk
+			}
 			x.pps += pk / elapsed
 			x.bps += by / elapsed
 			x.lowPPS += low * pk / elapsed
@@ -262,7 +270,7 @@ func (d *Detector) over(x *rate) bool {
 // decide bans p, over the rate for long enough, or refuses it; a refusal
 // is reported once per Duration.
 func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) {
-	ev := Event{Source: p, PPS: x.pps, BytesPerSecond: x.bps, Protocol: x.proto}
+	ev := Event{Source: p, PPS: x.pps, BytesPerSecond: x.bps, Protocol: x.proto, Window: x.top}
 	ev.Offence, ev.Duration = 1, d.cfg.Duration
 	if h := d.history[p]; h != nil && now.Sub(h.end) < d.cfg.MaxDuration {
 		ev.Offence, ev.Duration = h.count+1, min(2*h.duration, d.cfg.MaxDuration)

@@ -391,3 +391,30 @@ func TestBeginRatesTheFirstSecond(t *testing.T) {
 		}
 	}
 }
+
+// TestBanNamesItsWindow: a source whose frames come through two windows
+// (interfaces) is banned with the one most of them came through.
+func TestBanNamesItsWindow(t *testing.T) {
+	d, err := New(baseConfig())
+	require.NoError(t, err)
+	a, b := d.NewWindow(), d.NewWindow()
+	now := time.Unix(1_700_000_000, 0)
+	require.Empty(t, d.Tick(now, []Reading{{W: a}, {W: b}}))
+	var ev []Event
+	var pa, pb uint64
+	for range 2 {
+		for range 100 {
+			a.Add(pfx(1), 100, 17)
+		}
+		for range 900 {
+			b.Add(pfx(1), 100, 17)
+		}
+		pa, pb = pa+10_000, pb+90_000
+		now = now.Add(time.Second)
+		ev = d.Tick(now, []Reading{{W: a, Packets: pa, Bytes: pa * 100}, {W: b, Packets: pb, Bytes: pb * 100}})
+	}
+	require.Len(t, ev, 1)
+	require.Equal(t, Ban, ev[0].Kind)
+	require.Same(t, b, ev[0].Window)
+	require.InEpsilon(t, 100_000, ev[0].PPS, 0.01, "the rates of both windows")
+}

@@ -37,6 +37,29 @@ type CrowdSecConfig struct {
 	Interval   config.Duration `toml:"interval"`
 	Types      []string        `toml:"types"`
 	tls.ClientConfig
+	// APIKeyVars are the environment variables api_key named ("${NAME}")
+	// that were unset or empty when the binary read the config, so that
+	// an empty key says which; set by the binary, never by TOML.
+	APIKeyVars []EnvVar `toml:"-"`
+}
+
+// EnvVar is a variable of the environment a value of the config named.
+type EnvVar struct {
+	Name string
+	Set  bool // set, but empty
+}
+
+// emptyVarsError says which variables left api_key empty, and what to do.
+func emptyVarsError(vars []EnvVar) error {
+	var said []string
+	for _, v := range vars {
+		state := "unset"
+		if v.Set {
+			state = "set but empty"
+		}
+		said = append(said, fmt.Sprintf("the environment variable %s is %s", v.Name, state))
+	}
+	return fmt.Errorf(`bans.crowdsec.api_key is empty: %s; set it in the environment of Telegraf's service to the key "cscli bouncers add xdp-drop-<host>" printed, or set api_key_file = "/etc/telegraf-xdp-drop/crowdsec.key" instead`, strings.Join(said, ", "))
 }
 
 // Bounds and defaults of the bans options.
@@ -69,9 +92,9 @@ const (
 
 // initBans checks the bans options and makes their owner (nil without
 // [bans]); the policy's programs get the ban code. The console views
-// (Observe, ReadOnly) read the ban counters but pull no feed: a second
-// puller with the same bouncer key would take the deltas of the instance
-// that runs.
+// (Observe, ReadOnly) read the ban counters and the bans in force from the
+// kernel but pull no feed, and so need no key: a second puller with the
+// same bouncer key would take the deltas of the instance that runs.
 func (x *XDPDrop) initBans() error {
 	x.bans = nil
 	if x.Bans == nil {
@@ -81,8 +104,9 @@ func (x *XDPDrop) initBans() error {
 	if x.files.trustCheck {
 		uid = x.files.trustUID
 	}
-	set, err := parseBans(x.Bans, x.DryRun, uid)
-	if x.Bans.Detect != nil && !x.Run.Observe && !x.Run.ReadOnly {
+	view := x.Run.Observe || x.Run.ReadOnly
+	set, err := parseBans(x.Bans, x.DryRun, uid, view)
+	if x.Bans.Detect != nil && !view {
 		var derr error
 		set.detect, derr = x.parseDetect(x.Bans.Detect, x.Bans.CrowdSec != nil, uid)
 		err = errors.Join(err, derr)
@@ -91,17 +115,36 @@ func (x *XDPDrop) initBans() error {
 		return err
 	}
 	set.ns = namespace{name: x.Namespace}
+	set.version = lapiVersion(x.Run.Version)
 	x.links.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
 	b, err := newBans(set, x.Log)
 	if err != nil {
 		return err
 	}
-	if x.Run.Observe || x.Run.ReadOnly {
+	if view {
 		b.feed = nil
+		set.viewed = viewedOrigins(x.Bans, set.dryRun)
 	}
 	x.bans = b
 	return nil
 }
+
+// lapiVersion is v as a User-Agent's version can carry it (no space,
+// slash or control character); "unknown" when there is none.
+func lapiVersion(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || r >= 0x7f || r == '/' {
+			return '-'
+		}
+		return r
+	}, v)
+}
+
+// userAgent is what the plugin tells the LAPI it is: name/version.
+func (s *bansSettings) userAgent() string { return "xdp-drop/" + s.version }
 
 // bansSettings are the bans options parsed, for the bans owner.
 type bansSettings struct {
@@ -113,15 +156,21 @@ type bansSettings struct {
 	interval time.Duration
 	types    []string
 	tls      *gotls.Config
+	version  string          // the binary's, as the LAPI is told it
 	detect   *detectSettings // nil without [bans.detect]
-	ns       namespace       // where the detection's guards are read
+	// view: a console view, which reads the bans in force from the
+	// kernel, of the origins viewed (the config's), and pulls nothing.
+	view   bool
+	viewed []viewedOrigin
+	ns     namespace // where the detection's guards are read
 }
 
 // parseBans checks [inputs.xdp_drop.bans] and reads its files (allow
 // prefix files and api_key_file) under the trust check for uid (unless
-// trust.NoCheck). Every refusal is an *OptionError naming its option.
-func parseBans(c *BansConfig, dryRun bool, uid int) (*bansSettings, error) {
-	s := &bansSettings{max: DefaultBansMax, dryRun: dryRun || c.DryRun}
+// trust.NoCheck). Every refusal is an *OptionError naming its option. A
+// view reads no key: it pulls nothing.
+func parseBans(c *BansConfig, dryRun bool, uid int, view bool) (*bansSettings, error) {
+	s := &bansSettings{max: DefaultBansMax, dryRun: dryRun || c.DryRun, view: view}
 	var errs []error
 	fail := func(key string, err error) {
 		if err != nil {
@@ -165,9 +214,12 @@ func (s *bansSettings) parseCrowdSec(c *CrowdSecConfig, uid int) []error {
 	}
 	u, err := checkLAPIURL(c.URL)
 	fail(keyCrowdSecURL, err)
-	s.url = c.URL
-	s.apiKey, err = readAPIKey(c, uid)
-	fail(keyAPIKey, err)
+	if !s.view {
+		// A view pulls nothing: it has no client, and needs no key.
+		s.url = c.URL
+		s.apiKey, err = readAPIKey(c, uid)
+		fail(keyAPIKey, err)
+	}
 	switch d := time.Duration(c.Interval); {
 	case d == 0:
 		s.interval = DefaultCrowdSecInterval
@@ -215,8 +267,10 @@ func readAPIKey(c *CrowdSecConfig, uid int) (string, error) {
 	switch {
 	case c.APIKey != "" && c.APIKeyFile != "":
 		return "", errors.New("bans.crowdsec: api_key and api_key_file are both set; set one")
+	case c.APIKey == "" && c.APIKeyFile == "" && len(c.APIKeyVars) > 0:
+		return "", emptyVarsError(c.APIKeyVars)
 	case c.APIKey == "" && c.APIKeyFile == "":
-		return "", errors.New(`bans.crowdsec: api_key_file (or api_key) is missing; create a key with "cscli bouncers add xdp-drop" and set api_key_file = "/etc/telegraf-xdp-drop/crowdsec.key"`)
+		return "", errors.New(`bans.crowdsec: api_key_file (or api_key) is missing; create a key with "cscli bouncers add xdp-drop-<host>" on the LAPI's host and set api_key_file = "/etc/telegraf-xdp-drop/crowdsec.key"`)
 	case c.APIKey != "":
 		return c.APIKey, checkAPIKey("bans.crowdsec.api_key", c.APIKey)
 	}

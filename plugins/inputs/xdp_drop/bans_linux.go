@@ -71,7 +71,7 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 	b := &bans{set: set, log: log, state: newBanState()}
 	if set.url != "" {
 		client, err := crowdsec.New(crowdsec.Config{
-			URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls,
+			URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls, UserAgent: set.userAgent(),
 			// Both families' bans, beyond max too: those are refused and counted.
 			MaxDecisions: max(crowdsec.DefaultMaxDecisions, 2*set.max),
 		})

@@ -21,6 +21,10 @@ type BanSeries struct {
 	Detect, Push                    bool
 	Unreported                      int64
 	Pushed, PushFailed, PushDropped int64
+	// Viewed: read by a console view (-watch, -status) of another
+	// instance: Active is what the kernel holds in force, the other
+	// counts are that instance's and not read. Never a field.
+	Viewed bool
 }
 
 // PutTags adds the ban series' tags to tags.

@@ -23,6 +23,9 @@ func (b *bans) appendPoints(out []BanSeries, ifaces []*iface) []BanSeries {
 			read[ifc] = banRead{c, err}
 		}
 	}
+	if b.set.view {
+		return b.appendViewed(out, ifaces, read)
+	}
 	if b.set.url != "" {
 		out = b.appendCrowdSec(out, ifaces, read)
 	}
@@ -67,6 +70,42 @@ func (b *bans) appendCrowdSec(out []BanSeries, ifaces []*iface, read map[*iface]
 		}
 		read[ifc].put(&s, bpf.BanOriginCrowdSec, a)
 		out = append(out, s)
+	}
+	return out
+}
+
+// appendViewed appends, for a console view, the point of every viewed
+// origin and interface: the frames its bans decided, and the bans in force
+// read from the kernel's ban maps, which every interface's program shares
+// (read once). What was added, lifted or synced is the observed
+// instance's to count: zero here.
+func (b *bans) appendViewed(out []BanSeries, ifaces []*iface, read map[*iface]banRead) []BanSeries {
+	var inForce [bpf.BanOrigins]int
+	var inForceErr error
+	readOnce := false
+	for _, ifc := range ifaces {
+		if ifc.prog == nil {
+			continue
+		}
+		if !readOnce {
+			inForce, inForceErr = ifc.prog.BansInForce()
+			readOnce = true
+		}
+		for _, o := range b.set.viewed {
+			action, a := ActionDrop, bpf.BanDrop
+			if o.dryRun {
+				action, a = ActionWouldDrop, bpf.BanWouldDrop
+			}
+			s := BanSeries{
+				Interface: quote.Tag(ifc.name), Origin: o.name, Action: action,
+				Active: int64(inForce[o.origin]), Viewed: true,
+			}
+			if inForceErr != nil {
+				s.Error = quote.Line(firstLine(inForceErr))
+			}
+			read[ifc].put(&s, o.origin, a)
+			out = append(out, s)
+		}
 	}
 	return out
 }

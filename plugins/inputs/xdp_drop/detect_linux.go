@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,6 +40,7 @@ type detection struct {
 	// roomBack is told, outside mu, when the sweep removed bans: room in
 	// the table for what the feed had refused; nil tells no one.
 	roomBack func()
+	host     string // the host's name, in what is pushed
 
 	mu        sync.Mutex
 	watched   map[*detect.Window]*watchedIface
@@ -66,6 +69,7 @@ type detectCounts struct {
 // settings (max, allow list, the LAPI).
 func newDetection(set *detectSettings, bs *bansSettings, ns namespace, log telegraf.Logger) (*detection, error) {
 	d := &detection{set: set, log: log, watched: map[*detect.Window]*watchedIface{}}
+	d.host, _ = os.Hostname()
 	allow, err := bs.allow.union()
 	if err != nil {
 		return nil, optionError(keyAllowPrefix, err)
@@ -81,7 +85,7 @@ func newDetection(set *detectSettings, bs *bansSettings, ns namespace, log teleg
 	}
 	d.det = det
 	if set.push {
-		p, err := crowdsec.NewPusher(crowdsec.PushConfig{URL: bs.url, Login: set.login, Password: set.password, TLS: bs.tls})
+		p, err := crowdsec.NewPusher(crowdsec.PushConfig{URL: bs.url, Login: set.login, Password: set.password, TLS: bs.tls, UserAgent: bs.userAgent()})
 		if err != nil {
 			return nil, optionError(keyDetectPush, fmt.Errorf("bans.detect.crowdsec_push: %w", err))
 		}
@@ -232,7 +236,7 @@ func (d *detection) record(now time.Time, e detect.Event) {
 			would, e.Source, e.Duration, e.Offence, e.PPS, e.BytesPerSecond, protocolTag(e.Protocol), d.limits(), d.set.forDur, d.dryNote())
 		if d.push != nil && !d.set.dryRun {
 			d.push.Offer(crowdsec.Ban{
-				Prefix: e.Source, Start: now, Duration: e.Duration, Events: int(e.PPS),
+				Prefix: e.Source, Start: now, Duration: e.Duration, Evidence: d.evidence(e),
 				Message: fmt.Sprintf("xdp-drop: %s sent %.0f pps, %.0f bytes/s, over %s for %s", e.Source, e.PPS, e.BytesPerSecond, d.limits(), d.set.forDur),
 			})
 		}
@@ -248,6 +252,25 @@ func (d *detection) record(now time.Time, e detect.Event) {
 		d.events = append(d.events, ev)
 	} else {
 		d.counts.unreported++
+	}
+}
+
+// evidence is what decided a ban, as its alert's event tells the LAPI.
+// The rates rest on the sources of sampled frames, which a sender may
+// forge: nothing verified them (no handshake was seen).
+func (d *detection) evidence(e detect.Event) []crowdsec.Meta {
+	iface := ""
+	if wi := d.watched[e.Window]; wi != nil {
+		iface = wi.name
+	}
+	return []crowdsec.Meta{
+		{Key: "pps", Value: strconv.FormatFloat(e.PPS, 'f', 0, 64)},
+		{Key: "bytes_per_second", Value: strconv.FormatFloat(e.BytesPerSecond, 'f', 0, 64)},
+		{Key: "protocol", Value: protocolTag(e.Protocol)},
+		{Key: "interface", Value: iface},
+		{Key: "verified", Value: "false"},
+		{Key: "over", Value: d.limits() + " for " + d.set.forDur.String()},
+		{Key: "host", Value: d.host},
 	}
 }
 

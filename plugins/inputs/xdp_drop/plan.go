@@ -17,6 +17,8 @@ type Plan struct {
 	// Pins says what pin_path would meet now (no BPF filesystem, say),
 	// worded for the operator; nil when pin_path is unset or usable.
 	Pins error
+	// Bans is [bans] as read; nil without it.
+	Bans *PlannedBans
 }
 
 // PlannedInterface is an interface of the plan.
@@ -50,6 +52,7 @@ func (x *XDPDrop) Plan() (Plan, error) {
 	}
 	plan.Footprint = fp
 	plan.Pins = x.links.planPins()
+	plan.Bans = x.planBans()
 	plan.Interfaces, plan.Unmatched, err = x.links.planInterfaces()
 	return plan, err
 }

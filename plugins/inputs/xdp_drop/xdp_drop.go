@@ -82,6 +82,11 @@ type RunOptions struct {
 	// no instance holds is reported so, and a prefix file that does not
 	// read is recorded on its rule rather than failing Init.
 	ReadOnly bool
+	// Version is the binary's version, set at its build: the CrowdSec LAPI
+	// records it from the User-Agent (xdp-drop/<version>) as the bouncer's
+	// and the machine's, and it versions the detection's scenario; ""
+	// sends "unknown".
+	Version string
 }
 
 // DefaultHandoverTimeout is handover_timeout when it is not set.
