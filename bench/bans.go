@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -29,33 +30,33 @@ type banApply struct {
 	memory      uint64 // the ban maps' kernel memory, as the kernel accounts it
 }
 
-// banBenchSources are the frames' sources: per family one in no ban but in
-// a bucket with a /32 (/128) and a range (so that the lookup probes and
-// misses), and one banned.
-var banBenchSources = []struct{ name, src string }{
-	{"IPv4/UDP, source not banned", "198.51.100.1"},
-	{"IPv4/UDP, source banned (/32)", "198.51.7.7"},
-	{"IPv6/UDP, source not banned", "2001:db8:100::1"},
-	{"IPv6/UDP, source banned (/48)", "2001:db8:9::1"},
-}
-
-// fillBans puts banBenchCount bans in t, half of each family: half /32
-// (/128), a quarter /24 and /16 (/64 and /48) each, random but for those
-// the frames' sources meet, and none over the not-banned sources.
-func fillBans(t *bpf.BanTable, seed uint64) error {
+// fillBans puts the fixed bans in t and, with random, banBenchCount in
+// all: half of each family, half /32 (/128), a quarter /24 and /16 (/64 and
+// /48) each, none in a case's bucket. It returns the filter bits the
+// entries set. Every table gets the same bans.
+func fillBans(t *bpf.BanTable, fixed banFixed, random bool) (map[uint32]bool, error) {
 	end := time.Now().Add(24 * time.Hour)
-	keep := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:100::/48")}
-	fixed := []string{"198.51.7.7/32", "198.51.9.0/24", "2001:db8:100::7/128", "2001:db8:100:5::/64", "2001:db8:9::/48"}
+	bits := map[uint32]bool{}
 	n := 0
-	for _, p := range fixed {
-		if _, err := t.Ban(netip.MustParsePrefix(p), end, bpf.BanOriginCrowdSec); err != nil {
+	ban := func(p netip.Prefix) error {
+		o, err := t.Ban(p, end, bpf.BanOriginCrowdSec)
+		if err != nil {
 			return err
 		}
-		n++
+		if o == bpf.BanAdded {
+			bits[banFilterBit(p)] = true
+			n++
+		}
+		return nil
 	}
-	rng := rand.New(rand.NewPCG(seed, 1))
+	for _, p := range fixed.entries {
+		if err := ban(p); err != nil {
+			return nil, err
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
 	lens4, lens6 := []int{32, 32, 24, 16}, []int{128, 128, 64, 48}
-	for i := 0; n < banBenchCount; i++ {
+	for i := 0; random && n < banBenchCount; i++ {
 		var p netip.Prefix
 		if i%2 == 0 {
 			var a [4]byte
@@ -72,27 +73,45 @@ func fillBans(t *bpf.BanTable, seed uint64) error {
 			p = netip.PrefixFrom(netip.AddrFrom16(a), lens6[i/2%4])
 		}
 		p = p.Masked()
-		if keep[0].Overlaps(p) || keep[1].Overlaps(p) {
+		if fixed.reserved[banBucket(p)] {
 			continue
 		}
-		o, err := t.Ban(p, end, bpf.BanOriginCrowdSec)
-		if err != nil {
-			return err
-		}
-		if o == bpf.BanAdded {
-			n++
+		if err := ban(p); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return bits, nil
 }
+
+// The programs of the bans rows, by index in bansPerPacket's names.
+const (
+	banProgNone = iota
+	banProgFull
+	banProgSmall
+	banProgRuleNone
+	banProgRuleFull
+)
+
+// banRule is the rule of the programs with rules: it matches none of the
+// frames, which it makes go through the rules' path (ban_lookup a function
+// of its own) to the policy.
+var banRule = bpf.Rule{Name: "gre", Drop: true, Protocols: []uint8{47}}
 
 // bansPerPacket measures, paired round by round, the program with
 // banBenchCount bans in force against the same program without bans, on a
-// frame from a source not banned and one banned, per family; and the time
-// to apply banBenchDelta new bans and lift them.
-func bansPerPacket(cfg perPacketConfig) ([]samplingResult, banApply, []string, error) {
+// frame from each case's source; beside it, the same with only the cases'
+// bans, and with a rule; then the banned and empty cases as bpftool prog run
+// times them; and the time to apply banBenchDelta new bans and lift them.
+func bansPerPacket(cfg perPacketConfig, quick bool) ([]samplingResult, banApply, []string, error) {
 	var apply banApply
-	names := []string{"no bans", fmt.Sprintf("%d bans in force", banBenchCount)}
+	fixed, err := newBanFixed()
+	if err != nil {
+		return nil, apply, nil, err
+	}
+	names := []string{"no bans", fmt.Sprintf("%d bans in force", banBenchCount),
+		fmt.Sprintf("the cases' %d bans alone", len(fixed.entries)), "no bans, 1 rule", fmt.Sprintf("%d bans in force, 1 rule", banBenchCount)}
+	policies := []bpf.Policy{{}, {Bans: bpf.BansConfig{On: true}}, {Bans: bpf.BansConfig{On: true}},
+		{Rules: []bpf.Rule{banRule}}, {Rules: []bpf.Rule{banRule}, Bans: bpf.BansConfig{On: true}}}
 	progs := make([][]*ebpf.Program, len(names))
 	var loaded []*bpf.Program
 	defer func() {
@@ -101,8 +120,9 @@ func bansPerPacket(cfg perPacketConfig) ([]samplingResult, banApply, []string, e
 		}
 	}()
 	var table *bpf.BanTable
+	var bits map[uint32]bool
 	for c := 0; c < cfg.copies; c++ {
-		for i, policy := range []bpf.Policy{{}, {Bans: bpf.BansConfig{On: true}}} {
+		for i, policy := range policies {
 			p, err := bpf.Load(policy)
 			if err != nil {
 				return nil, apply, nil, fmt.Errorf("%s: %w", names[i], err)
@@ -116,50 +136,68 @@ func bansPerPacket(cfg perPacketConfig) ([]samplingResult, banApply, []string, e
 			if err != nil {
 				return nil, apply, nil, err
 			}
-			if err := fillBans(t, uint64(c)); err != nil {
+			b, err := fillBans(t, fixed, i != banProgSmall)
+			if err != nil {
 				return nil, apply, nil, err
 			}
-			table = t
+			if i == banProgFull {
+				table, bits = t, b
+			}
 		}
 	}
 	var fs []benchFrame
-	for _, s := range banBenchSources {
-		src := netip.MustParseAddr(s.src)
+	for _, bc := range fixed.cases {
 		var frame []byte
 		var class bpf.Class
-		if src.Is4() {
-			l3 := frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)), src, netip.MustParseAddr("192.0.2.53"))
+		if bc.src.Is4() {
+			l3 := frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)), bc.src, netip.MustParseAddr("192.0.2.53"))
 			frame, class = frames.Ether(frames.EtherIPv4, l3), bpf.IPv4Class(frames.ProtoUDP)
 		} else {
-			l3 := frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(18)), src, netip.MustParseAddr("2001:db8::53"))
+			l3 := frames.Addressed(frames.IPv6(frames.ProtoUDP, frames.UDP(18)), bc.src, netip.MustParseAddr("2001:db8::53"))
 			frame, class = frames.Ether(frames.EtherIPv6, l3), bpf.IPv6Class(frames.ProtoUDP)
 		}
-		fs = append(fs, benchFrame{s.name, frame, class, false})
+		lookups := 0
+		for _, k := range bc.probed() {
+			if bits[banFilterBit(k)] {
+				lookups++
+			}
+		}
+		name := fmt.Sprintf("%s (%d probed, %d looked up)", bc.name, len(bc.probed()), lookups)
+		fs = append(fs, benchFrame{name, frame, class, false})
 	}
 	t, err := timeRounds(names, progs, func(int, int) bool { return true }, fs, cfg, true)
 	if err != nil {
 		return nil, apply, nil, err
 	}
 	var results []samplingResult
-	for f, s := range banBenchSources {
-		want := uint32(xdpPass)
-		if s.name[len(s.name)-1] == ')' {
-			want = xdpDrop
+	var notes []string
+	for f, bc := range fixed.cases {
+		for i, policy := range policies {
+			want := uint32(xdpPass)
+			if bc.banned && policy.Bans.On {
+				want = xdpDrop
+			}
+			if got := t.verdicts[i][f]; got != want {
+				return nil, apply, nil, fmt.Errorf("%s on %s: verdict %s, want %s", names[i], fs[f], actionName(got), actionName(want))
+			}
 		}
-		if got := t.verdicts[0][f]; got != xdpPass {
-			return nil, apply, nil, fmt.Errorf("no bans on %s: verdict %s, want XDP_PASS", s.name, actionName(got))
-		}
-		if got := t.verdicts[1][f]; got != want {
-			return nil, apply, nil, fmt.Errorf("bans on %s: verdict %s, want %s", s.name, actionName(got), actionName(want))
-		}
-		pd := paired(t.perFrame[1][f], t.perFrame[0][f], cfg.copies)
+		pd := paired(t.perFrame[banProgFull][f], t.perFrame[banProgNone][f], cfg.copies)
 		results = append(results, samplingResult{
-			name: names[1], base: names[0], frame: fs[f].String(),
-			ours: median(t.perFrame[1][f]), bare: median(t.perFrame[0][f]),
+			name: names[banProgFull], base: names[banProgNone], frame: fs[f].String(),
+			ours: median(t.perFrame[banProgFull][f]), bare: median(t.perFrame[banProgNone][f]),
 			delta: pd.median, q1: pd.q1, q3: pd.q3, target: targetBanNs,
 		})
+		small := paired(t.perFrame[banProgSmall][f], t.perFrame[banProgNone][f], cfg.copies)
+		rule := paired(t.perFrame[banProgRuleFull][f], t.perFrame[banProgRuleNone][f], cfg.copies)
+		kern := paired(t.kernel[banProgFull][f], t.kernel[banProgNone][f], cfg.copies)
+		notes = append(notes, fmt.Sprintf("%s: kernel-reported %+.1f ns; %s %+.2f ns (IQR %+.2f…%+.2f); with 1 rule, against no bans with it, %+.2f ns (IQR %+.2f…%+.2f)",
+			bc.name, kern.median, names[banProgSmall], small.median, small.q1, small.q3, rule.median, rule.q1, rule.q3))
 	}
-
+	bt, err := bpftoolWay(progs, fs, quick)
+	if err != nil {
+		return nil, apply, nil, err
+	}
+	notes = append(notes, bt...)
 	// The apply row, on the last table: new /32s of both families.
 	var delta []netip.Prefix
 	for i := range banBenchDelta {
@@ -192,8 +230,51 @@ func bansPerPacket(cfg perPacketConfig) ([]samplingResult, banApply, []string, e
 		return nil, apply, nil, err
 	}
 	v4, v6 := table.InForce()
-	note := fmt.Sprintf("bans: %d in force (%d IPv4, %d IPv6: half /32 or /128, a quarter /24 or /64, a quarter /16 or /48), default max %d per family; "+
+	note := fmt.Sprintf("bans: %d in force (%d IPv4, %d IPv6: the cases' %d, the rest half /32 or /128, a quarter /24 or /64, a quarter /16 or /48, none in a case's bucket), default max %d per family; "+
 		"the ban maps take %.1f MiB of kernel memory (memlock), preallocated for max + %d allowed prefixes per family",
-		v4+v6, v4, v6, bpf.DefaultBanMax, float64(apply.memory)/(1<<20), bpf.MaxBanAllow)
-	return results, apply, []string{note}, nil
+		v4+v6, v4, v6, len(fixed.entries), bpf.DefaultBanMax, float64(apply.memory)/(1<<20), bpf.MaxBanAllow)
+	return results, apply, append([]string{note}, notes...), nil
+}
+
+// bpftoolRepeat and bpftoolRounds are how the bpftool prog run
+// measurement repeats: the kernel's mean of 2,000,000 runs of one frame.
+const (
+	bpftoolRepeat = 2_000_000
+	bpftoolRounds = 5
+)
+
+// bpftoolWay times each case as `bpftool prog run ... repeat 2000000`
+// does: the first load with bans against the first without, the kernel's
+// own mean (whole ns), a few rounds, the order swapped each round.
+func bpftoolWay(progs [][]*ebpf.Program, fs []benchFrame, quick bool) ([]string, error) {
+	repeat := uint32(bpftoolRepeat)
+	if quick {
+		repeat = 1 << 16
+	}
+	var notes []string
+	err := onLockedThread(func() error {
+		for _, fr := range fs {
+			var with, without, deltas []float64
+			for r := 0; r < bpftoolRounds; r++ {
+				var ns [2]float64
+				for k := range 2 {
+					i := (k + r) % 2
+					prog := progs[banProgNone][0]
+					if i == 1 {
+						prog = progs[banProgFull][0]
+					}
+					tr, _, err := runRetrying(prog, fr.frame, repeat)
+					if err != nil {
+						return fmt.Errorf("bpftool's way on %s: %w", fr, err)
+					}
+					ns[i] = float64(tr.duration.Nanoseconds())
+				}
+				without, with, deltas = append(without, ns[0]), append(with, ns[1]), append(deltas, ns[1]-ns[0])
+			}
+			notes = append(notes, fmt.Sprintf("as bpftool prog run times it (%d repeats, the kernel's mean, %d rounds), %s: %.0f ns against %.0f ns without bans, %+.0f ns (rounds %+.0f…%+.0f)",
+				repeat, bpftoolRounds, fr.name, median(with), median(without), median(deltas), slices.Min(deltas), slices.Max(deltas)))
+		}
+		return nil
+	})
+	return notes, err
 }

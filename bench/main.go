@@ -172,7 +172,7 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 		bc := cfg.perPacket
 		bc.rounds = max(bc.rounds/2, 1)
 		status("bans: %d bans in force against none, %d rounds of %d runs; %d bans applied and lifted", banBenchCount, bc.rounds, bc.repeat, banBenchDelta)
-		if rep.bans, rep.banApply, rep.bansNotes, err = bansPerPacket(bc); err != nil {
+		if rep.bans, rep.banApply, rep.bansNotes, err = bansPerPacket(bc, cfg.quick); err != nil {
 			return nil, fmt.Errorf("bans: %w", err)
 		}
 		status("bans: a cold start's sync of %d decisions from a feed", banSyncCount)
