@@ -84,22 +84,6 @@ type banDecision struct {
 	key    uint64 // decisionKey
 }
 
-// decisionKey is the LAPI's key of a decision, its scope, value and type
-// (FNV-1a, each string closed by a 0xff byte no UTF-8 text holds): the
-// stream deduplicates by it, and a prefix holds one or a few, so a
-// collision between two of them does not happen in practice.
-func decisionKey(dec crowdsec.Decision) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	for _, s := range [...]string{dec.Scope, dec.Value, dec.Type} {
-		for i := 0; i < len(s); i++ {
-			h = (h ^ uint64(s[i])) * prime
-		}
-		h = (h ^ 0xff) * prime
-	}
-	return h
-}
-
 // maxDecisionsPerPrefix bounds the decisions that hold one prefix: the
 // LAPI sends one decision per value and type, so a prefix holds one or a
 // few; the bound keeps each decision's work at most this many steps.
@@ -244,20 +228,6 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 	return nil
 }
 
-// supersede forgets the decisions held of key under another id than dec's:
-// the stream sends a key's decision anew when a longer one replaced it, and
-// at a full list under the id of whichever of them it found first.
-func (s *banState) supersede(dec crowdsec.Decision, key uint64) {
-	ids := s.prefixes[dec.Prefix].ids
-	for i := 0; i < len(ids); {
-		if id := ids[i]; id != dec.ID && s.decisions[id].key == key {
-			ids = s.forget(id, s.decisions[id]).ids
-			continue
-		}
-		i++
-	}
-}
-
 // hold records that dec (of key) holds its prefix, in the table until bp.end.
 func (s *banState) hold(dec crowdsec.Decision, key uint64, end int64, bp bannedPrefix) {
 	if _, again := s.decisions[dec.ID]; !again {
@@ -265,30 +235,6 @@ func (s *banState) hold(dec crowdsec.Decision, key uint64, end int64, bp bannedP
 	}
 	s.decisions[dec.ID] = banDecision{prefix: dec.Prefix, end: end, key: key}
 	s.prefixes[dec.Prefix] = bp
-}
-
-// lift puts a deleted entry of the stream in force: the LAPI lists a key
-// as deleted once no decision of it is left, under the id of any of them
-// (not always the one it sent as new), so every decision held of that key
-// goes; decisions of other keys on the same prefix (another type, or the
-// same range under scope Range and Ip) keep it banned.
-func (s *banState) lift(table banTable, dec crowdsec.Decision, now time.Time) error {
-	key := decisionKey(dec)
-	var buf [4]int64
-	ids := buf[:0]
-	if _, ok := s.decisions[dec.ID]; ok {
-		ids = append(ids, dec.ID)
-	}
-	for _, id := range s.prefixes[dec.Prefix].ids {
-		if id != dec.ID && s.decisions[id].key == key {
-			ids = append(ids, id)
-		}
-	}
-	var errs []error
-	for _, id := range ids {
-		errs = append(errs, s.drop(table, id, now))
-	}
-	return errors.Join(errs...)
 }
 
 // endSlack is how close to its end a decision that goes counts as
