@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
@@ -32,7 +33,7 @@ func (a *allowList) load(c *BansConfig, fail func(key string, err error)) {
 		bad = true
 	}
 	for i, p := range a.inline {
-		if wholeFamily(p) {
+		if ibans.WholeFamily(p) {
 			fail(keyAllowPrefix, fmt.Errorf("%s: %s %s", keyAllowPrefix, quote.Value(c.AllowPrefix[i]), allowsWholeFamily))
 			bad = true
 		}
@@ -142,7 +143,7 @@ const allowsWholeFamily = "allows a whole address family, so no ban of it would 
 // whole family; nil when none does. The file is read again for the line
 // only then.
 func wholeFamilyIn(path string, prefixes []netip.Prefix) error {
-	if !slices.ContainsFunc(prefixes, wholeFamily) {
+	if !slices.ContainsFunc(prefixes, ibans.WholeFamily) {
 		return nil
 	}
 	data, err := os.ReadFile(path)
@@ -153,7 +154,7 @@ func wholeFamilyIn(path string, prefixes []netip.Prefix) error {
 		if j := strings.IndexAny(line, "#;"); j >= 0 {
 			line = line[:j]
 		}
-		if p, err := parsePrefix(strings.TrimSpace(line), notListedPrefix); err == nil && wholeFamily(p) {
+		if p, err := parsePrefix(strings.TrimSpace(line), notListedPrefix); err == nil && ibans.WholeFamily(p) {
 			return fmt.Errorf("%s:%d: %s %s", path, i+1, quote.Value(strings.TrimSpace(line)), allowsWholeFamily)
 		}
 	}

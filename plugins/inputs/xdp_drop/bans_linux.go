@@ -4,9 +4,7 @@ package xdp_drop
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -34,7 +33,7 @@ type bans struct {
 
 	mu       sync.Mutex
 	table    *bpf.BanTable
-	state    *banState
+	state    *ibans.Decisions
 	reported string // the error last logged; "" when the feed is fine
 	// allowReported is the allow_prefix_file error last reported.
 	allowReported string
@@ -63,12 +62,17 @@ const retrySpacing = time.Minute
 func (b *bans) fullPullDue() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.resync || b.state.retryDue() && time.Since(b.lastFull) >= retrySpacing
+	return b.resync || b.state.RetryDue() && time.Since(b.lastFull) >= retrySpacing
 }
 
 // newBans makes the bans owner of set, with its CrowdSec client.
 func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
-	b := &bans{set: set, log: log, state: newBanState()}
+	var warn func(string, ...any)
+	if log != nil {
+		warn = log.Warnf
+	}
+	// The decisions held are bounded at twice max, both families full.
+	b := &bans{set: set, log: log, state: ibans.NewDecisions(bpf.BanOriginCrowdSec, 2*set.max, warn)}
 	if set.url != "" {
 		client, err := crowdsec.New(crowdsec.Config{
 			URL: set.url, APIKey: set.apiKey, Types: set.types, TLS: set.tls, UserAgent: set.userAgent(),
@@ -80,10 +84,6 @@ func newBans(set *bansSettings, log telegraf.Logger) (*bans, error) {
 		}
 		b.feed = client
 	}
-	if log != nil {
-		b.state.warn = log.Warnf
-	}
-	b.state.limit = 2 * set.max
 	if set.detect != nil {
 		d, err := newDetection(set.detect, set, set.ns, log)
 		if err != nil {
@@ -136,11 +136,10 @@ func (b *bans) setAllow(acc telegraf.Accumulator, table *bpf.BanTable) bool {
 	allow, err := b.set.allow.union()
 	if err == nil {
 		// The feed's own bans that the allowed prefixes lifted are its removed.
-		own := kernelBans{t: table, origin: bpf.BanOriginCrowdSec}
-		before, _ := own.InForce()
+		before, _ := table.InForceOf(bpf.BanOriginCrowdSec)
 		if _, err = table.SetAllow(allow); err == nil {
-			after, _ := own.InForce()
-			b.state.counts.Removed += int64(len(before) - len(after))
+			after, _ := table.InForceOf(bpf.BanOriginCrowdSec)
+			b.state.Lifted(before - after)
 		}
 	}
 	if err == nil && b.detect != nil {
@@ -251,12 +250,12 @@ func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool)
 		}
 		return false
 	}
-	if err := b.state.apply(b.tableLocked(), d, time.Now()); err != nil {
+	if err := b.state.Apply(b.tableLocked(), d, time.Now()); err != nil {
 		b.failed(acc, fmt.Errorf("bans: %w", err))
 		return false
 	}
 	b.noteIPRanges(d)
-	b.state.counts.Synced = time.Now().Unix()
+	b.state.Synced(time.Now())
 	if startup {
 		b.resync, b.lastFull = false, time.Now()
 	}
@@ -269,7 +268,7 @@ func (b *bans) pull(ctx context.Context, acc telegraf.Accumulator, startup bool)
 func (b *bans) roomBack() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.state.freed = true
+	b.state.RoomBack()
 }
 
 // noteIPRanges says once, in one line for a whole pull, that decisions of
@@ -300,7 +299,7 @@ func (b *bans) noteIPRanges(d crowdsec.Delta) {
 func (b *bans) sweep(acc telegraf.Accumulator) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.state.expire(b.tableLocked(), time.Now()); err != nil {
+	if err := b.state.Expire(b.tableLocked(), time.Now()); err != nil {
 		b.failed(acc, fmt.Errorf("bans: %w", err))
 	}
 }
@@ -308,7 +307,7 @@ func (b *bans) sweep(acc telegraf.Accumulator) {
 // failed records err for the points and passes it to acc once per change.
 func (b *bans) failed(acc telegraf.Accumulator, err error) {
 	msg := firstLine(err)
-	b.state.counts.Error = msg
+	b.state.Failed(msg)
 	if msg != b.reported {
 		b.reported = msg
 		acc.AddError(err)
@@ -320,75 +319,27 @@ func (b *bans) recovered() {
 	if b.reported != "" {
 		b.log.Infof("bans: crowdsec: synced again")
 	}
-	b.state.counts.Error, b.reported = "", ""
+	b.state.Failed("")
+	b.reported = ""
 }
 
-// tableLocked is the ban table as banState sees it, for CrowdSec's origin.
-func (b *bans) tableLocked() banTable {
-	return kernelBans{t: b.table, origin: bpf.BanOriginCrowdSec}
+// tableLocked is the ban table the decisions go on; nil before one loads.
+func (b *bans) tableLocked() ibans.Table {
+	if b.table == nil {
+		return nil
+	}
+	return b.table
 }
 
 // counts are the feed's counts now, and its bans in force (not the other
 // origins' claims on the table).
-func (b *bans) counts() banCounts {
+func (b *bans) counts() ibans.Counts {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := b.state.counts
+	c := b.state.Counts()
 	if b.table != nil {
 		v4, v6 := b.table.InForceOf(bpf.BanOriginCrowdSec)
 		c.Active = int64(v4 + v6)
 	}
 	return c
-}
-
-// kernelBans is a bpf.BanTable seen for one origin: its claims alone,
-// which no other origin's lift or expiry touches.
-type kernelBans struct {
-	t      *bpf.BanTable
-	origin uint8
-}
-
-var errNoBanTable = errors.New("no ban table loaded yet")
-
-func (k kernelBans) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
-	if k.t == nil {
-		return 0, errNoBanTable
-	}
-	got, err := k.t.Ban(p, end, k.origin)
-	switch got {
-	case bpf.BanAdded:
-		return banAdded, err
-	case bpf.BanRefusedAllowed:
-		return banAllowed, err
-	case bpf.BanRefusedFull:
-		return banFull, err
-	}
-	return banUpdated, err
-}
-
-func (k kernelBans) Lift(p netip.Prefix) (bool, error) {
-	if k.t == nil {
-		return false, errNoBanTable
-	}
-	return k.t.Lift(p, k.origin)
-}
-
-func (k kernelBans) Expire(now time.Time) (int, error) {
-	if k.t == nil {
-		return 0, nil
-	}
-	return k.t.Expire(now, k.origin)
-}
-
-func (k kernelBans) InForce() ([]netip.Prefix, error) {
-	if k.t == nil {
-		return nil, errNoBanTable
-	}
-	var out []netip.Prefix
-	for _, e := range k.t.Entries() {
-		if e.Origin == k.origin {
-			out = append(out, e.Prefix)
-		}
-	}
-	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
@@ -55,7 +56,7 @@ func TestBansPollResyncsAfterFailure(t *testing.T) {
 	down := errors.New("crowdsec LAPI http://lapi/: connection refused")
 	feed := &scriptedFeed{script: []error{nil, nil, down, down, nil, nil}}
 	set := &bansSettings{max: 16, interval: 100 * time.Millisecond}
-	b := &bans{set: set, log: testutil.Logger{}, feed: feed, state: newBanState()}
+	b := &bans{set: set, log: testutil.Logger{}, feed: feed, state: ibans.NewDecisions(bpf.BanOriginCrowdSec, 0, nil)}
 	in := bpf.NewInstance(bpf.Policy{DropAll: true, Bans: bpf.BansConfig{On: true, Max: 16}})
 	defer in.Close()
 	acc := &testutil.Accumulator{}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
@@ -40,8 +41,7 @@ func (l *warnLog) Warnf(format string, args ...any) {
 func bansOnKernel(t *testing.T, feed banFeed, max int) (*bans, *bpf.BanTable, *warnLog) {
 	testns.RequirePrivileged(t)
 	log := &warnLog{}
-	state := newBanState()
-	state.warn = log.Warnf
+	state := ibans.NewDecisions(bpf.BanOriginCrowdSec, 0, log.Warnf)
 	b := &bans{set: &bansSettings{max: max, interval: time.Second}, log: log, feed: feed, state: state}
 	in := bpf.NewInstance(bpf.Policy{DropAll: true, Bans: bpf.BansConfig{On: true, Max: max}})
 	t.Cleanup(func() { in.Close() })
@@ -101,7 +101,7 @@ func TestBanDecisionTheTableCannotTake(t *testing.T) {
 						end = e.End
 					}
 				}
-				require.WithinDuration(t, time.Now().Add(maxBanDuration), end, time.Minute)
+				require.WithinDuration(t, time.Now().Add(ibans.MaxDuration), end, time.Minute)
 			}
 		})
 	}
@@ -119,7 +119,7 @@ func TestBansAllowChangeRetries(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	require.True(t, b.setAllow(acc, table))
 	require.True(t, b.pull(context.Background(), acc, true))
-	require.Equal(t, banCounts{Refused: 1}, withoutSynced(b.counts()))
+	require.Equal(t, ibans.Counts{Refused: 1}, withoutSynced(b.counts()))
 	require.False(t, b.fullPullDue())
 
 	writeList(t, allow, "192.0.2.0/24")
@@ -129,11 +129,11 @@ func TestBansAllowChangeRetries(t *testing.T) {
 	require.True(t, b.fullPullDue(), "the allowed prefixes changed")
 	require.True(t, b.pull(context.Background(), acc, b.fullPullDue()))
 	require.Empty(t, acc.Errors)
-	require.Equal(t, banCounts{Active: 1, Added: 1, Refused: 1}, withoutSynced(b.counts()))
+	require.Equal(t, ibans.Counts{Active: 1, Added: 1, Refused: 1}, withoutSynced(b.counts()))
 	require.False(t, b.fullPullDue())
 }
 
-func withoutSynced(c banCounts) banCounts {
+func withoutSynced(c ibans.Counts) ibans.Counts {
 	c.Synced = 0
 	return c
 }

@@ -1,4 +1,4 @@
-package xdp_drop
+package bans
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 )
 
@@ -28,24 +29,24 @@ func newFakeBanTable(max int, allow ...netip.Prefix) *fakeBanTable {
 	return &fakeBanTable{max: max, allow: allow, bans: map[netip.Prefix]time.Time{}}
 }
 
-func (f *fakeBanTable) Ban(p netip.Prefix, end time.Time) (banOutcome, error) {
+func (f *fakeBanTable) Ban(p netip.Prefix, end time.Time, _ uint8) (bpf.BanOutcome, error) {
 	for _, a := range f.allow {
 		if a.Bits() <= p.Bits() && a.Contains(p.Addr()) {
-			return banAllowed, nil
+			return bpf.BanRefusedAllowed, nil
 		}
 	}
 	if _, ok := f.bans[p]; ok {
 		f.bans[p] = end
-		return banUpdated, nil
+		return bpf.BanUpdated, nil
 	}
 	if len(f.bans) >= f.max {
-		return banFull, nil
+		return bpf.BanRefusedFull, nil
 	}
 	f.bans[p] = end
-	return banAdded, nil
+	return bpf.BanAdded, nil
 }
 
-func (f *fakeBanTable) Lift(p netip.Prefix) (bool, error) {
+func (f *fakeBanTable) Lift(p netip.Prefix, _ uint8) (bool, error) {
 	_, ok := f.bans[p]
 	if ok {
 		delete(f.bans, p)
@@ -54,7 +55,7 @@ func (f *fakeBanTable) Lift(p netip.Prefix) (bool, error) {
 	return ok, nil
 }
 
-func (f *fakeBanTable) Expire(now time.Time) (int, error) {
+func (f *fakeBanTable) Expire(now time.Time, _ uint8) (int, error) {
 	if f.monoBehind {
 		return 0, nil // the kernel's clock has not reached the ends yet
 	}
@@ -68,13 +69,16 @@ func (f *fakeBanTable) Expire(now time.Time) (int, error) {
 	return n, nil
 }
 
-func (f *fakeBanTable) InForce() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for p := range f.bans {
-		out = append(out, p)
+func (f *fakeBanTable) Entries() []bpf.BanEntry {
+	var out []bpf.BanEntry
+	for p, end := range f.bans {
+		out = append(out, bpf.BanEntry{Prefix: p, End: end, Origin: bpf.BanOriginCrowdSec})
 	}
-	return out, nil
+	return out
 }
+
+// newBanState is the decisions of CrowdSec's origin, unbounded.
+func newBanState() *Decisions { return NewDecisions(bpf.BanOriginCrowdSec, 0, nil) }
 
 func decision(id int64, prefix string, d time.Duration) crowdsec.Decision {
 	return crowdsec.Decision{ID: id, Type: "ban", Scope: "Range", Value: prefix, Prefix: netip.MustParsePrefix(prefix), Duration: d}
@@ -94,19 +98,19 @@ func TestBanStateSeveralDecisionsOnePrefix(t *testing.T) {
 	p := netip.MustParsePrefix("203.0.113.0/24")
 	table := newFakeBanTable(10)
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Hour),
 		typed(decision(2, "203.0.113.0/24", 2*time.Hour), "captcha"),
 	}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[p], "banned until the later end")
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(decision(2, "203.0.113.0/24", 2*time.Hour), "captcha")}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(decision(2, "203.0.113.0/24", 2*time.Hour), "captcha")}}, now))
 	require.Equal(t, now.Add(time.Hour), table.bans[p], "the later decision deleted: banned until the other's end")
 	require.Empty(t, table.lifts)
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now))
 	require.NotContains(t, table.bans, p, "the last decision deleted: lifted")
-	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
+	require.Equal(t, Counts{Added: 1, Removed: 1}, s.counts)
 }
 
 // TestBanStateDeletedByKey: the LAPI keeps one decision per scope, value
@@ -124,28 +128,28 @@ func TestBanStateDeletedByKey(t *testing.T) {
 	}
 	table := newFakeBanTable(10)
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(2, 4*time.Hour)}}, now))
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(1, -time.Millisecond)}}, now.Add(time.Minute)))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(2, 4*time.Hour)}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(1, -time.Millisecond)}}, now.Add(time.Minute)))
 	require.NotContains(t, table.bans, ssh, "deleted under the other id: lifted")
-	require.Equal(t, banCounts{Added: 1, Removed: 1}, s.counts)
+	require.Equal(t, Counts{Added: 1, Removed: 1}, s.counts)
 	require.Empty(t, s.decisions)
 
 	// A full list that names the key under another id: the ban holds, at the list's end.
-	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(3, 4*time.Hour)}}, now))
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(4, time.Hour)}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(3, 4*time.Hour)}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{ip(4, time.Hour)}}, now))
 	require.Equal(t, now.Add(time.Hour), table.bans[ssh], "the list's decision took the key's place")
 	require.Len(t, s.decisions, 1)
-	require.Equal(t, banCounts{Added: 2, Removed: 1}, s.counts, "no lift and ban again across the full list")
+	require.Equal(t, Counts{Added: 2, Removed: 1}, s.counts, "no lift and ban again across the full list")
 
 	// A delta's new of the key (a longer decision) takes its place too; then two keys on one prefix.
-	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(5, 2*time.Hour), typed(ip(6, 3*time.Hour), "captcha")}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{New: []crowdsec.Decision{ip(5, 2*time.Hour), typed(ip(6, 3*time.Hour), "captcha")}}, now))
 	require.Len(t, s.decisions, 2)
 	require.Equal(t, now.Add(3*time.Hour), table.bans[ssh])
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(ip(7, 0), "captcha")}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{typed(ip(7, 0), "captcha")}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[ssh], "the captcha's key deleted: the ban's stands")
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(4, 0)}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{ip(4, 0)}}, now))
 	require.NotContains(t, table.bans, ssh)
-	require.Equal(t, banCounts{Added: 2, Removed: 2}, s.counts)
+	require.Equal(t, Counts{Added: 2, Removed: 2}, s.counts)
 }
 
 // TestBanStateResyncLiftsWhatTheListLacks: a full list lifts the bans of
@@ -160,7 +164,7 @@ func TestBanStateResyncLiftsWhatTheListLacks(t *testing.T) {
 	table.bans[stranger] = now.Add(time.Hour) // a predecessor's ban the LAPI no longer has
 	table.bans[kept] = now.Add(time.Hour)     // a predecessor's ban the LAPI still has
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Hour),
 		decision(2, "192.0.2.1/32", time.Hour),
 		decision(3, "198.51.100.9/32", 3*time.Hour),
@@ -168,7 +172,7 @@ func TestBanStateResyncLiftsWhatTheListLacks(t *testing.T) {
 	require.ElementsMatch(t, []netip.Prefix{stranger}, table.lifts)
 	require.Equal(t, now.Add(3*time.Hour), table.bans[kept], "a ban held already takes the list's end")
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Hour),
 		decision(3, "198.51.100.9/32", 3*time.Hour),
 	}}, now.Add(time.Minute)))
@@ -184,18 +188,18 @@ func TestBanStateExpiry(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	table := newFakeBanTable(10)
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Second),
 		decision(2, "192.0.2.1/32", time.Hour),
 		decision(3, "2001:db8::/48", -time.Second), // over already
 	}}, now))
 	require.Len(t, table.bans, 2)
-	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
+	require.NoError(t, s.Expire(table, now.Add(2*time.Second)))
 	require.Len(t, table.bans, 1)
 	require.Equal(t, int64(1), s.counts.Expired)
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now.Add(3*time.Second)))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{decision(1, "203.0.113.0/24", time.Hour)}}, now.Add(3*time.Second)))
 	require.Empty(t, table.lifts)
-	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
+	require.Equal(t, Counts{Added: 2, Expired: 1}, s.counts)
 }
 
 // TestBanStateRefused: decisions the table refuses (over max, allowed)
@@ -205,7 +209,7 @@ func TestBanStateRefused(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	table := newFakeBanTable(2, netip.MustParsePrefix("192.0.2.0/24"))
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{
 		Startup: true,
 		New: []crowdsec.Decision{
 			decision(1, "203.0.113.0/24", time.Hour),
@@ -216,7 +220,7 @@ func TestBanStateRefused(t *testing.T) {
 		Ignored: map[crowdsec.Reason]int{crowdsec.IgnoredScope: 3, crowdsec.IgnoredValue: 1},
 	}, now))
 	require.Len(t, table.bans, 2)
-	require.Equal(t, banCounts{Added: 2, Refused: 6}, s.counts)
+	require.Equal(t, Counts{Added: 2, Refused: 6}, s.counts)
 	require.Len(t, s.decisions, 2)
 }
 
@@ -227,26 +231,28 @@ func TestBanStateDeletedAtItsEnd(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	table := newFakeBanTable(10)
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Second),
 		decision(2, "192.0.2.1/32", time.Hour),
 	}}, now))
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", -time.Millisecond),
 		decision(2, "192.0.2.1/32", -time.Millisecond),
 	}}, now.Add(time.Second)))
 	require.Empty(t, table.bans)
-	require.Equal(t, banCounts{Added: 2, Removed: 1, Expired: 1}, s.counts)
+	require.Equal(t, Counts{Added: 2, Removed: 1, Expired: 1}, s.counts)
 }
 
 // nopBanTable puts every ban in force and holds nothing: the state's own
 // memory is what is measured.
 type nopBanTable struct{}
 
-func (nopBanTable) Ban(netip.Prefix, time.Time) (banOutcome, error) { return banAdded, nil }
-func (nopBanTable) Lift(netip.Prefix) (bool, error)                 { return true, nil }
-func (nopBanTable) Expire(time.Time) (int, error)                   { return 0, nil }
-func (nopBanTable) InForce() ([]netip.Prefix, error)                { return nil, nil }
+func (nopBanTable) Ban(netip.Prefix, time.Time, uint8) (bpf.BanOutcome, error) {
+	return bpf.BanAdded, nil
+}
+func (nopBanTable) Lift(netip.Prefix, uint8) (bool, error) { return true, nil }
+func (nopBanTable) Expire(time.Time, uint8) (int, error)   { return 0, nil }
+func (nopBanTable) Entries() []bpf.BanEntry                { return nil }
 
 // TestBanStateMemory: the decisions held cost at most maxBanStateBytes a
 // ban, the figure the README's worst case adds to the kernel's.
@@ -261,7 +267,7 @@ func TestBanStateMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	s := newBanState()
-	require.NoError(t, s.apply(nopBanTable{}, d, time.Now()))
+	require.NoError(t, s.Apply(nopBanTable{}, d, time.Now()))
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perBan := (after.HeapAlloc - before.HeapAlloc) / n
@@ -283,29 +289,29 @@ func TestBanStateBoundsDecisions(t *testing.T) {
 		d.New = append(d.New, typed(decision(int64(i+1), "203.0.113.0/24", time.Hour+time.Duration(i)), fmt.Sprint("type-", i)))
 	}
 	start := time.Now()
-	require.NoError(t, s.apply(table, d, now))
+	require.NoError(t, s.Apply(table, d, now))
 	t.Logf("20,000 decisions on one prefix applied in %s", time.Since(start))
 	require.Equal(t, maxDecisionsPerPrefix, len(s.decisions))
 	require.Equal(t, maxDecisionsPerPrefix, len(s.prefixes[netip.MustParsePrefix("203.0.113.0/24")].ids))
-	require.Equal(t, banCounts{Added: 1, Refused: 20_000 - maxDecisionsPerPrefix}, s.counts)
+	require.Equal(t, Counts{Added: 1, Refused: 20_000 - maxDecisionsPerPrefix}, s.counts)
 	require.Equal(t, now.Add(time.Hour+maxDecisionsPerPrefix-1), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
 
 	// A decision held already is updated, not refused, at the bound.
-	require.NoError(t, s.apply(table, crowdsec.Delta{New: []crowdsec.Decision{typed(decision(1, "203.0.113.0/24", 2*time.Hour), "type-0")}}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{New: []crowdsec.Decision{typed(decision(1, "203.0.113.0/24", 2*time.Hour), "type-0")}}, now))
 	require.Equal(t, now.Add(2*time.Hour), table.bans[netip.MustParsePrefix("203.0.113.0/24")])
 	require.Equal(t, int64(20_000-maxDecisionsPerPrefix), s.counts.Refused)
 
 	limited := newBanState()
 	limited.limit = 4
 	table = newFakeBanTable(10)
-	require.NoError(t, limited.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, limited.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "192.0.2.1/32", time.Hour), decision(2, "192.0.2.2/32", time.Hour),
 		decision(3, "192.0.2.3/32", time.Hour), decision(4, "192.0.2.4/32", time.Hour),
 		decision(5, "192.0.2.5/32", time.Hour), decision(6, "192.0.2.6/32", time.Hour),
 	}}, now))
 	require.Len(t, limited.decisions, 4)
 	require.Len(t, table.bans, 4)
-	require.Equal(t, banCounts{Added: 4, Refused: 2}, limited.counts)
+	require.Equal(t, Counts{Added: 4, Refused: 2}, limited.counts)
 }
 
 // TestBanStateExpiryLiftsWhatItForgets: when the wall clock says a
@@ -316,16 +322,16 @@ func TestBanStateExpiryLiftsWhatItForgets(t *testing.T) {
 	table := newFakeBanTable(10)
 	table.monoBehind = true
 	s := newBanState()
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: []crowdsec.Decision{
 		decision(1, "203.0.113.0/24", time.Second),
 		decision(2, "203.0.113.0/24", 3*time.Second),
 		decision(3, "192.0.2.1/32", time.Hour),
 	}}, now))
-	require.NoError(t, s.expire(table, now.Add(2*time.Second)))
+	require.NoError(t, s.Expire(table, now.Add(2*time.Second)))
 	require.Len(t, table.bans, 2, "decision 2 still holds 203.0.113.0/24")
-	require.NoError(t, s.expire(table, now.Add(4*time.Second)))
+	require.NoError(t, s.Expire(table, now.Add(4*time.Second)))
 	require.Equal(t, map[netip.Prefix]time.Time{netip.MustParsePrefix("192.0.2.1/32"): now.Add(time.Hour)}, table.bans)
-	require.Equal(t, banCounts{Added: 2, Expired: 1}, s.counts)
+	require.Equal(t, Counts{Added: 2, Expired: 1}, s.counts)
 	require.Len(t, s.decisions, 1)
 }
 
@@ -343,25 +349,25 @@ func TestBanStateRetriesRefused(t *testing.T) {
 		decision(3, "198.51.100.1/32", time.Hour),
 		decision(4, "198.51.100.2/32", time.Hour), // over max
 	}
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full}, now))
-	require.Equal(t, banCounts{Added: 2, Refused: 2}, s.counts)
-	require.False(t, s.retryDue(), "no room came back yet")
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: full}, now))
+	require.Equal(t, Counts{Added: 2, Refused: 2}, s.counts)
+	require.False(t, s.RetryDue(), "no room came back yet")
 
-	require.NoError(t, s.apply(table, crowdsec.Delta{Deleted: full[:1]}, now))
-	require.True(t, s.retryDue(), "a slot freed")
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Deleted: full[:1]}, now))
+	require.True(t, s.RetryDue(), "a slot freed")
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
 	require.Contains(t, table.bans, netip.MustParsePrefix("198.51.100.2/32"), "the decision refused over max is in force")
-	require.Equal(t, banCounts{Added: 3, Removed: 1, Refused: 3}, s.counts, "the allowed one refused again")
-	require.False(t, s.retryDue())
+	require.Equal(t, Counts{Added: 3, Removed: 1, Refused: 3}, s.counts, "the allowed one refused again")
+	require.False(t, s.RetryDue())
 
 	// An allowed prefix added then removed lifted 198.51.100.1 behind the state's back.
 	delete(table.bans, netip.MustParsePrefix("198.51.100.1/32"))
 	table.allow, table.max = nil, 3
-	require.NoError(t, s.apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
+	require.NoError(t, s.Apply(table, crowdsec.Delta{Startup: true, New: full[1:]}, now))
 	require.Equal(t, map[netip.Prefix]time.Time{
 		netip.MustParsePrefix("192.0.2.128/25"):  now.Add(time.Hour),
 		netip.MustParsePrefix("198.51.100.1/32"): now.Add(time.Hour),
 		netip.MustParsePrefix("198.51.100.2/32"): now.Add(time.Hour),
 	}, table.bans, "the one lifted banned again, the one allowed before banned")
-	require.Equal(t, banCounts{Added: 5, Removed: 1, Refused: 3}, s.counts)
+	require.Equal(t, Counts{Added: 5, Removed: 1, Refused: 3}, s.counts)
 }

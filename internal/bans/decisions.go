@@ -1,4 +1,4 @@
-package xdp_drop
+package bans
 
 import (
 	"errors"
@@ -7,60 +7,27 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 )
 
-// banOutcome is what the kernel's ban table made of one ban.
-type banOutcome int
-
-const (
-	banAdded   banOutcome = iota // a prefix not banned before
-	banUpdated                   // a prefix banned already: its end moved
-	banAllowed                   // refused: the prefix is allow-listed
-	banFull                      // refused: max bans of its family in force
-)
-
-// banTable is what the bans need of the kernel's ban table, for one
-// origin: bans with their end, lifts, the sweep of those past their end,
-// and what is in force.
-type banTable interface {
-	Ban(p netip.Prefix, end time.Time) (banOutcome, error)
-	// Lift removes the ban on p and says whether there was one.
-	Lift(p netip.Prefix) (bool, error)
-	// Expire removes the bans past their end (the kernel stopped
-	// dropping for them then) and says how many.
-	Expire(now time.Time) (int, error)
-	// InForce lists the prefixes banned.
-	InForce() ([]netip.Prefix, error)
-}
-
-// banCounts are the bans' counts since this process started them.
-type banCounts struct {
-	Active  int64  // bans in force
-	Added   int64  // prefixes banned
-	Removed int64  // bans lifted: a decision deleted, or gone at a resync
-	Expired int64  // bans past their end, swept
-	Refused int64  // decisions refused: allow-listed, over max, unsupported
-	Synced  int64  // unix time of the last good pull; 0 before one
-	Error   string // why the feed or the table failed last; "" once fine
-}
-
-// banState holds the decisions in force by id and their prefixes: a
+// Decisions holds the decisions in force by id and their prefixes: a
 // prefix several decisions cover is banned until the latest of their
 // ends, and lifted when the last of them goes. The LAPI's stream keeps one
 // decision per scope, value and type (its key), and names a key's
 // decision, new or deleted, by the id of any decision of it: a decision
 // holds its key's place, and a deletion lifts its key. Ends are unix nanoseconds:
 // a ban here costs about 170 bytes, whatever the LAPI sends.
-type banState struct {
+type Decisions struct {
+	origin    uint8 // the claims on the table are this origin's
 	decisions map[int64]banDecision
 	prefixes  map[netip.Prefix]bannedPrefix
-	counts    banCounts
+	counts    Counts
 	// warn logs a decision refused as the table cannot take it, once per
 	// prefix (warned); nil logs nothing.
 	warn   func(format string, args ...any)
 	warned map[netip.Prefix]bool
-	// limit bounds the decisions held (0: none); newBans sets twice max,
+	// limit bounds the decisions held (0: none); the feed sets twice max,
 	// both families full, so memory stays within the max bound.
 	limit int
 	// refusedByTable: since the last full list, a decision was refused as
@@ -73,8 +40,8 @@ type banState struct {
 	inTable map[netip.Prefix]bool
 }
 
-// retryDue: decisions were refused by the table and room came back since.
-func (s *banState) retryDue() bool {
+// RetryDue: decisions were refused by the table and room came back since.
+func (s *Decisions) RetryDue() bool {
 	return s.refusedByTable && s.freed
 }
 
@@ -96,29 +63,36 @@ type bannedPrefix struct {
 	ids []int64
 }
 
-func newBanState() *banState {
-	return &banState{
+// NewDecisions makes the decisions of a feed whose bans are origin's
+// claims, holding at most limit decisions (0: no bound); warn logs a
+// decision refused as the table cannot take it, once per prefix (nil:
+// nothing).
+func NewDecisions(origin uint8, limit int, warn func(format string, args ...any)) *Decisions {
+	return &Decisions{
+		origin:    origin,
+		limit:     limit,
+		warn:      warn,
 		decisions: map[int64]banDecision{},
 		prefixes:  map[netip.Prefix]bannedPrefix{},
 		warned:    map[netip.Prefix]bool{},
 	}
 }
 
-// maxBanDuration caps a decision's duration: CrowdSec's own bans last
+// MaxDuration caps a decision's duration: CrowdSec's own bans last
 // hours, a year is beyond any of them, and it keeps the end far from the
 // overflow of unix nanoseconds (year 2262) that a duration such as
 // 2500000h reaches. A decision still in the LAPI after a year is banned
 // again at the next full pull (a restart or a feed failure).
-const maxBanDuration = 365 * 24 * time.Hour
+const MaxDuration = 365 * 24 * time.Hour
 
-// wholeFamily: p covers all of IPv4 or IPv6, which the table refuses:
+// WholeFamily: p covers all of IPv4 or IPv6, which the table refuses:
 // such a ban would drop every source, the operator's own access too.
-func wholeFamily(p netip.Prefix) bool {
+func WholeFamily(p netip.Prefix) bool {
 	return p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96
 }
 
 // refuse counts a decision the table cannot take and logs it once per prefix.
-func (s *banState) refuse(dec crowdsec.Decision, why string) {
+func (s *Decisions) refuse(dec crowdsec.Decision, why string) {
 	s.counts.Refused++
 	if s.warn != nil && !s.warned[dec.Prefix] {
 		s.warned[dec.Prefix] = true
@@ -126,17 +100,20 @@ func (s *banState) refuse(dec crowdsec.Decision, why string) {
 	}
 }
 
-// apply puts a delta of the feed in force in table, at now. A full list
+// Apply puts a delta of the feed in force in table, at now. A full list
 // (startup) replaces the decisions held: what it lacks is lifted, also
 // bans in table that this state never saw (a predecessor's).
-func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error {
+func (s *Decisions) Apply(table Table, d crowdsec.Delta, now time.Time) error {
+	if table == nil {
+		return errNoBanTable
+	}
 	var errs []error
 	for _, n := range d.Ignored {
 		s.counts.Refused += int64(n)
 	}
 	if d.Startup {
 		s.refusedByTable, s.freed = false, false
-		in, err := table.InForce()
+		in, err := inForce(table, s.origin)
 		if err != nil {
 			return fmt.Errorf("list the bans in force: %w", err)
 		}
@@ -171,15 +148,15 @@ func (s *banState) apply(table banTable, d crowdsec.Delta, now time.Time) error 
 
 // add bans a decision's prefix until its end, or later when another
 // decision holds it longer.
-func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) error {
+func (s *Decisions) add(table Table, dec crowdsec.Decision, now time.Time) error {
 	if dec.Duration <= 0 {
 		return nil // over already
 	}
-	if wholeFamily(dec.Prefix) {
+	if WholeFamily(dec.Prefix) {
 		s.refuse(dec, "it covers a whole address family, and would drop every source")
 		return nil
 	}
-	end := now.Add(min(dec.Duration, maxBanDuration)).UnixNano()
+	end := now.Add(min(dec.Duration, MaxDuration)).UnixNano()
 	key := decisionKey(dec)
 	s.supersede(dec, key)
 	old, known := s.decisions[dec.ID]
@@ -207,7 +184,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		s.hold(dec, key, end, bp)
 		return nil
 	}
-	got, err := table.Ban(dec.Prefix, time.Unix(0, want))
+	got, err := table.Ban(dec.Prefix, time.Unix(0, want), s.origin)
 	if err != nil {
 		if !time.Unix(0, want).After(time.Now()) {
 			// Ended while the apply ran (now is its start): over, as one that came ended.
@@ -215,12 +192,12 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 		}
 		return fmt.Errorf("ban %s: %w", dec.Prefix, err)
 	}
-	switch got {
-	case banAllowed, banFull:
+	if got.Refused() {
 		s.counts.Refused++
 		s.refusedByTable = true
 		return nil
-	case banAdded:
+	}
+	if got == bpf.BanAdded {
 		s.counts.Added++
 	}
 	bp.end = want
@@ -229,7 +206,7 @@ func (s *banState) add(table banTable, dec crowdsec.Decision, now time.Time) err
 }
 
 // hold records that dec (of key) holds its prefix, in the table until bp.end.
-func (s *banState) hold(dec crowdsec.Decision, key uint64, end int64, bp bannedPrefix) {
+func (s *Decisions) hold(dec crowdsec.Decision, key uint64, end int64, bp bannedPrefix) {
 	if _, again := s.decisions[dec.ID]; !again {
 		bp.ids = append(bp.ids, dec.ID)
 	}
@@ -246,7 +223,7 @@ const endSlack = time.Second
 // drop forgets a decision: its prefix is lifted when no other holds it
 // (counted expired when the decision had reached its end by now, removed
 // otherwise), or banned until the latest end of those that do.
-func (s *banState) drop(table banTable, id int64, now time.Time) error {
+func (s *Decisions) drop(table Table, id int64, now time.Time) error {
 	dec, ok := s.decisions[id]
 	if !ok {
 		return nil
@@ -254,7 +231,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	ended := dec.end <= now.Add(endSlack).UnixNano()
 	bp := s.forget(id, dec)
 	if len(bp.ids) == 0 {
-		if _, err := table.Lift(dec.prefix); err != nil {
+		if _, err := table.Lift(dec.prefix, s.origin); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
 		s.freed = true
@@ -274,12 +251,12 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 	}
 	bp.end = latest
 	s.prefixes[dec.prefix] = bp
-	if _, err := table.Ban(dec.prefix, time.Unix(0, latest)); err != nil {
+	if _, err := table.Ban(dec.prefix, time.Unix(0, latest), s.origin); err != nil {
 		if time.Unix(0, latest).After(time.Now()) {
 			return fmt.Errorf("ban %s: %w", dec.prefix, err)
 		}
 		// The others ended too: the prefix goes, as at the sweep.
-		if _, err := table.Lift(dec.prefix); err != nil {
+		if _, err := table.Lift(dec.prefix, s.origin); err != nil {
 			return fmt.Errorf("lift %s: %w", dec.prefix, err)
 		}
 		s.freed = true
@@ -289,7 +266,7 @@ func (s *banState) drop(table banTable, id int64, now time.Time) error {
 
 // forget removes decision id (dec) and its hold on its prefix, and
 // returns the prefix's entry as it is left (no ids: forgotten too).
-func (s *banState) forget(id int64, dec banDecision) bannedPrefix {
+func (s *Decisions) forget(id int64, dec banDecision) bannedPrefix {
 	delete(s.decisions, id)
 	bp := s.prefixes[dec.prefix]
 	if i := slices.Index(bp.ids, id); i >= 0 {
@@ -306,8 +283,8 @@ func (s *banState) forget(id int64, dec banDecision) bannedPrefix {
 // liftStrangers lifts the bans in table that no decision holds: after a
 // full list, those are decisions deleted while the feed was away, or
 // held by a predecessor that the LAPI no longer has.
-func (s *banState) liftStrangers(table banTable) error {
-	in, err := table.InForce()
+func (s *Decisions) liftStrangers(table Table) error {
+	in, err := inForce(table, s.origin)
 	if err != nil {
 		return fmt.Errorf("list the bans in force: %w", err)
 	}
@@ -316,7 +293,7 @@ func (s *banState) liftStrangers(table banTable) error {
 		if _, ok := s.prefixes[p]; ok {
 			continue
 		}
-		lifted, err := table.Lift(p)
+		lifted, err := table.Lift(p, s.origin)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lift %s: %w", p, err))
 			continue
@@ -329,12 +306,15 @@ func (s *banState) liftStrangers(table banTable) error {
 	return errors.Join(errs...)
 }
 
-// expire sweeps the bans past their end from table and forgets the
+// Expire sweeps the bans past their end from table and forgets the
 // decisions that ended by now. The kernel ends bans on the monotonic
 // clock, the state on the wall clock: a prefix whose last decision is
 // forgotten is lifted too, so that no ban outlives what holds it.
-func (s *banState) expire(table banTable, now time.Time) error {
-	n, err := table.Expire(now)
+func (s *Decisions) Expire(table Table, now time.Time) error {
+	if table == nil {
+		return nil
+	}
+	n, err := table.Expire(now, s.origin)
 	s.counts.Expired += int64(n)
 	s.freed = s.freed || n > 0
 	errs := []error{err}
@@ -346,7 +326,7 @@ func (s *banState) expire(table banTable, now time.Time) error {
 		if bp := s.forget(id, dec); len(bp.ids) > 0 {
 			continue
 		}
-		lifted, err := table.Lift(dec.prefix)
+		lifted, err := table.Lift(dec.prefix, s.origin)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lift %s: %w", dec.prefix, err))
 		} else if lifted {
@@ -359,3 +339,20 @@ func (s *banState) expire(table banTable, now time.Time) error {
 	}
 	return nil
 }
+
+// Counts are the decisions' counts now (Active is the table's to count).
+func (s *Decisions) Counts() Counts { return s.counts }
+
+// Lifted counts n bans lifted behind the decisions' back (by allowed
+// prefixes put in force), as removed.
+func (s *Decisions) Lifted(n int) { s.counts.Removed += int64(n) }
+
+// RoomBack records that bans of another origin left the table: room for
+// the decisions refused over max, whose retry is then due.
+func (s *Decisions) RoomBack() { s.freed = true }
+
+// Synced records a good pull at at.
+func (s *Decisions) Synced(at time.Time) { s.counts.Synced = at.Unix() }
+
+// Failed records why the feed or the table failed last ("" once fine).
+func (s *Decisions) Failed(msg string) { s.counts.Error = msg }

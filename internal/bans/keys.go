@@ -1,4 +1,4 @@
-package xdp_drop
+package bans
 
 import (
 	"errors"
@@ -31,7 +31,7 @@ func decisionKey(dec crowdsec.Decision) uint64 {
 // supersede forgets the decisions held of key under another id than dec's:
 // the stream sends a key's decision anew when a longer one replaced it, and
 // at a full list under the id of whichever of them it found first.
-func (s *banState) supersede(dec crowdsec.Decision, key uint64) {
+func (s *Decisions) supersede(dec crowdsec.Decision, key uint64) {
 	ids := s.prefixes[dec.Prefix].ids
 	for i := 0; i < len(ids); {
 		if id := ids[i]; id != dec.ID && s.decisions[id].key == key {
@@ -47,7 +47,7 @@ func (s *banState) supersede(dec crowdsec.Decision, key uint64) {
 // (not always the one it sent as new), so every decision held of that key
 // goes; decisions of other keys on the same prefix (another type, or the
 // same range under scope Range and Ip) keep it banned.
-func (s *banState) lift(table banTable, dec crowdsec.Decision, now time.Time) error {
+func (s *Decisions) lift(table Table, dec crowdsec.Decision, now time.Time) error {
 	key := decisionKey(dec)
 	var buf [4]int64
 	ids := buf[:0]
