@@ -13,6 +13,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/common/tls"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
@@ -95,15 +96,12 @@ const (
 // (Observe, ReadOnly) read the ban counters and the bans in force from the
 // kernel but pull no feed, and so need no key: a second puller with the
 // same bouncer key would take the deltas of the instance that runs.
-func (x *XDPDrop) initBans() error {
-	x.bans = nil
+func (x *XDPDrop) initBans(policy *bpf.Policy) error {
+	x.bans, x.banOpts = nil, nil
 	if x.Bans == nil {
 		return nil
 	}
-	uid := trust.NoCheck
-	if x.files.trustCheck {
-		uid = x.files.trustUID
-	}
+	uid := x.files.trustedUID()
 	view := x.Run.Observe || x.Run.ReadOnly
 	set, err := parseBans(x.Bans, x.DryRun, uid, view)
 	if x.Bans.Detect != nil && !view {
@@ -114,18 +112,21 @@ func (x *XDPDrop) initBans() error {
 	if err != nil {
 		return err
 	}
-	set.ns = namespace{name: x.Namespace}
+	set.ns = x.Namespace
 	set.version = lapiVersion(x.Run.Version)
-	x.links.policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
-	b, err := newBans(set, x.Log)
+	policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
+	if view {
+		set.viewed = viewedOrigins(x.Bans, set.dryRun)
+	}
+	settings, err := set.settings()
 	if err != nil {
 		return err
 	}
-	if view {
-		b.feed = nil
-		set.viewed = viewedOrigins(x.Bans, set.dryRun)
+	b, err := bans.New(settings, x.Log)
+	if err != nil {
+		return settingError(err)
 	}
-	x.bans = b
+	x.bans, x.banOpts = b, set
 	return nil
 }
 
@@ -162,7 +163,9 @@ type bansSettings struct {
 	// kernel, of the origins viewed (the config's), and pulls nothing.
 	view   bool
 	viewed []viewedOrigin
-	ns     namespace // where the detection's guards are read
+	ns     string // the namespace option: where the detection's guards are read
+	// allowReported is the allow_prefix_file error last reported.
+	allowReported string
 }
 
 // parseBans checks [inputs.xdp_drop.bans] and reads its files (allow

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/testing/lapi"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
@@ -111,7 +112,7 @@ func TestBansLAPIDecisionLeavesDetectionsBan(t *testing.T) {
 
 // countingFeed is a feed that records whether each pull was a full one.
 type countingFeed struct {
-	banFeed
+	bans.Feed
 	mu    sync.Mutex
 	fulls int
 }
@@ -122,7 +123,7 @@ func (f *countingFeed) Pull(ctx context.Context, startup bool) (crowdsec.Delta, 
 		f.fulls++
 	}
 	f.mu.Unlock()
-	return f.banFeed.Pull(ctx, startup)
+	return f.Feed.Pull(ctx, startup)
 }
 
 func (f *countingFeed) full() int {
@@ -140,8 +141,8 @@ func TestBansFeedCountsItsOwn(t *testing.T) {
 	ns := testns.New(t)
 	p := ownersPlugin(l, key, 4*time.Second)
 	require.NoError(t, p.Init())
-	feed := &countingFeed{banFeed: p.bans.feed}
-	p.bans.feed = feed
+	feed := &countingFeed{}
+	p.bans.WrapFeed(func(f bans.Feed) bans.Feed { feed.Feed = f; return feed })
 	require.Empty(t, startPluginInitialised(t, ns, p).Errors)
 	waitOrigin(t, ns, p, OriginCrowdSec, "the first pull", func(f map[string]any) bool { return field(f, FieldSynced) > 0 })
 	floodUntilBanned(t, ns, p, "10.2.2.2")

@@ -6,39 +6,43 @@ import (
 	"fmt"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
-// appendPoints appends the bans' point of every attached interface: the
+// banRead is what an attached interface's ban counters read at one
+// gather (links.readBans).
+type banRead struct {
+	name   string
+	counts bpf.BanCounts
+	err    error
+}
+
+// banReads are every attached interface's ban counters, read once a
+// gather for every origin, and for a view the bans in force, which every
+// interface's program shares (read from the first).
+type banReads struct {
+	ifaces     []banRead
+	inForce    [bpf.BanOrigins]int
+	inForceErr error
+}
+
+// banPoints appends the bans' point of every attached interface: the
 // frames its program's bans decided, and the bans' counts.
-func (b *bans) appendPoints(out []BanSeries, ifaces []*iface) []BanSeries {
+func (s *bansSettings) banPoints(out []BanSeries, b *bans.Bans, reads banReads) []BanSeries {
 	if b == nil {
 		return out
 	}
-	// Every origin's counters are in one per-CPU map an interface: read once.
-	read := make(map[*iface]banRead, len(ifaces))
-	for _, ifc := range ifaces {
-		if ifc.prog != nil {
-			c, err := ifc.prog.BanCounters()
-			read[ifc] = banRead{c, err}
-		}
+	if s.view {
+		return s.appendViewed(out, reads)
 	}
-	if b.set.view {
-		return b.appendViewed(out, ifaces, read)
+	if s.url != "" {
+		out = s.appendCrowdSec(out, b.Counts(), reads.ifaces)
 	}
-	if b.set.url != "" {
-		out = b.appendCrowdSec(out, ifaces, read)
-	}
-	if b.detect != nil {
-		out = b.detect.appendPoints(out, ifaces, read, b.set.dryRun)
+	if b.Detecting() {
+		out = appendDetection(out, b.Detection(), reads.ifaces, s.dryRun)
 	}
 	return out
-}
-
-// banRead is what an interface's ban counters read at one gather.
-type banRead struct {
-	counts bpf.BanCounts
-	err    error
 }
 
 // put sets s's packets and bytes to origin's under action, or its error.
@@ -53,58 +57,70 @@ func (r banRead) put(s *BanSeries, origin uint8, a bpf.BanAction) {
 }
 
 // appendCrowdSec appends the CrowdSec origin's point of every interface.
-func (b *bans) appendCrowdSec(out []BanSeries, ifaces []*iface, read map[*iface]banRead) []BanSeries {
-	c := b.counts()
+func (s *bansSettings) appendCrowdSec(out []BanSeries, c bans.Counts, reads []banRead) []BanSeries {
 	action, a := ActionDrop, bpf.BanDrop
-	if b.set.dryRun {
+	if s.dryRun {
 		action, a = ActionWouldDrop, bpf.BanWouldDrop
 	}
-	for _, ifc := range ifaces {
-		if ifc.prog == nil {
-			continue
-		}
-		s := BanSeries{
-			Interface: quote.Tag(ifc.name), Origin: OriginCrowdSec, Action: action,
+	for _, r := range reads {
+		p := BanSeries{
+			Interface: quote.Tag(r.name), Origin: OriginCrowdSec, Action: action,
 			Active: c.Active, Added: c.Added, Removed: c.Removed, Expired: c.Expired,
 			Refused: c.Refused, Synced: c.Synced, Error: c.Error,
 		}
-		read[ifc].put(&s, bpf.BanOriginCrowdSec, a)
-		out = append(out, s)
+		r.put(&p, bpf.BanOriginCrowdSec, a)
+		out = append(out, p)
+	}
+	return out
+}
+
+// appendDetection appends the detection's point of every interface. In a
+// detection dry run nothing is in the table: packets and bytes are then
+// the estimates (from the samples, scaled to the counters) of what passed
+// from sources a ban would have held.
+func appendDetection(out []BanSeries, d bans.DetectCounts, reads []banRead, bansDry bool) []BanSeries {
+	action, a := ActionDrop, bpf.BanDrop
+	if bansDry || d.DryRun {
+		action, a = ActionWouldDrop, bpf.BanWouldDrop
+	}
+	for _, r := range reads {
+		p := BanSeries{
+			Interface: quote.Tag(r.name), Origin: OriginDetect, Action: action,
+			Active: d.Active, Added: d.Added, Expired: d.Expired,
+			Refused: d.Refused, Synced: d.Tick, Error: d.Error,
+			Detect: true, Unreported: d.Unreported,
+			Push: d.Push, Pushed: d.Pushed, PushFailed: d.PushFailed, PushDropped: d.PushDropped,
+		}
+		if d.DryRun {
+			p.Packets, p.Bytes = d.Held[r.name].Packets, d.Held[r.name].Bytes
+		} else {
+			r.put(&p, bpf.BanOriginDetect, a)
+		}
+		out = append(out, p)
 	}
 	return out
 }
 
 // appendViewed appends, for a console view, the point of every viewed
 // origin and interface: the frames its bans decided, and the bans in force
-// read from the kernel's ban maps, which every interface's program shares
-// (read once). What was added, lifted or synced is the observed
-// instance's to count: zero here.
-func (b *bans) appendViewed(out []BanSeries, ifaces []*iface, read map[*iface]banRead) []BanSeries {
-	var inForce [bpf.BanOrigins]int
-	var inForceErr error
-	readOnce := false
-	for _, ifc := range ifaces {
-		if ifc.prog == nil {
-			continue
-		}
-		if !readOnce {
-			inForce, inForceErr = ifc.prog.BansInForce()
-			readOnce = true
-		}
-		for _, o := range b.set.viewed {
+// read from the kernel's ban maps. What was added, lifted or synced is the
+// observed instance's to count: zero here.
+func (s *bansSettings) appendViewed(out []BanSeries, reads banReads) []BanSeries {
+	for _, r := range reads.ifaces {
+		for _, o := range s.viewed {
 			action, a := ActionDrop, bpf.BanDrop
 			if o.dryRun {
 				action, a = ActionWouldDrop, bpf.BanWouldDrop
 			}
-			s := BanSeries{
-				Interface: quote.Tag(ifc.name), Origin: o.name, Action: action,
-				Active: int64(inForce[o.origin]), Viewed: true,
+			p := BanSeries{
+				Interface: quote.Tag(r.name), Origin: o.name, Action: action,
+				Active: int64(reads.inForce[o.origin]), Viewed: true,
 			}
-			if inForceErr != nil {
-				s.Error = quote.Line(firstLine(inForceErr))
+			if reads.inForceErr != nil {
+				p.Error = quote.Line(firstLine(reads.inForceErr))
 			}
-			read[ifc].put(&s, o.origin, a)
-			out = append(out, s)
+			r.put(&p, o.origin, a)
+			out = append(out, p)
 		}
 	}
 	return out

@@ -46,7 +46,7 @@ func TestBansConfig(t *testing.T) {
 	require.True(t, p.links.policy.Bans.On)
 	require.True(t, p.links.policy.Bans.DryRun, "the plugin's dry_run holds for the bans too")
 	require.Equal(t, 5000, p.links.policy.Bans.Max)
-	set := p.bans.set
+	set := p.banOpts
 	require.Equal(t, testBouncerKey, set.apiKey)
 	require.Equal(t, time.Second, set.interval)
 	require.Equal(t, []string{"ban", "captcha"}, set.types)
@@ -56,8 +56,8 @@ func TestBansConfig(t *testing.T) {
 	require.NoError(t, p.Init())
 	require.Equal(t, DefaultBansMax, p.links.policy.Bans.Max)
 	require.False(t, p.links.policy.Bans.DryRun)
-	require.Equal(t, DefaultCrowdSecInterval, p.bans.set.interval)
-	require.Equal(t, []string{"ban"}, p.bans.set.types)
+	require.Equal(t, DefaultCrowdSecInterval, p.banOpts.interval)
+	require.Equal(t, []string{"ban"}, p.banOpts.types)
 
 	p = withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp"}, Log: testutil.Logger{}})
 	require.NoError(t, p.Init())

@@ -164,7 +164,7 @@ func TestDetectDryRun(t *testing.T) {
 func gatherDetectQuiet(t *testing.T, ns *testns.NS, p *XDPDrop) (telegraf.Metric, []telegraf.Metric) {
 	t.Helper()
 	p.mu.Lock()
-	pts := p.bans.appendPoints(nil, p.links.ifaces)
+	pts := p.banOpts.banPoints(nil, p.bans, p.links.readBans())
 	p.mu.Unlock()
 	for i := range pts {
 		if pts[i].Origin == OriginDetect {

@@ -1,8 +1,14 @@
 package xdp_drop
 
+import (
+	"time"
+
+	"github.com/xdp-drop/xdp_drop/internal/bans"
+)
+
 // maxBanEvents bounds the xdp_drop_ban_event points of one gather; the
 // rest are counted (FieldUnreported) and logged.
-const maxBanEvents = 100
+const maxBanEvents = bans.MaxEvents
 
 // BanEvent is one ban, expiry or refusal of a detection
 // (MeasurementBanEvent): the source is a field, so series stay bounded.
@@ -29,4 +35,16 @@ func (e *BanEvent) PutFields(fields map[string]any) {
 	fields[FieldBytesPerSecond] = e.BytesPerSecond
 	fields[FieldDurationS] = e.DurationS
 	fields[FieldOffence] = e.Offence
+}
+
+// banEvents appends the detection's events as points to out.
+func banEvents(out []BanEvent, events []bans.Event) []BanEvent {
+	for _, e := range events {
+		out = append(out, BanEvent{
+			Origin: OriginDetect, Event: e.Kind, Source: e.Source.String(),
+			PPS: e.PPS, BytesPerSecond: e.BytesPerSecond,
+			DurationS: int64(e.Duration / time.Second), Offence: int64(e.Offence),
+		})
+	}
+	return out
 }

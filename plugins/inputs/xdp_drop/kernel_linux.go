@@ -154,3 +154,33 @@ func (l *links) oldestHeld() uint64 {
 	}
 	return held
 }
+
+// banTable is the ban table the programs of the current instance share
+// (loaded with its first use); ok is false before an instance exists.
+func (l *links) banTable() (table *bpf.BanTable, ok bool, err error) {
+	if l.kernel.in == nil {
+		return nil, false, nil
+	}
+	table, err = l.kernel.in.Bans()
+	return table, true, err
+}
+
+// readBans reads every attached interface's ban counters, for the bans'
+// points, and for a console view the bans in force in the maps they share.
+func (l *links) readBans() banReads {
+	var r banReads
+	if !l.policy.Bans.On {
+		return r
+	}
+	for _, ifc := range l.ifaces {
+		if ifc.prog == nil {
+			continue
+		}
+		if (l.console.on || l.console.readOnly) && len(r.ifaces) == 0 {
+			r.inForce, r.inForceErr = ifc.prog.BansInForce()
+		}
+		c, err := ifc.prog.BanCounters()
+		r.ifaces = append(r.ifaces, banRead{name: ifc.name, counts: c, err: err})
+	}
+	return r
+}

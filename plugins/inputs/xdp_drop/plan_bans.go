@@ -30,7 +30,7 @@ func (x *XDPDrop) planBans() *PlannedBans {
 	if x.bans == nil || x.Bans == nil {
 		return nil
 	}
-	s := x.bans.set
+	s := x.banOpts
 	p := &PlannedBans{Max: s.max, DryRun: s.dryRun, URL: s.url, AllowFiles: len(s.allow.files),
 		MapMemory: bpf.BanMapMemory(s.max)}
 	if allow, err := s.allow.union(); err == nil {
@@ -62,9 +62,9 @@ func orDefault(d, def time.Duration) time.Duration {
 // the bouncer's key; ok is false without [bans.crowdsec]. The key is for
 // the X-Api-Key header only: never print it.
 func (x *XDPDrop) LAPIAccess() (url, key string, tls *gotls.Config, ok bool) {
-	if x.bans == nil || x.bans.set.url == "" {
+	if x.bans == nil || x.banOpts.url == "" {
 		return "", "", nil, false
 	}
-	s := x.bans.set
+	s := x.banOpts
 	return s.url, s.apiKey, s.tls, true
 }

@@ -214,12 +214,16 @@ func (pl *prefixLists) readPrefixFile(pf *prefixFile, maxErrs int) (*fileRead, e
 	return read, nil
 }
 
-func (pl *prefixLists) openPrefixFile(path string) (*os.File, fs.FileInfo, error) {
-	uid := trust.NoCheck
+// trustedUID is the user the files are checked for, or trust.NoCheck.
+func (pl *prefixLists) trustedUID() int {
 	if pl.trustCheck {
-		uid = pl.trustUID
+		return pl.trustUID
 	}
-	f, fi, err := trust.OpenRegular(path, uid, "prefix file")
+	return trust.NoCheck
+}
+
+func (pl *prefixLists) openPrefixFile(path string) (*os.File, fs.FileInfo, error) {
+	f, fi, err := trust.OpenRegular(path, pl.trustedUID(), "prefix file")
 	var notRegular *trust.NotRegularError
 	if errors.As(err, &notRegular) {
 		return nil, nil, fmt.Errorf("%w; list files of prefixes", err)

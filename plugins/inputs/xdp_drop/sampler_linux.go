@@ -98,7 +98,7 @@ func (s *sampling) start(t *tap, name string, prog *bpf.Program, counters *bpf.B
 		sm.tables, sm.samples, sm.bytes, sm.received, sm.err = old.tables, old.samples, old.bytes, old.received, old.err
 	}
 	if s.detect != nil && t.window == nil {
-		t.window = s.detect.watch(name, &progPassed{prog: prog})
+		t.window = s.detect.Watch(name, prog)
 	}
 	sm.window = t.window
 	t.sampler = sm
@@ -126,7 +126,7 @@ func (s *sampling) stop(t *tap) {
 	<-t.sampler.done
 	t.sampler = nil
 	if t.window != nil {
-		s.detect.unwatch(t.window)
+		s.detect.Unwatch(t.window)
 		t.window = nil
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/influxdata/telegraf"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	"github.com/xdp-drop/xdp_drop/internal/detect"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -162,7 +162,7 @@ const MinTopSnaplen = 14 + 2*4 + 8 + 16 // Ethernet, two tags, IPv6 to the end o
 type sampling struct {
 	// detect takes each interface's sampled passed frames (bans.detect);
 	// nil without a detection.
-	detect       windows
+	detect       *bans.Bans
 	on           bool // sample_rate is set
 	top          int  // top_sources
 	bits4, bits6 int  // top_source_prefix_ipv4, _ipv6
@@ -198,16 +198,4 @@ func samplingOf(log telegraf.Logger, o samplingOptions, policy *bpf.Policy, obse
 		s.rules = append(s.rules, r.Name)
 	}
 	return s
-}
-
-// windows is what a detection takes the sampled passed frames in: one
-// window per interface, rated against its passed counters.
-type windows interface {
-	watch(name string, c passedCounter) *detect.Window
-	unwatch(w *detect.Window)
-}
-
-// passedCounter reads the frames an interface's program passed, cumulative.
-type passedCounter interface {
-	passed() (packets, bytes uint64, err error)
 }

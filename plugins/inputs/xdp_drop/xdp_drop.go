@@ -13,6 +13,7 @@ import (
 	"github.com/influxdata/telegraf/plugins/inputs"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/pcapng"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -62,9 +63,12 @@ type XDPDrop struct {
 	// sampling reads the sampled frames, writes the capture and counts the
 	// top sources; made by Init.
 	sampling *sampling
-	// bans owns the timed bans and their feed; nil without [bans].
-	bans *bans
-	mu   sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
+	// bans owns the timed bans, their feed and detection; nil without
+	// [bans]. banOpts are its options as parsed: the allowed prefixes'
+	// files, which the plugin reads, and what the points and -check show.
+	bans    *bans.Bans
+	banOpts *bansSettings
+	mu      sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
 }
 
 // RunOptions are what the binary sets for a run, not options of the config.
@@ -133,13 +137,12 @@ func (x *XDPDrop) Init() error {
 	policy.PerQueue = x.PerQueue
 	policy.Sample, err = x.parseSampling(x.DryRun)
 	fail(leadingOption(err), err)
+	if len(policy.Rules) == len(x.Rules) {
+		errs = append(errs, Errors(x.files.Load(x.Rules, &policy, x.Run.ReadOnly, x.Log))...)
+	}
+	errs = append(errs, Errors(x.initBans(&policy))...)
 	x.links.policy = policy
 	x.links.standing = standingClasses(policy)
-	if len(policy.Rules) == len(x.Rules) {
-		errs = append(errs, Errors(x.files.Load(x.Rules, &x.links.policy, x.Run.ReadOnly, x.Log))...)
-	}
-
-	errs = append(errs, Errors(x.initBans())...)
 	fail("namespace", namespace{name: x.Namespace}.check())
 	fail("pin_path", x.checkPinning())
 	switch d := time.Duration(x.HandoverTimeout); {
@@ -155,8 +158,10 @@ func (x *XDPDrop) Init() error {
 		top: int(x.TopSources), bits4: int(x.TopSourcePrefixV4), bits6: int(x.TopSourcePrefixV6),
 		capturePath: x.CapturePath,
 		capture:     pcapng.Options{MaxSize: int64(x.CaptureMaxSize), Snaplen: uint32(x.CaptureSnaplen), Files: int(x.CaptureFiles)},
-	}, &x.links.policy, x.Run.Observe)
-	x.sampling.detect = x.bans.windows()
+	}, &policy, x.Run.Observe)
+	if x.bans.Detecting() {
+		x.sampling.detect = x.bans
+	}
 	x.links.wire(x.Log, linkOptions{
 		interfaces: x.Interfaces, pinPath: x.PinPath, keepAttached: x.KeepAttached, replace: x.Replace,
 		perQueue: &x.PerQueue, perCPU: &x.PerCPU, handoverTimeout: &x.HandoverTimeout,

@@ -10,7 +10,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.links.start(acc)
-	x.bans.use(acc, x.links.kernel.in)
+	x.useBans(acc)
 	return nil
 }
 
@@ -32,7 +32,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.links.reconcile(acc)
-	x.bans.use(acc, x.links.kernel.in)
+	x.useBans(acc)
 }
 
 // Snapshot reads the counters of every attached interface (after what the
@@ -43,8 +43,10 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	snap := x.links.snapshot(acc)
-	snap.Bans = x.bans.appendPoints(snap.Bans, x.links.ifaces)
-	snap.Events = x.bans.takeEvents(snap.Events)
+	if x.bans != nil {
+		snap.Bans = x.banOpts.banPoints(snap.Bans, x.bans, x.links.readBans())
+		snap.Events = banEvents(snap.Events, x.bans.TakeEvents(nil))
+	}
 	return snap
 }
 
@@ -55,6 +57,6 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 func (x *XDPDrop) Stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.bans.stop()
+	x.bans.Stop()
 	x.links.stop()
 }

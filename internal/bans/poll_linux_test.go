@@ -1,6 +1,6 @@
 //go:build linux
 
-package xdp_drop
+package bans
 
 import (
 	"context"
@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
@@ -55,19 +53,20 @@ func TestBansPollResyncsAfterFailure(t *testing.T) {
 	testns.RequirePrivileged(t)
 	down := errors.New("crowdsec LAPI http://lapi/: connection refused")
 	feed := &scriptedFeed{script: []error{nil, nil, down, down, nil, nil}}
-	set := &bansSettings{max: 16, interval: 100 * time.Millisecond}
-	b := &bans{set: set, log: testutil.Logger{}, feed: feed, state: ibans.NewDecisions(bpf.BanOriginCrowdSec, 0, nil)}
+	set := Settings{Max: 16, Feed: &FeedSettings{Interval: 100 * time.Millisecond}}
+	b := &Bans{set: set, log: testLog{}, feed: feed, state: NewDecisions(bpf.BanOriginCrowdSec, 0, nil)}
 	in := bpf.NewInstance(bpf.Policy{DropAll: true, Bans: bpf.BansConfig{On: true, Max: 16}})
 	defer in.Close()
-	acc := &testutil.Accumulator{}
-	b.use(acc, in)
+	acc := &errorsSeen{}
+	table, err := in.Bans()
+	b.Use(acc, table, err)
 	deadline := time.Now().Add(testns.Hang)
 	for len(feed.pulls()) < 7 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	b.stop()
+	b.Stop()
 	require.Equal(t, []bool{true, false, false, true, true, false, false}, feed.pulls()[:7])
-	c := b.counts()
+	c := b.Counts()
 	require.Equal(t, int64(1), c.Active)
 	require.Equal(t, int64(1), c.Added, "the full lists after the failure find the ban in force")
 	require.Empty(t, c.Error)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package xdp_drop
+package bans
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // reload had been. Called with d.mu held.
 func (d *detection) restore(table *bpf.BanTable) {
 	now := time.Now()
-	hist, err := table.History(d.set.maxDuration)
+	hist, err := table.History(d.set.MaxDuration)
 	if err != nil {
 		d.lastError = quote.Line(firstLine(fmt.Errorf("read the ban history: %w", err)))
 	}
@@ -32,7 +32,7 @@ func (d *detection) restore(table *bpf.BanTable) {
 		r, ok := last[e.Prefix.String()]
 		if !ok {
 			// Not in the history: one offence at least.
-			r = bpf.BanRecord{Duration: max(d.set.duration, e.End.Sub(now)), Count: 1}
+			r = bpf.BanRecord{Duration: max(d.set.Duration, e.End.Sub(now)), Count: 1}
 		}
 		delete(last, e.Prefix.String())
 		d.det.Restore(e.Prefix, e.End, r.Duration, r.Count)
@@ -46,11 +46,11 @@ func (d *detection) restore(table *bpf.BanTable) {
 // reload hands over with the bans: at once, not at Stop, so that it holds
 // whenever the maps are handed over. Called with d.mu held.
 func (d *detection) remember(e detect.Event) {
-	if d.set.dryRun || d.table == nil {
+	if d.set.DryRun || d.table == nil {
 		return
 	}
 	r := bpf.BanRecord{Prefix: e.Source, Count: e.Offence, Duration: e.Duration, End: e.End}
-	if err := d.table.Remember(r, d.set.maxDuration); err != nil {
+	if err := d.table.Remember(r, d.set.MaxDuration); err != nil {
 		d.lastError = quote.Line(firstLine(fmt.Errorf("remember the ban of %s: %w", e.Source, err)))
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package xdp_drop
+package bans
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/influxdata/telegraf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
+	"github.com/xdp-drop/xdp_drop/internal/nsthread"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
@@ -30,7 +32,7 @@ type guard struct {
 // the LAPI (a ban of it would lock the fleet's bans out). The addresses
 // and routes are read again every minute.
 type guards struct {
-	ns   namespace
+	ns   string // the network namespace: a name in /var/run/netns or a path; "" for the process's
 	lapi string // the LAPI's host; "" without one
 
 	mu     sync.Mutex
@@ -39,7 +41,7 @@ type guards struct {
 	logged string         // the guards last logged
 }
 
-func newGuards(ns namespace, allow []netip.Prefix, lapiURL string) *guards {
+func newGuards(ns string, allow []netip.Prefix, lapiURL string) *guards {
 	g := &guards{ns: ns, allow: allow}
 	if u, err := url.Parse(lapiURL); err == nil && lapiURL != "" {
 		g.lapi = u.Hostname()
@@ -74,10 +76,10 @@ func (g *guards) setAllow(allow []netip.Prefix) {
 
 // refresh reads the guards again and logs them when they changed; a
 // part that fails to read keeps what it held and says why.
-func (g *guards) refresh(log telegraf.Logger) {
+func (g *guards) refresh(log Logger) {
 	var list []guard
 	var problems []string
-	err := g.ns.do(func() error {
+	err := inNamespace(g.ns, func() error {
 		host, err := hostAddresses()
 		if err != nil {
 			problems = append(problems, err.Error())
@@ -209,4 +211,32 @@ func describeGuards(allow []netip.Prefix, list []guard) string {
 		return "nothing"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// inNamespace runs f on a thread inside network namespace ns (a name of
+// ip netns's or a path), or directly without one or when the process is
+// in it already.
+func inNamespace(ns string, f func() error) error {
+	if ns == "" {
+		return f()
+	}
+	path := ns
+	if !strings.Contains(ns, "/") {
+		path = "/var/run/netns/" + ns
+	}
+	target, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", quote.Value(ns), err)
+	}
+	defer target.Close()
+	var there, own unix.Stat_t
+	if unix.Stat(path, &there) == nil && unix.Stat("/proc/self/ns/net", &own) == nil && there.Dev == own.Dev && there.Ino == own.Ino {
+		return f()
+	}
+	return nsthread.Do(func() error {
+		if err := netns.Set(target); err != nil {
+			return fmt.Errorf("enter namespace %s: %w", quote.Value(ns), err)
+		}
+		return nil
+	}, f)
 }

@@ -1,19 +1,18 @@
 //go:build linux
 
-package xdp_drop
+package bans
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
-	ibans "github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
@@ -29,7 +28,7 @@ func (f *fixedFeed) Pull(_ context.Context, startup bool) (crowdsec.Delta, error
 
 // warnLog records the warnings the bans log.
 type warnLog struct {
-	testutil.Logger
+	testLog
 	warnings []string
 }
 
@@ -38,11 +37,11 @@ func (l *warnLog) Warnf(format string, args ...any) {
 }
 
 // bansOnKernel is a bans owner fed by feed on a real ban table of max bans.
-func bansOnKernel(t *testing.T, feed banFeed, max int) (*bans, *bpf.BanTable, *warnLog) {
+func bansOnKernel(t *testing.T, feed Feed, max int) (*Bans, *bpf.BanTable, *warnLog) {
 	testns.RequirePrivileged(t)
 	log := &warnLog{}
-	state := ibans.NewDecisions(bpf.BanOriginCrowdSec, 0, log.Warnf)
-	b := &bans{set: &bansSettings{max: max, interval: time.Second}, log: log, feed: feed, state: state}
+	state := NewDecisions(bpf.BanOriginCrowdSec, 0, log.Warnf)
+	b := &Bans{set: Settings{Max: max, Feed: &FeedSettings{Interval: time.Second}}, log: log, feed: feed, state: state}
 	in := bpf.NewInstance(bpf.Policy{DropAll: true, Bans: bpf.BansConfig{On: true, Max: max}})
 	t.Cleanup(func() { in.Close() })
 	table, err := in.Bans()
@@ -79,12 +78,12 @@ func TestBanDecisionTheTableCannotTake(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b, table, log := bansOnKernel(t, &fixedFeed{d: crowdsec.Delta{New: []crowdsec.Decision{good, c.bad}}}, 16)
-			acc := &testutil.Accumulator{}
+			acc := &errorsSeen{}
 			for range 2 {
 				require.True(t, b.pull(context.Background(), acc, true), "errors: %v", acc.Errors)
 			}
 			require.Empty(t, acc.Errors)
-			counts := b.counts()
+			counts := b.Counts()
 			require.Equal(t, c.added, counts.Added)
 			require.Equal(t, 2*c.refused, counts.Refused, "refused at each of the 2 pulls")
 			require.Empty(t, counts.Error)
@@ -101,7 +100,7 @@ func TestBanDecisionTheTableCannotTake(t *testing.T) {
 						end = e.End
 					}
 				}
-				require.WithinDuration(t, time.Now().Add(ibans.MaxDuration), end, time.Minute)
+				require.WithinDuration(t, time.Now().Add(MaxDuration), end, time.Minute)
 			}
 		})
 	}
@@ -113,27 +112,40 @@ func TestBanDecisionTheTableCannotTake(t *testing.T) {
 func TestBansAllowChangeRetries(t *testing.T) {
 	feed := &fixedFeed{d: crowdsec.Delta{New: []crowdsec.Decision{{ID: 1, Prefix: netip.MustParsePrefix("198.51.100.7/32"), Duration: time.Hour}}}}
 	b, table, _ := bansOnKernel(t, feed, 16)
-	allow := t.TempDir() + "/allow.txt"
-	writeList(t, allow, "198.51.100.0/24")
-	b.set.allow.load(&BansConfig{AllowPrefixFile: []string{allow}}, func(_ string, err error) { require.NoError(t, err) })
-	acc := &testutil.Accumulator{}
+	b.allow = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+	acc := &errorsSeen{}
 	require.True(t, b.setAllow(acc, table))
 	require.True(t, b.pull(context.Background(), acc, true))
-	require.Equal(t, ibans.Counts{Refused: 1}, withoutSynced(b.counts()))
+	require.Equal(t, Counts{Refused: 1}, withoutSynced(b.Counts()))
 	require.False(t, b.fullPullDue())
 
-	writeList(t, allow, "192.0.2.0/24")
-	b.mu.Lock()
-	b.refreshAllow(acc)
-	b.mu.Unlock()
+	require.True(t, b.Allow(acc, []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}))
 	require.True(t, b.fullPullDue(), "the allowed prefixes changed")
 	require.True(t, b.pull(context.Background(), acc, b.fullPullDue()))
 	require.Empty(t, acc.Errors)
-	require.Equal(t, ibans.Counts{Active: 1, Added: 1, Refused: 1}, withoutSynced(b.counts()))
+	require.Equal(t, Counts{Active: 1, Added: 1, Refused: 1}, withoutSynced(b.Counts()))
 	require.False(t, b.fullPullDue())
 }
 
-func withoutSynced(c ibans.Counts) ibans.Counts {
+func withoutSynced(c Counts) Counts {
 	c.Synced = 0
 	return c
 }
+
+// errorsSeen records the errors reported, as Telegraf's accumulator does.
+type errorsSeen struct {
+	mu     sync.Mutex
+	Errors []error
+}
+
+func (e *errorsSeen) AddError(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Errors = append(e.Errors, err)
+}
+
+// testLog logs to nowhere.
+type testLog struct{}
+
+func (testLog) Infof(string, ...any) {}
+func (testLog) Warnf(string, ...any) {}

@@ -1,0 +1,20 @@
+package bans
+
+import (
+	"net/netip"
+	"time"
+)
+
+// MaxEvents bounds the events of one interval; the rest are counted
+// (DetectCounts.Unreported).
+const MaxEvents = 100
+
+// Event is one ban, expiry or refusal of the detection.
+type Event struct {
+	Kind           string // detect.Kind's: "ban", "expire" or "refused"
+	Source         netip.Prefix
+	PPS            float64
+	BytesPerSecond float64
+	Duration       time.Duration // the ban's; for a refusal, the ban's it would have had
+	Offence        int           // the source's bans within max_duration, this one included; 0 for a refusal
+}

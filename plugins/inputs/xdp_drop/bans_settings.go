@@ -1,0 +1,47 @@
+package xdp_drop
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/xdp-drop/xdp_drop/internal/bans"
+)
+
+// settings are the options parsed as the bans take them: checked values,
+// no option names. A view pulls no feed and detects nothing.
+func (s *bansSettings) settings() (bans.Settings, error) {
+	allow, err := s.allow.union()
+	if err != nil {
+		return bans.Settings{}, optionError(keyAllowPrefix, err)
+	}
+	out := bans.Settings{
+		Max: s.max, DryRun: s.dryRun, Allow: allow, LAPI: s.url, TLS: s.tls,
+		UserAgent: s.userAgent(), Namespace: s.ns,
+	}
+	if s.url != "" && !s.view {
+		out.Feed = &bans.FeedSettings{APIKey: s.apiKey, Interval: s.interval, Types: s.types}
+	}
+	if d := s.detect; d != nil && !s.view {
+		out.Detect = &bans.DetectSettings{
+			PPS: d.pps, BPS: d.bps, For: d.forDur, Protocols: d.protocols,
+			Duration: d.duration, MaxDuration: d.maxDuration, DryRun: d.dryRun,
+			Push: d.push, Login: d.login, Password: d.password, ProtocolNames: &protocolTags,
+		}
+	}
+	return out, nil
+}
+
+// settingError names the option of a setting bans.New refused.
+func settingError(err error) error {
+	var se *bans.SettingError
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Setting {
+	case bans.SettingFeed:
+		return optionError(keyCrowdSecURL, fmt.Errorf("bans.crowdsec: %w", se.Err))
+	case bans.SettingPush:
+		return optionError(keyDetectPush, fmt.Errorf("bans.detect.crowdsec_push: %w", se.Err))
+	}
+	return optionError(keyDetect, fmt.Errorf("bans.detect: %w", se.Err))
+}
