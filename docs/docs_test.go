@@ -80,6 +80,25 @@ func TestArchitectureNamesEveryGoFile(t *testing.T) {
 	require.Empty(t, missing, "docs/ARCHITECTURE.md must name every non-test Go file with one line (`path` | what it holds)")
 }
 
+// TestArchitectureNamesEachFileOnce: no file has two rows in
+// docs/ARCHITECTURE.md's tables: a second row would say another thing of it.
+func TestArchitectureNamesEachFileOnce(t *testing.T) {
+	doc, err := os.ReadFile("ARCHITECTURE.md")
+	require.NoError(t, err)
+	rows := map[string]int{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([A-Za-z0-9_./-]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		rows[m[1]]++
+	}
+	require.NotEmpty(t, rows)
+	var twice []string
+	for f, n := range rows {
+		if n > 1 {
+			twice = append(twice, f)
+		}
+	}
+	require.Empty(t, twice, "docs/ARCHITECTURE.md has more than one row for these files")
+}
+
 // trafficBinaries may import the test-support packages: they exist to make
 // and send traffic, as the tests do.
 var trafficBinaries = []string{"internal/testing/", "cmd/xdp-drop-demo/", "bench/", "test/"}
