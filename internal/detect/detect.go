@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,14 +46,61 @@ type Config struct {
 	// Duration is a first ban's; MaxDuration bounds the doubling of a
 	// source banned again within MaxDuration of its last ban's end.
 	Duration, MaxDuration time.Duration
+	// Bits4 and Bits6 aggregate sources into prefixes (top_source_prefix);
+	// 0 is the whole address. A prefix is banned only for a rate spread
+	// over several of its addresses: an address that carries a rate on its
+	// own is banned alone.
+	Bits4, Bits6 int
 	// Guard names why a prefix must never be banned ("" when it may).
 	Guard func(netip.Prefix) string
-	// Enforce puts a ban in force until end; a non-empty answer is why it
-	// was refused. Nil enforces nothing (a dry run).
-	Enforce func(p netip.Prefix, end time.Time) string
+	// Verify says, for each TCP flow, whether the host holds an
+	// established connection of it. Asked at decision time, for the
+	// heaviest flows of a candidate only; nil verifies nothing.
+	Verify func([]Flow) []bool
+	// Unverified is what a ban on unverified evidence does (Limit, the
+	// zero value, Drop or None).
+	Unverified Action
+	// MaxPerMinute bounds the new bans of any 60 s (0: no bound).
+	MaxPerMinute int
+	// Enforce puts a ban in force until end: a drop of all the prefix's
+	// frames (limit 0) or a cap of limit frames a second; a non-empty
+	// answer is why it was refused. Nil enforces nothing (a dry run).
+	Enforce func(p netip.Prefix, end time.Time, limit float64) string
 	// TableSize, MaxActive and MaxHistory bound the memory (0: defaults).
 	TableSize, MaxActive, MaxHistory int
 }
+
+// Action is what a ban does to the frames of its source.
+type Action uint8
+
+const (
+	Limit Action = iota // cap them at the rate (pps, or bytes_per_second over the source's mean frame)
+	Drop                // drop them all
+	None                // no ban
+)
+
+var actionNames = [...]string{"limit", "drop", "none"}
+
+// String names the action as the option does.
+func (a Action) String() string { return actionNames[a] }
+
+// ParseAction is the action of its name.
+func ParseAction(s string) (Action, bool) {
+	for i, n := range actionNames {
+		if n == s {
+			return Action(i), true
+		}
+	}
+	return 0, false
+}
+
+// BudgetWindow is the span over which MaxPerMinute bans are counted.
+const BudgetWindow = time.Minute
+
+// verifyFlows is how many of a candidate's heaviest flows are asked about.
+const verifyFlows = 4
+
+const protoTCP = 6
 
 func (c *Config) check() error {
 	switch {
@@ -64,6 +112,12 @@ func (c *Config) check() error {
 		return fmt.Errorf("detect: for = %s is under a second", c.For)
 	case c.Duration <= 0 || c.MaxDuration < c.Duration:
 		return fmt.Errorf("detect: duration %s and max duration %s: need 0 < duration <= max", c.Duration, c.MaxDuration)
+	case c.Bits4 < 0 || c.Bits4 > 32 || c.Bits6 < 0 || c.Bits6 > 128:
+		return fmt.Errorf("detect: aggregation /%d and /%d out of range", c.Bits4, c.Bits6)
+	case int(c.Unverified) >= len(actionNames):
+		return fmt.Errorf("detect: unverified action %d out of range", c.Unverified)
+	case c.MaxPerMinute < 0:
+		return errors.New("detect: a negative budget")
 	}
 	return nil
 }
@@ -75,9 +129,10 @@ const (
 	Ban     Kind = iota // a source banned
 	Expire              // its ban ended
 	Refused             // a source over the rate that a guard or Enforce refused
+	Budget              // a source over the rate not banned: MaxPerMinute bans were made in the last minute
 )
 
-var kindNames = [...]string{"ban", "expire", "refused"}
+var kindNames = [...]string{"ban", "expire", "refused", "budget"}
 
 // String names the kind as the event's tag does.
 func (k Kind) String() string { return kindNames[k] }
@@ -91,9 +146,14 @@ type Event struct {
 	PPS, BytesPerSecond float64
 	Protocol            uint8 // most of its counted frames'; 0 for an expiry
 	Duration            time.Duration
-	Offence             int    // the source's bans within MaxDuration, this one included
+	Offence             int    // the source's bans within MaxDuration, this one included; for Budget, the refusals since the budget was last spent
 	Reason              string // why refused
 	End                 time.Time
+	// Verified says the host holds established TCP connections that
+	// carried most of the source's frames (its address is proven);
+	// Limit is the cap of a ban in frames a second, 0 for a drop.
+	Verified bool
+	Limit    float64
 	// Window is the one most of its frames came through (the interface);
 	// nil for an expiry.
 	Window *Window
@@ -103,14 +163,18 @@ type Event struct {
 type Detector struct {
 	cfg Config
 
-	mu      sync.Mutex
-	last    time.Time                  // the last tick; zero before the first
-	tracks  map[netip.Prefix]time.Time // over the rate since
-	rates   map[netip.Prefix]*rate     // this tick's estimates, reused
-	active  map[netip.Prefix]*offence  // bans in force, by end
-	history map[netip.Prefix]*offence  // the last ban of each source
-	refused map[netip.Prefix]time.Time // refusals logged, until
-	windows []*Window
+	mu         sync.Mutex
+	last       time.Time                  // the last tick; zero before the first
+	tracks     map[netip.Prefix]time.Time // over the rate since
+	rates      map[netip.Prefix]*rate     // this tick's estimates, reused
+	active     map[netip.Prefix]*offence  // bans in force, by end
+	history    map[netip.Prefix]*offence  // the last ban of each source
+	refused    map[netip.Prefix]time.Time // refusals logged, until
+	windows    []*Window
+	spent      []time.Time // the starts of the newest bans, at most MaxPerMinute, oldest first
+	overBudget int         // refusals by the budget since it was last spent
+	flows      []*flowTable
+	cands      []netip.Prefix
 }
 
 type rate struct {
@@ -119,6 +183,8 @@ type rate struct {
 	proto          uint8
 	top            *Window // the window of the most frames, topPK of them
 	topPK          float64
+	sure           float64      // its sure samples
+	parent         netip.Prefix // an address's prefix when the aggregation is shorter
 }
 
 // Confidence is how many standard deviations of the sampling noise a
@@ -146,6 +212,12 @@ func New(cfg Config) (*Detector, error) {
 	if cfg.MaxHistory <= 0 {
 		cfg.MaxHistory = DefaultMaxHistory
 	}
+	if cfg.Bits4 == 0 {
+		cfg.Bits4 = 32
+	}
+	if cfg.Bits6 == 0 {
+		cfg.Bits6 = 128
+	}
 	return &Detector{
 		cfg:     cfg,
 		tracks:  map[netip.Prefix]time.Time{},
@@ -158,7 +230,11 @@ func New(cfg Config) (*Detector, error) {
 
 // NewWindow makes a window for one interface's samples.
 func (d *Detector) NewWindow() *Window {
-	w := &Window{all: len(d.cfg.Protocols) == 0, table: topk.New(d.cfg.TableSize), spare: topk.New(d.cfg.TableSize)}
+	w := &Window{
+		all: len(d.cfg.Protocols) == 0, bits4: d.cfg.Bits4, bits6: d.cfg.Bits6,
+		table: topk.New(d.cfg.TableSize), spare: topk.New(d.cfg.TableSize),
+		flows: newFlowTable(FlowTableSize), spareFlows: newFlowTable(FlowTableSize),
+	}
 	for _, p := range d.cfg.Protocols {
 		w.protos[p] = true
 	}
@@ -184,6 +260,11 @@ type Reading struct {
 // Tick ends the second at now: it scales each window's samples to the
 // frames its interface passed since the last tick, bans the sources over
 // the rate for For, ends the bans past their end, and returns what it did.
+//
+// A prefix of the aggregation is rated less what its addresses over the
+// rate (or held by a ban) sent on their own: it is banned only when the
+// rest, spread over several of its addresses each under the rate, is over
+// it. An address over the rate is banned alone.
 func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -192,14 +273,16 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 	elapsed := now.Sub(d.last).Seconds()
 	first := d.last.IsZero()
 	clear(d.rates)
+	d.flows = d.flows[:0]
 	for _, r := range in {
-		t, samples, bytes := r.W.take()
+		t, flows, samples, bytes := r.W.take()
 		dp, db := since(r.Packets, r.W.base[0]), since(r.Bytes, r.W.base[1])
 		r.W.base = [2]uint64{r.Packets, r.Bytes}
 		if !r.W.started || first || elapsed <= 0 || samples == 0 {
 			r.W.started = true
 			continue
 		}
+		d.flows = append(d.flows, flows)
 		for _, e := range t.Top(d.cfg.TableSize) {
 			sure := float64(e.Count - e.Err) // never above the source's true samples
 			if sure == 0 {
@@ -212,25 +295,23 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 			if bytes > 0 {
 				by = float64(e.Bytes) * sure / float64(e.Count) / float64(bytes) * float64(db)
 			}
-			if _, ok := d.active[e.Key]; ok {
-				r.W.heldPackets += uint64(pk + 0.5)
-				r.W.heldBytes += uint64(by + 0.5)
+			d.rate(r.W, e.Key, netip.Prefix{}, e.Protocol, sure, pk, by, elapsed)
+			if e.Addr.IsValid() && e.Key.Bits() < e.Addr.BitLen() && e.AddrSure > 0 {
+				// Its heaviest address, at its share of the entry's own.
+				f := float64(e.AddrSure) / sure
+				d.rate(r.W, netip.PrefixFrom(e.Addr, e.Addr.BitLen()), e.Key, e.Protocol, float64(e.AddrSure), pk*f, by*f, elapsed)
 			}
-			x := d.rates[e.Key]
-			if x == nil {
-				x = &rate{proto: e.Protocol}
-				d.rates[e.Key] = x
-			}
-			// low: the estimate less Confidence standard deviations of the
-			// sampling noise (Poisson), so few samples never ban.
-			low := max(sure-Confidence*math.Sqrt(sure), 0) / sure
-			if x.top == nil || pk > x.topPK {
-				x.top, x.topPK = r.W, pk
-			}
-			x.pps += pk / elapsed
-			x.bps += by / elapsed
-			x.lowPPS += low * pk / elapsed
-			x.lowBPS += low * by / elapsed
+		}
+	}
+	// What an address sent on its own is not its prefix's spread.
+	for p, x := range d.rates {
+		if !x.parent.IsValid() {
+			continue
+		}
+		_, held := d.active[p]
+		if px := d.rates[x.parent]; px != nil && (held || d.over(x)) {
+			px.lowPPS -= x.pps
+			px.lowBPS -= x.bps
 		}
 	}
 	start := d.last
@@ -240,12 +321,29 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 			delete(d.tracks, p) // under the rate for a second: start again
 		}
 	}
+	// The candidates, addresses before prefixes (an address banned is not
+	// its prefix's to carry), in a fixed order: the budget goes the same
+	// way every time.
+	cands := d.cands[:0]
 	for p, x := range d.rates {
-		if !d.over(x) {
-			continue
+		if d.over(x) {
+			cands = append(cands, p)
 		}
+	}
+	slices.SortFunc(cands, func(a, b netip.Prefix) int {
+		if a.Bits() != b.Bits() {
+			return b.Bits() - a.Bits()
+		}
+		return a.Addr().Compare(b.Addr())
+	})
+	d.cands = cands
+	for _, p := range cands {
+		x := d.rates[p]
 		if _, ok := d.active[p]; ok {
 			continue
+		}
+		if _, ok := d.active[x.parent]; ok && x.parent.IsValid() {
+			continue // its prefix's ban holds it
 		}
 		since, ok := d.tracks[p]
 		if !ok {
@@ -263,12 +361,52 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 	return events
 }
 
+// rate adds to key's rates of the second what window w saw of it: sure
+// samples standing for pk frames and by bytes over elapsed seconds; an
+// address key names the prefix that holds it (parent).
+func (d *Detector) rate(w *Window, key, parent netip.Prefix, proto uint8, sure, pk, by, elapsed float64) {
+	x := d.rates[key]
+	if x == nil {
+		x = &rate{proto: proto, parent: parent}
+		d.rates[key] = x
+	}
+	if d.holds(key, x) {
+		w.heldPackets += uint64(pk + 0.5)
+		w.heldBytes += uint64(by + 0.5)
+	}
+	// low: the estimate less Confidence standard deviations of the
+	// sampling noise (Poisson), so few samples never ban.
+	low := max(sure-Confidence*math.Sqrt(sure), 0) / sure
+	if x.top == nil || pk > x.topPK {
+		x.top, x.topPK = w, pk
+	}
+	x.sure += sure
+	x.pps += pk / elapsed
+	x.bps += by / elapsed
+	x.lowPPS += low * pk / elapsed
+	x.lowBPS += low * by / elapsed
+}
+
+// holds says whether the frames of key k count as held by a ban: k's ban,
+// or its prefix's (counted under the prefix's key alone, so none twice).
+func (d *Detector) holds(k netip.Prefix, x *rate) bool {
+	if _, ok := d.active[k]; !ok {
+		return false
+	}
+	if x.parent.IsValid() {
+		_, prefixHeld := d.active[x.parent]
+		return !prefixHeld
+	}
+	return true
+}
+
 func (d *Detector) over(x *rate) bool {
 	return (d.cfg.PPS > 0 && x.lowPPS > d.cfg.PPS) || (d.cfg.BytesPerSecond > 0 && x.lowBPS > d.cfg.BytesPerSecond)
 }
 
 // decide bans p, over the rate for long enough, or refuses it; a refusal
-// is reported once per Duration.
+// is reported once per Duration. A ban's action rests on its evidence:
+// verified, a drop; else Unverified's.
 func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) {
 	ev := Event{Source: p, PPS: x.pps, BytesPerSecond: x.bps, Protocol: x.proto, Window: x.top}
 	ev.Offence, ev.Duration = 1, d.cfg.Duration
@@ -283,8 +421,26 @@ func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) 
 	if reason == "" && len(d.active) >= d.cfg.MaxActive {
 		reason = fmt.Sprintf("%d bans of detection in force already", d.cfg.MaxActive)
 	}
+	if reason == "" && d.spentAt(now) {
+		d.overBudget++
+		ev.Kind, ev.Offence = Budget, d.overBudget
+		return ev, true
+	}
+	action := Drop
+	if reason == "" {
+		ev.Verified = d.verified(p, x)
+		if !ev.Verified {
+			action = d.cfg.Unverified
+		}
+		switch action {
+		case None:
+			reason = "its evidence is not verified, and unverified sources are not banned"
+		case Limit:
+			ev.Limit = d.limitOf(x)
+		}
+	}
 	if reason == "" && d.cfg.Enforce != nil {
-		reason = d.cfg.Enforce(p, ev.End)
+		reason = d.cfg.Enforce(p, ev.End, ev.Limit)
 	}
 	if reason != "" {
 		if until, ok := d.refused[p]; ok && now.Before(until) {
@@ -294,7 +450,7 @@ func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) 
 			evict(d.refused, now, func(t time.Time) bool { return !now.Before(t) })
 		}
 		d.refused[p] = now.Add(d.cfg.Duration)
-		ev.Kind, ev.Reason, ev.Offence = Refused, reason, 0
+		ev.Kind, ev.Reason, ev.Offence, ev.Limit = Refused, reason, 0, 0
 		return ev, true
 	}
 	o := &offence{at: now, end: ev.End, duration: ev.Duration, count: ev.Offence}
@@ -303,8 +459,79 @@ func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) 
 		evict(d.history, now, func(h *offence) bool { return now.Sub(h.end) >= d.cfg.MaxDuration })
 	}
 	d.history[p] = o
+	d.spend(now)
 	ev.Kind = Ban
 	return ev, true
+}
+
+// spentAt says whether MaxPerMinute bans began within BudgetWindow of now.
+func (d *Detector) spentAt(now time.Time) bool {
+	if d.cfg.MaxPerMinute == 0 {
+		return false
+	}
+	for len(d.spent) > 0 && now.Sub(d.spent[0]) >= BudgetWindow {
+		d.spent = d.spent[1:]
+	}
+	return len(d.spent) >= d.cfg.MaxPerMinute
+}
+
+// spend counts a ban begun at at against the budget: the newest
+// MaxPerMinute starts are kept, in order.
+func (d *Detector) spend(at time.Time) {
+	if d.cfg.MaxPerMinute == 0 {
+		return
+	}
+	d.overBudget = 0
+	i := len(d.spent)
+	for i > 0 && d.spent[i-1].After(at) {
+		i--
+	}
+	d.spent = slices.Insert(d.spent, i, at)
+	if n := len(d.spent) - d.cfg.MaxPerMinute; n > 0 {
+		d.spent = slices.Delete(d.spent, 0, n)
+	}
+}
+
+// verified says whether most of p's sure samples of the second came on
+// TCP flows the host holds established connections of: the source proved
+// its address with a handshake. Only the heaviest verifyFlows flows of p
+// are asked about, of each window.
+func (d *Detector) verified(p netip.Prefix, x *rate) bool {
+	if d.cfg.Verify == nil || x.sure == 0 {
+		return false
+	}
+	var cands []flowCount
+	for _, t := range d.flows {
+		cands = t.of(p, verifyFlows, cands)
+	}
+	if len(cands) == 0 {
+		return false
+	}
+	flows := make([]Flow, len(cands))
+	for i, c := range cands {
+		flows[i] = c.flow
+	}
+	ok := d.cfg.Verify(flows)
+	var proven float64
+	for i, c := range cands {
+		if i < len(ok) && ok[i] {
+			proven += float64(c.sure)
+		}
+	}
+	return 2*proven >= x.sure
+}
+
+// limitOf is the cap of a limit ban of x, in frames a second: pps, or
+// bytes_per_second over x's mean frame when pps is not set; 1 at least.
+func (d *Detector) limitOf(x *rate) float64 {
+	if d.cfg.PPS > 0 {
+		return d.cfg.PPS
+	}
+	mean := 1.0
+	if x.pps > 0 {
+		mean = max(x.bps/x.pps, 1)
+	}
+	return max(math.Floor(d.cfg.BytesPerSecond/mean), 1)
 }
 
 // expire ends the bans past their end.
@@ -345,6 +572,7 @@ func (d *Detector) Restore(p netip.Prefix, end time.Time, duration time.Duration
 	if len(d.active) < d.cfg.MaxActive {
 		d.active[p] = o
 	}
+	d.spend(o.at) // a reload does not renew the budget
 	if len(d.history) < d.cfg.MaxHistory {
 		d.history[p] = o
 	}

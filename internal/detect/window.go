@@ -13,14 +13,17 @@ import (
 // counters stand for). The sampler's reader adds; the detector's tick takes
 // it whole and starts the next second.
 type Window struct {
-	all    bool      // no protocol filter
-	protos [256]bool // the protocols that count
+	all          bool      // no protocol filter
+	protos       [256]bool // the protocols that count
+	bits4, bits6 int       // the aggregation of sources into prefixes
 
-	mu      sync.Mutex
-	table   *topk.Table
-	spare   *topk.Table
-	samples uint64 // every passed sample this second, of any protocol
-	bytes   uint64
+	mu         sync.Mutex
+	table      *topk.Table
+	spare      *topk.Table
+	flows      *flowTable // the TCP flows of the second, for the verification
+	spareFlows *flowTable
+	samples    uint64 // every passed sample this second, of any protocol
+	bytes      uint64
 
 	// Of the detector's goroutine alone.
 	base    [2]uint64 // passed packets and bytes when the last second ended
@@ -30,14 +33,32 @@ type Window struct {
 	heldPackets, heldBytes uint64
 }
 
-// Add counts one sampled passed frame of the source prefix src (aggregated
-// already), of length bytes and IP protocol proto.
+// Add counts one sampled passed frame of a source known by its prefix src
+// alone (no address, no flow), of length bytes and IP protocol proto: src
+// is what it is banned as.
 func (w *Window) Add(src netip.Prefix, length uint32, proto uint8) {
 	w.mu.Lock()
 	w.samples++
 	w.bytes += uint64(length)
 	if w.all || w.protos[proto] {
 		w.table.Add(src, uint64(length), proto, -1)
+	}
+	w.mu.Unlock()
+}
+
+// AddFrame counts one sampled passed frame under its source's prefix (the
+// aggregation), whose entry keeps its heaviest address, so that the
+// detector tells an address that carries a rate from a rate spread over
+// the prefix; a TCP frame's flow is counted for the verification.
+func (w *Window) AddFrame(f Frame) {
+	w.mu.Lock()
+	w.samples++
+	w.bytes += uint64(f.Length)
+	if w.all || w.protos[f.Proto] {
+		w.table.AddFrom(topk.Aggregate(f.Src, w.bits4, w.bits6), f.Src, uint64(f.Length), f.Proto, -1)
+		if f.Proto == protoTCP && f.Dst.IsValid() {
+			w.flows.add(Flow{netip.AddrPortFrom(f.Src, f.SPort), netip.AddrPortFrom(f.Dst, f.DPort)})
+		}
 	}
 	w.mu.Unlock()
 }
@@ -63,14 +84,16 @@ func (w *Window) Begin(packets, bytes uint64) {
 	w.started = true
 }
 
-// take returns the second's table and totals and starts the next one
+// take returns the second's tables and totals and starts the next one
 // with the spare table.
-func (w *Window) take() (t *topk.Table, samples, bytes uint64) {
+func (w *Window) take() (t *topk.Table, flows *flowTable, samples, bytes uint64) {
 	w.spare.Reset()
+	w.spareFlows.reset()
 	w.mu.Lock()
 	t, w.table, w.spare = w.table, w.spare, w.table
+	flows, w.flows, w.spareFlows = w.flows, w.spareFlows, w.flows
 	samples, bytes = w.samples, w.bytes
 	w.samples, w.bytes = 0, 0
 	w.mu.Unlock()
-	return t, samples, bytes
+	return t, flows, samples, bytes
 }

@@ -22,12 +22,53 @@ type Entry struct {
 	// most common when that one had more than 1/tallySlots of them.
 	Protocol uint8
 	Rule     int
+	// Addr is the heaviest address of the key's frames counted with
+	// AddFrom since the key took its entry, and AddrSure a count of its
+	// frames never above the true one (exact when the key's frames came
+	// from at most tallySlots addresses). Invalid without AddFrom.
+	Addr     netip.Addr
+	AddrSure uint64
 }
 
 type entry struct {
 	Entry
 	protos tally[uint8]
 	rules  tally[int]
+	addrs  addrTally
+}
+
+// addrTally is Space-Saving over tallySlots addresses, with each slot's
+// inherited count, so that a slot's sure count is never above the truth.
+type addrTally struct {
+	vals   [tallySlots]netip.Addr
+	counts [tallySlots]uint64
+	errs   [tallySlots]uint64
+}
+
+func (t *addrTally) add(a netip.Addr) {
+	lightest := 0
+	for i := range t.vals {
+		if t.counts[i] > 0 && t.vals[i] == a {
+			t.counts[i]++
+			return
+		}
+		if t.counts[i] < t.counts[lightest] {
+			lightest = i
+		}
+	}
+	t.vals[lightest], t.errs[lightest] = a, t.counts[lightest]
+	t.counts[lightest]++
+}
+
+// sure is the address of the most sure frames and their count.
+func (t *addrTally) sure() (netip.Addr, uint64) {
+	best, n := 0, uint64(0)
+	for i := range t.vals {
+		if s := t.counts[i] - t.errs[i]; s > n {
+			best, n = i, s
+		}
+	}
+	return t.vals[best], n
 }
 
 // tallySlots is how many distinct values an entry counts apart.
@@ -90,6 +131,11 @@ func (t *Table) Total() uint64 { return t.total }
 
 // Add counts one frame of key with its length, protocol and rule.
 func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
+	t.add(key, bytes, proto, rule)
+}
+
+// add is Add, giving the key's entry (valid until the next add).
+func (t *Table) add(key netip.Prefix, bytes uint64, proto uint8, rule int) *entry {
 	t.total++
 	if i, ok := t.pos[key]; ok {
 		e := t.heap[i]
@@ -97,7 +143,7 @@ func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
 		e.Bytes += bytes
 		e.count(proto, rule)
 		t.down(i)
-		return
+		return e
 	}
 	if len(t.heap) < cap(t.heap) {
 		e := &entry{Entry: Entry{Key: key, Count: 1, Bytes: bytes}}
@@ -105,7 +151,7 @@ func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
 		t.heap = append(t.heap, e)
 		t.pos[key] = len(t.heap) - 1
 		t.up(len(t.heap) - 1)
-		return
+		return e
 	}
 	// Replace the lightest: the newcomer may have been it all along.
 	e := t.heap[0]
@@ -114,6 +160,15 @@ func (t *Table) Add(key netip.Prefix, bytes uint64, proto uint8, rule int) {
 	e.count(proto, rule)
 	t.pos[key] = 0
 	t.down(0)
+	return e
+}
+
+// AddFrom counts one frame of key from addr, an address of key, as Add
+// does; the entry also tells its heaviest address.
+func (t *Table) AddFrom(key netip.Prefix, addr netip.Addr, bytes uint64, proto uint8, rule int) {
+	e := t.add(key, bytes, proto, rule)
+	e.addrs.add(addr)
+	e.Addr, e.AddrSure = e.addrs.sure()
 }
 
 // Top returns the n heaviest entries, heaviest first (ties by key).
