@@ -283,6 +283,24 @@ func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome,
 	return BanAdded, nil
 }
 
+// Limit puts origin's (< BanOrigins) claim on p (masked to its length),
+// from now until end, as a limit: the prefix's frames, all sources and
+// CPUs together, pass at pps (1 to MaxBanLimitPPS) frames a second with a
+// burst of max(pps/10, 1) frames (a GCRA cell in the entry), and those
+// over it are dropped, counted under origin as Ban's drops are (would_drop
+// in a bans dry run). Frames within the limit go on to the bans of
+// shorter prefixes, then to the rules, as unbanned frames. A drop claim
+// of any origin in force wins over every limit claim; when a drop claim
+// ends before a limit claim, the kernel limits from then on by itself.
+// With several limit claims, the one that lasts longest sets the rate.
+// Limit on origin's drop claim makes it a limit with the new end, and Ban
+// on its limit claim a drop. Outcomes and errors are Ban's (BanUpdated:
+// the end or the kind or the rate changed), and an error for pps out of
+// range.
+func (t *BanTable) Limit(p netip.Prefix, end time.Time, origin uint8, pps uint64) (BanOutcome, error) {
+	return 0, errors.New("ban limits are not built yet")
+}
+
 // Lift removes origin's claim on p at once, reporting whether it had one.
 // The other origins' claims stay: p is lifted when none is left.
 func (t *BanTable) Lift(p netip.Prefix, origin uint8) (bool, error) {

@@ -84,7 +84,17 @@ type BanEntry struct {
 	// end the kernel holds); the prefix is banned until its latest claim's.
 	End    time.Time
 	Origin uint8
+	// LimitPPS is 0 for a drop claim (BanTable.Ban); for a limit claim
+	// (BanTable.Limit), the frames a second the prefix is capped at.
+	LimitPPS uint64
 }
+
+// IsLimit reports whether the claim caps the prefix's rate (BanTable.Limit)
+// rather than dropping all of it.
+func (e BanEntry) IsLimit() bool { return e.LimitPPS != 0 }
+
+// MaxBanLimitPPS bounds BanTable.Limit's pps: one frame a nanosecond.
+const MaxBanLimitPPS = 1_000_000_000
 
 // BanAction is what a ban did with a frame: BanDrop, or BanWouldDrop in a
 // bans dry run.
