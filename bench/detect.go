@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -79,7 +78,7 @@ func detectTimeToBan(e *env, runs int) (detectResult, error) {
 	x := xdp_drop.New()
 	x.Interfaces, x.Drop, x.Log, x.HandoverTimeout = []string{testns.Dev}, []any{"gre"}, quietLogger{}, 0
 	x.SampleRate, x.SampleActions = detectSampleRate, []string{xdp_drop.ActionDrop, xdp_drop.ActionPass}
-	x.Bans = &xdp_drop.BansConfig{Detect: &xdp_drop.DetectConfig{PPS: detectPPS, For: tconfig.Duration(detectFor), DryRun: &no}}
+	x.Bans = &xdp_drop.BansConfig{Detect: &xdp_drop.DetectConfig{PPS: detectPPS, For: tconfig.Duration(detectFor), DryRun: &no, UnverifiedAction: "drop"}}
 	if err := x.Init(); err != nil {
 		return r, err
 	}

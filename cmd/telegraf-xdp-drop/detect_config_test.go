@@ -38,5 +38,5 @@ func TestDetectConfigLocated(t *testing.T) {
       ban_for = "10m"
 `)
 	_, err = loadConfig(conf, noTrustCheck)
-	require.EqualError(t, err, "config "+conf+`:7: unknown option "inputs.xdp_drop.bans.detect.ban_for"; [inputs.xdp_drop.bans.detect] takes pps, bytes_per_second, for, protocols, duration, max_duration, dry_run, crowdsec_push, crowdsec_login, crowdsec_password_file`)
+	require.EqualError(t, err, "config "+conf+`:7: unknown option "inputs.xdp_drop.bans.detect.ban_for"; [inputs.xdp_drop.bans.detect] takes pps, bytes_per_second, for, protocols, duration, max_duration, dry_run, crowdsec_push, crowdsec_login, crowdsec_password_file, unverified_action, push_unverified, max_bans_per_minute, max_pushes_per_minute`)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
+	"github.com/xdp-drop/xdp_drop/internal/sockdiag"
 )
 
 // detectTick is the detector's clock: sources are rated every second,
@@ -38,6 +39,7 @@ type detection struct {
 	// the table for what the feed had refused; nil tells no one.
 	roomBack func()
 	host     string // the host's name, in what is pushed
+	ns       string // the network namespace whose sockets verify evidence
 
 	mu        sync.Mutex
 	watched   map[*detect.Window]*watchedIface
@@ -59,6 +61,8 @@ type watchedIface struct {
 
 type detectCounts struct {
 	added, expired, refused, unreported int64
+	verified, unverified                int64 // bans added, by their evidence
+	overBudget                          int64 // sources not banned: the budget of the minute was spent
 	tick                                int64 // unix time of the last tick
 }
 
@@ -69,10 +73,12 @@ func newDetection(bs *Settings, log Logger) (*detection, error) {
 	d := &detection{set: set, log: log, watched: map[*detect.Window]*watchedIface{}}
 	d.host, _ = os.Hostname()
 	d.guards = newGuards(bs.Namespace, bs.Allow, bs.LAPI)
+	d.ns = bs.Namespace
 	det, err := detect.New(detect.Config{
 		PPS: set.PPS, BytesPerSecond: set.BPS, For: set.For, Protocols: set.Protocols,
-		Duration: set.Duration, MaxDuration: set.MaxDuration,
-		Guard: d.guards.check, Enforce: d.enforce, MaxActive: 2 * bs.Max, MaxHistory: bpf.BanHistoryMax,
+		Duration: set.Duration, MaxDuration: set.MaxDuration, Bits4: set.Bits4, Bits6: set.Bits6,
+		Guard: d.guards.check, Verify: d.verify, Unverified: set.Unverified, MaxPerMinute: set.MaxBansPerMinute,
+		Enforce: d.enforce, MaxActive: 2 * bs.Max, MaxHistory: bpf.BanHistoryMax,
 	})
 	if err != nil {
 		return nil, &SettingError{SettingDetect, err}
@@ -190,16 +196,23 @@ func (d *detection) tick(now time.Time) (swept int) {
 	return swept
 }
 
-// enforce puts a detection's ban on the table (not in a dry run); a
-// non-empty answer is why the table refused it.
-func (d *detection) enforce(p netip.Prefix, end time.Time) string {
+// enforce puts a detection's ban on the table (not in a dry run): a drop,
+// or a limit of limit frames a second; a non-empty answer is why the
+// table refused it.
+func (d *detection) enforce(p netip.Prefix, end time.Time, limit float64) string {
 	if d.set.DryRun {
 		return ""
 	}
 	if d.table == nil {
 		return "no ban table loaded yet"
 	}
-	got, err := d.table.Ban(p, end, bpf.BanOriginDetect)
+	var got bpf.BanOutcome
+	var err error
+	if limit > 0 {
+		got, err = d.table.Limit(p, end, bpf.BanOriginDetect, uint64(min(limit, bpf.MaxBanLimitPPS)))
+	} else {
+		got, err = d.table.Ban(p, end, bpf.BanOriginDetect)
+	}
 	switch {
 	case err != nil:
 		return "the ban table failed: " + firstLine(err)
@@ -209,4 +222,20 @@ func (d *detection) enforce(p netip.Prefix, end time.Time) string {
 		return "bans.max bans of its family are in force"
 	}
 	return ""
+}
+
+// verify asks the kernel's socket table of the plugin's namespace which
+// flows are of established TCP connections; a failure verifies nothing
+// (the evidence stays unverified) and is reported.
+func (d *detection) verify(flows []detect.Flow) []bool {
+	in := make([]sockdiag.Flow, len(flows))
+	for i, f := range flows {
+		in[i] = sockdiag.Flow{Src: f.Src, Dst: f.Dst}
+	}
+	ok, err := sockdiag.Established(d.ns, in)
+	if err != nil {
+		d.lastError = quote.Line(firstLine(fmt.Errorf("verify the evidence with the socket table: %w", err)))
+		return nil
+	}
+	return ok
 }

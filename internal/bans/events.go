@@ -11,10 +11,14 @@ const MaxEvents = 100
 
 // Event is one ban, expiry or refusal of the detection.
 type Event struct {
-	Kind           string // detect.Kind's: "ban", "expire" or "refused"
+	Kind           string // detect.Kind's: "ban", "expire", "refused" or "budget"
 	Source         netip.Prefix
 	PPS            float64
 	BytesPerSecond float64
 	Duration       time.Duration // the ban's; for a refusal, the ban's it would have had
-	Offence        int           // the source's bans within max_duration, this one included; 0 for a refusal
+	Offence        int           // the source's bans within max_duration, this one included; 0 for a refusal; for "budget", 1
+	// Verified says established TCP connections carried the source's
+	// frames (a ban's evidence); LimitPPS is a ban's cap, 0 for a drop.
+	Verified bool
+	LimitPPS float64
 }

@@ -23,7 +23,7 @@ func (d *detection) protocol(n uint8) string {
 func (d *detection) record(now time.Time, e detect.Event) {
 	ev := Event{
 		Kind: e.Kind.String(), Source: e.Source, PPS: e.PPS, BytesPerSecond: e.BytesPerSecond,
-		Duration: e.Duration, Offence: e.Offence,
+		Duration: e.Duration, Offence: e.Offence, Verified: e.Verified, LimitPPS: e.Limit,
 	}
 	would := ""
 	if d.set.DryRun {
@@ -32,13 +32,18 @@ func (d *detection) record(now time.Time, e detect.Event) {
 	switch e.Kind {
 	case detect.Ban:
 		d.counts.added++
+		if e.Verified {
+			d.counts.verified++
+		} else {
+			d.counts.unverified++
+		}
 		d.remember(e)
-		d.log.Infof("bans: detect: %sbanned %s for %s (offence %d): %.0f pps, %.0f bytes/s, mostly %s, over %s for %s%s",
-			would, e.Source, e.Duration, e.Offence, e.PPS, e.BytesPerSecond, d.protocol(e.Protocol), d.limits(), d.set.For, d.dryNote())
-		if d.push != nil && !d.set.DryRun {
+		d.log.Infof("bans: detect: %sbanned %s for %s (offence %d, %s): %s: %.0f pps, %.0f bytes/s, mostly %s, over %s for %s%s",
+			would, e.Source, e.Duration, e.Offence, evidenceOf(e.Verified), actionOf(e), e.PPS, e.BytesPerSecond, d.protocol(e.Protocol), d.limits(), d.set.For, d.dryNote())
+		if d.push != nil && !d.set.DryRun && (e.Verified || d.set.PushUnverified) {
 			d.push.Offer(crowdsec.Ban{
 				Prefix: e.Source, Start: now, Duration: e.Duration, Evidence: d.evidence(e),
-				Message: fmt.Sprintf("xdp-drop: %s sent %.0f pps, %.0f bytes/s, over %s for %s", e.Source, e.PPS, e.BytesPerSecond, d.limits(), d.set.For),
+				Message: fmt.Sprintf("xdp-drop: %s sent %.0f pps, %.0f bytes/s, over %s for %s (%s)", e.Source, e.PPS, e.BytesPerSecond, d.limits(), d.set.For, evidenceOf(e.Verified)),
 			})
 		}
 	case detect.Expire:
@@ -48,6 +53,14 @@ func (d *detection) record(now time.Time, e detect.Event) {
 		d.counts.refused++
 		d.log.Warnf("bans: detect: not banning %s: %s (%.0f pps, %.0f bytes/s, over %s for %s); said once per %s",
 			e.Source, e.Reason, e.PPS, e.BytesPerSecond, d.limits(), d.set.For, d.set.Duration)
+	case detect.Budget:
+		d.counts.overBudget++
+		if e.Offence != 1 {
+			return // one event and one line until the budget has room again
+		}
+		d.log.Warnf("bans: detect: not banning %s (%.0f pps, %.0f bytes/s): max_bans_per_minute = %d bans were made in the last minute; the bans in force stay, and no new one is made until the oldest is a minute old. "+
+			"A flood from more sources than that is for a limit rule ([[inputs.xdp_drop.rule]] action = \"limit\"), which holds every source at once",
+			e.Source, e.PPS, e.BytesPerSecond, d.set.MaxBansPerMinute)
 	}
 	if len(d.events) < MaxEvents {
 		d.events = append(d.events, ev)
@@ -56,9 +69,25 @@ func (d *detection) record(now time.Time, e detect.Event) {
 	}
 }
 
+// evidenceOf names a ban's evidence as logs and alerts say it.
+func evidenceOf(verified bool) string {
+	if verified {
+		return "verified: established TCP connections carried it"
+	}
+	return "unverified: its source address may be forged"
+}
+
+// actionOf says what a ban does.
+func actionOf(e detect.Event) string {
+	if e.Limit > 0 {
+		return fmt.Sprintf("limited to %.0f frames/s", e.Limit)
+	}
+	return "all its frames dropped"
+}
+
 // evidence is what decided a ban, as its alert's event tells the LAPI.
 // The rates rest on the sources of sampled frames, which a sender may
-// forge: nothing verified them (no handshake was seen).
+// forge unless verified says established connections carried them.
 func (d *detection) evidence(e detect.Event) []crowdsec.Meta {
 	iface := ""
 	if wi := d.watched[e.Window]; wi != nil {
@@ -69,7 +98,7 @@ func (d *detection) evidence(e detect.Event) []crowdsec.Meta {
 		{Key: "bytes_per_second", Value: strconv.FormatFloat(e.BytesPerSecond, 'f', 0, 64)},
 		{Key: "protocol", Value: d.protocol(e.Protocol)},
 		{Key: "interface", Value: iface},
-		{Key: "verified", Value: "false"},
+		{Key: "verified", Value: strconv.FormatBool(e.Verified)},
 		{Key: "over", Value: d.limits() + " for " + d.set.For.String()},
 		{Key: "host", Value: d.host},
 	}

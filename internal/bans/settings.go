@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xdp-drop/xdp_drop/internal/detect"
 )
 
 // Settings are the bans' checked values: no option names, no TOML; the
@@ -49,6 +51,15 @@ type DetectSettings struct {
 	Password              string // never logged nor echoed
 	// ProtocolNames names each IP protocol number in logs and evidence.
 	ProtocolNames *[256]string
+	// Bits4 and Bits6 are the aggregation of sources into prefixes.
+	Bits4, Bits6 int
+	// Unverified is what a ban on unverified evidence does; PushUnverified
+	// pushes those bans too (verified ones are pushed with Push).
+	Unverified     detect.Action
+	PushUnverified bool
+	// MaxBansPerMinute and MaxPushesPerMinute bound the new bans and the
+	// pushes of any minute, across reloads.
+	MaxBansPerMinute, MaxPushesPerMinute int
 }
 
 // Setting names which of the settings an error of New is about.

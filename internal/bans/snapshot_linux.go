@@ -14,12 +14,15 @@ type DetectCounts struct {
 	DryRun                  bool  // the detection bans nothing: Held is what it would have held
 	Active                  int64 // sources banned now
 	Added, Expired, Refused int64
+	Verified, Unverified    int64 // bans added, by their evidence
+	OverBudget              int64 // sources over the rate not banned: max_bans_per_minute bans were made in the last minute
 	Tick                    int64 // unix time of the last tick
 	Unreported              int64 // events beyond MaxEvents an interval
 	Error                   string
 	Push                    bool // bans are shared with the LAPI
 	Pushed, PushFailed      int64
 	PushDropped             int64
+	PushOverBudget          int64           // bans not pushed: max_pushes_per_minute were in the last minute
 	Held                    map[string]Held // by interface: what passed from sources a ban would hold
 }
 
@@ -34,6 +37,7 @@ func (d *detection) snapshot() DetectCounts {
 	c := DetectCounts{
 		DryRun: d.set.DryRun, Active: int64(d.det.Active()),
 		Added: d.counts.added, Expired: d.counts.expired, Refused: d.counts.refused,
+		Verified: d.counts.verified, Unverified: d.counts.unverified, OverBudget: d.counts.overBudget,
 		Tick: d.counts.tick, Unreported: d.counts.unreported, Error: d.lastError,
 		Held: make(map[string]Held, len(d.watched)),
 	}

@@ -24,7 +24,7 @@ import (
 // ownersPlugin is a plugin with the LAPI's feed and a detection that
 // enforces, banning single addresses (/32) for duration.
 func ownersPlugin(l *lapi.LAPI, key string, duration time.Duration) *XDPDrop {
-	p := detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(duration), DryRun: enforce()},
+	p := detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(duration), DryRun: enforce(), UnverifiedAction: "drop"},
 		&BansConfig{CrowdSec: &CrowdSecConfig{URL: l.URL(), APIKey: key, Interval: config.Duration(testBanInterval)}})
 	p.TopSourcePrefixV4 = 32
 	return p

@@ -20,7 +20,10 @@ type BanSeries struct {
 	// with Push (crowdsec_push), what became of the bans shared.
 	Detect, Push                    bool
 	Unreported                      int64
+	AddedVerified, AddedUnverified  int64
+	BudgetSpent                     int64
 	Pushed, PushFailed, PushDropped int64
+	PushOverBudget                  int64
 	// Viewed: read by a console view (-watch, -status) of another
 	// instance: Active is what the kernel holds in force, the other
 	// counts are that instance's and not read. Never a field.
@@ -49,10 +52,14 @@ func (s *BanSeries) PutFields(fields map[string]any) {
 	}
 	if s.Detect {
 		fields[FieldUnreported] = s.Unreported
+		fields[FieldAddedVerified] = s.AddedVerified
+		fields[FieldAddedUnverified] = s.AddedUnverified
+		fields[FieldBudgetSpent] = s.BudgetSpent
 	}
 	if s.Push {
 		fields[FieldPushed] = s.Pushed
 		fields[FieldPushFailed] = s.PushFailed
 		fields[FieldPushDropped] = s.PushDropped
+		fields[FieldPushOverBudget] = s.PushOverBudget
 	}
 }

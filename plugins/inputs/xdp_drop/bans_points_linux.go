@@ -89,7 +89,8 @@ func appendDetection(out []BanSeries, d bans.DetectCounts, reads []banRead, bans
 			Active: d.Active, Added: d.Added, Expired: d.Expired,
 			Refused: d.Refused, Synced: d.Tick, Error: d.Error,
 			Detect: true, Unreported: d.Unreported,
-			Push: d.Push, Pushed: d.Pushed, PushFailed: d.PushFailed, PushDropped: d.PushDropped,
+			AddedVerified: d.Verified, AddedUnverified: d.Unverified, BudgetSpent: d.OverBudget,
+			Push: d.Push, PushOverBudget: d.PushOverBudget, Pushed: d.Pushed, PushFailed: d.PushFailed, PushDropped: d.PushDropped,
 		}
 		if d.DryRun {
 			p.Packets, p.Bytes = d.Held[r.name].Packets, d.Held[r.name].Bytes

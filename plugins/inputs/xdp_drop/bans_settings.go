@@ -26,6 +26,8 @@ func (s *bansSettings) settings() (bans.Settings, error) {
 			PPS: d.pps, BPS: d.bps, For: d.forDur, Protocols: d.protocols,
 			Duration: d.duration, MaxDuration: d.maxDuration, DryRun: d.dryRun,
 			Push: d.push, Login: d.login, Password: d.password, ProtocolNames: &protocolTags,
+			Bits4: d.bits4, Bits6: d.bits6, Unverified: d.unverified, PushUnverified: d.pushUnverified,
+			MaxBansPerMinute: d.maxBans, MaxPushesPerMinute: d.maxPushes,
 		}
 	}
 	return out, nil

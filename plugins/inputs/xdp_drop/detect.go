@@ -11,6 +11,7 @@ import (
 
 	"github.com/influxdata/telegraf/config"
 
+	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
 )
@@ -28,6 +29,10 @@ type DetectConfig struct {
 	CrowdSecPush         bool            `toml:"crowdsec_push"`
 	CrowdSecLogin        string          `toml:"crowdsec_login"`
 	CrowdSecPasswordFile string          `toml:"crowdsec_password_file"`
+	UnverifiedAction     string          `toml:"unverified_action"`
+	PushUnverified       bool            `toml:"push_unverified"`
+	MaxBansPerMinute     *int64          `toml:"max_bans_per_minute"`
+	MaxPushesPerMinute   *int64          `toml:"max_pushes_per_minute"`
 }
 
 // Defaults and bounds of the detect options.
@@ -39,6 +44,9 @@ const (
 	MaxDetectDuration        = 365 * 24 * time.Hour
 	MaxDetectPPS             = 1_000_000_000
 	MaxDetectBytesPerSecond  = 1 << 40
+	DefaultMaxBansPerMinute  = 10
+	DefaultMaxPushesPerMin   = 10
+	MaxBudgetPerMinute       = 10_000
 	maxPasswordFile          = 4096
 )
 
@@ -54,6 +62,10 @@ const (
 	keyDetectPush         = "bans.detect.crowdsec_push"
 	keyDetectLogin        = "bans.detect.crowdsec_login"
 	keyDetectPasswordFile = "bans.detect.crowdsec_password_file"
+	keyDetectUnverified   = "bans.detect.unverified_action"
+	keyDetectPushUnverif  = "bans.detect.push_unverified"
+	keyDetectMaxBans      = "bans.detect.max_bans_per_minute"
+	keyDetectMaxPushes    = "bans.detect.max_pushes_per_minute"
 )
 
 // detectSettings are the detect options parsed.
@@ -67,6 +79,9 @@ type detectSettings struct {
 	login                 string
 	password              string // never logged nor echoed
 	bits4, bits6          int    // top_source_prefix_ipv4, _ipv6: what a source is
+	unverified            detect.Action
+	pushUnverified        bool
+	maxBans, maxPushes    int // a minute
 }
 
 // parseDetect checks [bans.detect]; the plugin's sampling must send the
@@ -129,8 +144,35 @@ func (x *XDPDrop) parseDetect(c *DetectConfig, crowdsec bool, uid int) (*detectS
 	if c.DryRun != nil {
 		s.dryRun = *c.DryRun
 	}
+	switch a, ok := detect.ParseAction(c.UnverifiedAction); {
+	case c.UnverifiedAction == "":
+		s.unverified = detect.Limit
+	case !ok:
+		fail(keyDetectUnverified, fmt.Errorf(`bans.detect.unverified_action = %s is not an action; use "limit" (the default: cap the source at the rate), "drop" (drop all of it) or "none" (no ban)`, quote.Value(c.UnverifiedAction)))
+	default:
+		s.unverified = a
+	}
+	s.maxBans = budget(c.MaxBansPerMinute, DefaultMaxBansPerMinute, keyDetectMaxBans, fail)
+	s.maxPushes = budget(c.MaxPushesPerMinute, DefaultMaxPushesPerMin, keyDetectMaxPushes, fail)
+	if c.PushUnverified && !c.CrowdSecPush {
+		fail(keyDetectPushUnverif, errors.New("bans.detect.push_unverified = true but crowdsec_push = false: nothing is pushed; set crowdsec_push = true, or remove push_unverified"))
+	}
+	s.pushUnverified = c.PushUnverified
 	errs = append(errs, s.parsePush(c, crowdsec, uid)...)
 	return s, errors.Join(errs...)
+}
+
+// budget is a per-minute budget option: def when unset, 1 to
+// MaxBudgetPerMinute.
+func budget(v *int64, def int, key string, fail func(string, error)) int {
+	if v == nil {
+		return def
+	}
+	if *v < 1 || *v > MaxBudgetPerMinute {
+		fail(key, fmt.Errorf("%s = %d is out of range; use 1 to %d (default %d): a flood from more sources than that is for a limit rule ([[inputs.xdp_drop.rule]] action = \"limit\")", key, *v, MaxBudgetPerMinute, def))
+		return def
+	}
+	return int(*v)
 }
 
 // parsePush checks the options of crowdsec_push.

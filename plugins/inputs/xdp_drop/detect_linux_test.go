@@ -104,7 +104,7 @@ func gatherDetect(t *testing.T, ns *testns.NS, p *XDPDrop) (ban telegraf.Metric,
 // drop is reported, not asserted (within for + 1 s is the target).
 func TestDetectTimeToBan(t *testing.T) {
 	ns := testns.New(t)
-	p := detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(10 * time.Minute), DryRun: enforce()}, nil)
+	p := detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(10 * time.Minute), DryRun: enforce(), UnverifiedAction: "drop"}, nil)
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	took := flood(t, ns, []string{"198.51.100.7"}, 10_000, func() bool { return banCounter(t, p, bpf.BanDrop) > 0 })
 	t.Logf("time to ban: %v from the first frame to the first dropped at the driver (for = %s; target for + 1s)", took, DefaultDetectFor)
@@ -146,7 +146,7 @@ func logLines(t *testing.T, ms ...telegraf.Metric) {
 // frames all pass, and the point counts would_drop.
 func TestDetectDryRun(t *testing.T) {
 	ns := testns.New(t)
-	p := detectPlugin(&DetectConfig{PPS: 1000}, nil)
+	p := detectPlugin(&DetectConfig{PPS: 1000, UnverifiedAction: "drop"}, nil)
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	flood(t, ns, []string{"198.51.100.7"}, 10_000, func() bool {
 		ban, _ := gatherDetectQuiet(t, ns, p)
@@ -196,7 +196,7 @@ func TestDetectGuards(t *testing.T) {
 		}
 		return ns.Netlink().RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.ParseIP("10.9.0.254")})
 	}))
-	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce()}, &BansConfig{AllowPrefix: []string{"192.0.2.0/24"}})
+	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce(), UnverifiedAction: "drop"}, &BansConfig{AllowPrefix: []string{"192.0.2.0/24"}})
 	p.TopSourcePrefixV4 = 32
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	guarded := []string{"192.0.2.7", "10.9.0.254", "10.9.0.1"}

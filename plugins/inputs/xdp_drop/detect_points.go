@@ -14,12 +14,14 @@ const maxBanEvents = bans.MaxEvents
 // (MeasurementBanEvent): the source is a field, so series stay bounded.
 type BanEvent struct {
 	Origin         string // OriginDetect
-	Event          string // EventBan, EventExpire or EventRefused
+	Event          string // EventBan, EventExpire, EventRefused or EventBudget
 	Source         string // the prefix
 	PPS            float64
 	BytesPerSecond float64
-	DurationS      int64 // the ban's; for a refusal, the ban's it would have had
-	Offence        int64 // the source's bans within max_duration, this one included; 0 for a refusal
+	DurationS      int64   // the ban's; for a refusal, the ban's it would have had
+	Offence        int64   // the source's bans within max_duration, this one included; 0 for a refusal
+	Verified       bool    // a ban's evidence: established TCP connections carried it
+	LimitPPS       float64 // a ban's cap in frames a second; 0 for a drop
 }
 
 // PutTags adds the event's tags to tags.
@@ -35,6 +37,10 @@ func (e *BanEvent) PutFields(fields map[string]any) {
 	fields[FieldBytesPerSecond] = e.BytesPerSecond
 	fields[FieldDurationS] = e.DurationS
 	fields[FieldOffence] = e.Offence
+	if e.Event == EventBan {
+		fields[FieldVerified] = e.Verified
+		fields[FieldLimitPPS] = e.LimitPPS
+	}
 }
 
 // banEvents appends the detection's events as points to out.
@@ -44,6 +50,7 @@ func banEvents(out []BanEvent, events []bans.Event) []BanEvent {
 			Origin: OriginDetect, Event: e.Kind, Source: e.Source.String(),
 			PPS: e.PPS, BytesPerSecond: e.BytesPerSecond,
 			DurationS: int64(e.Duration / time.Second), Offence: int64(e.Offence),
+			Verified: e.Verified, LimitPPS: e.LimitPPS,
 		})
 	}
 	return out

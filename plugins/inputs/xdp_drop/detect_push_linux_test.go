@@ -30,7 +30,7 @@ func TestDetectPushWhatCrowdSecShows(t *testing.T) {
 	key := l.AddBouncer("xdp-drop-edge1")
 	ns := testns.New(t)
 	p := detectPlugin(&DetectConfig{
-		PPS: 1000, DryRun: enforce(),
+		PPS: 1000, DryRun: enforce(), UnverifiedAction: "drop", PushUnverified: true,
 		CrowdSecPush: true, CrowdSecLogin: "xdp-drop-edge1", CrowdSecPasswordFile: pwFile,
 	}, &BansConfig{CrowdSec: &CrowdSecConfig{URL: l.URL(), APIKey: key, Interval: config.Duration(testBanInterval)}})
 	p.Run.Version = "1.2.3~git20261206.abc1234"

@@ -22,7 +22,7 @@ import (
 func TestDetectReloadKeepsBans(t *testing.T) {
 	ns := testns.New(t)
 	cfg := func() *XDPDrop {
-		return detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(5 * time.Second), DryRun: enforce()}, nil)
+		return detectPlugin(&DetectConfig{PPS: 1000, Duration: config.Duration(5 * time.Second), DryRun: enforce(), UnverifiedAction: "drop"}, nil)
 	}
 	a := cfg()
 	require.Empty(t, startPlugin(t, ns, a).Errors)
@@ -74,7 +74,7 @@ func TestDetectReloadKeepsHistory(t *testing.T) {
 	cfg := func() *XDPDrop {
 		return detectPlugin(&DetectConfig{
 			PPS: 1000, For: config.Duration(time.Second), Duration: config.Duration(time.Second),
-			MaxDuration: config.Duration(time.Minute), DryRun: enforce(),
+			MaxDuration: config.Duration(time.Minute), DryRun: enforce(), UnverifiedAction: "drop",
 		}, nil)
 	}
 	heavy := []string{"198.51.100.7"}

@@ -169,7 +169,7 @@ func (s *sampler) run(name string, c *capture, bits4, bits6 int, top bool) {
 			}
 		}
 		if s.window != nil && e.Action == bpf.ActionPass {
-			s.detectSample(e, bits4, bits6)
+			s.detectSample(e)
 		}
 		if top {
 			if proto, ok := e.Class.Protocol(); ok {
@@ -270,11 +270,13 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 }
 
 // detectSample gives a passed sample to the detection's window: its
-// source aggregated as the top sources are, or none when it is not IP.
-func (s *sampler) detectSample(e *bpf.Sample, bits4, bits6 int) {
+// source (aggregated there as the top sources are), destination and
+// ports, or none when it is not IP.
+func (s *sampler) detectSample(e *bpf.Sample) {
 	if proto, ok := e.Class.Protocol(); ok {
-		if src, ok := sourceAddr(e.Data); ok {
-			s.window.Add(topk.Aggregate(src, bits4, bits6), uint32(e.Len), proto)
+		if f, ok := detectFrame(e.Data); ok {
+			f.Length, f.Proto = uint32(e.Len), proto
+			s.window.AddFrame(f)
 			return
 		}
 	}

@@ -85,6 +85,14 @@ const (
 	FieldPushed      = "pushed"
 	FieldPushFailed  = "push_failed"
 	FieldPushDropped = "push_dropped"
+	// and the bans added by their evidence (verified: established TCP
+	// connections carried it), the sources over the rate not banned as
+	// max_bans_per_minute was spent, and with crowdsec_push the bans not
+	// pushed as max_pushes_per_minute was.
+	FieldAddedVerified   = "added_verified"
+	FieldAddedUnverified = "added_unverified"
+	FieldBudgetSpent     = "budget_spent"
+	FieldPushOverBudget  = "push_over_budget"
 
 	// xdp_drop_ban_event: the source's estimated rates, the ban's
 	// duration in seconds and the source's offence count.
@@ -92,6 +100,10 @@ const (
 	FieldBytesPerSecond = "bytes_per_second"
 	FieldDurationS      = "duration_s"
 	FieldOffence        = "offence"
+	// and a ban's evidence (verified, a boolean) and its cap in frames a
+	// second (limit_pps; 0 for a drop).
+	FieldVerified = "verified"
+	FieldLimitPPS = "limit_pps"
 )
 
 // Values of the event tag.
@@ -99,6 +111,7 @@ const (
 	EventBan     = "ban"
 	EventExpire  = "expire"
 	EventRefused = "refused"
+	EventBudget  = "budget"
 )
 
 // Values of the origin tag.
