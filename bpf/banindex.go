@@ -31,7 +31,8 @@ func newBanIndex() banIndex {
 // and each origin's claim on it.
 type banValue struct {
 	claims [BanOrigins]uint64 // each origin's end, monotonic ns; 0: no claim
-	origin uint8              // the claim the kernel entry names for its frames
+	pps    [BanOrigins]uint32 // each claim's rate when it is a limit; 0: a drop
+	origin uint8              // the drop claim the kernel entry names for its frames
 	allow  bool
 }
 
@@ -58,38 +59,73 @@ func (v banValue) holders() int {
 	return n
 }
 
-// name picks the claim the entry names for its frames: the one it names,
-// while that claim is in force at now (the first origin to ban keeps its
-// frames); otherwise the claim in force that lasts longest, or the latest
-// when none is.
+// latest is the origin whose claim lasts longest among those drops says
+// (drop claims, or limit claims), the first on a tie; -1 for none.
+func (v banValue) latest(drops bool) int {
+	best := -1
+	for o, c := range v.claims {
+		if c != 0 && (v.pps[o] == 0) == drops && (best < 0 || c > v.claims[best]) {
+			best = o
+		}
+	}
+	return best
+}
+
+// name picks the drop claim the entry names for its frames: the one it
+// names, while that claim is in force at now (the first origin to ban
+// keeps its frames); otherwise the drop claim in force that lasts longest,
+// or the latest when none is. Without a drop claim, the limit claim that
+// lasts longest, whose origin the kernel counts the frames under anyway.
 func (v *banValue) name(now uint64) {
-	if v.claims[v.origin] > now {
+	if v.claims[v.origin] > now && v.pps[v.origin] == 0 {
 		return
 	}
+	drops := v.latest(true) >= 0
+	// Candidates: the drop claims, or the limit claims when there is none; the named one kept on a tie.
+	cur := v.claims[v.origin] != 0 && (v.pps[v.origin] == 0) == drops
 	for o, c := range v.claims {
-		if c > v.claims[v.origin] {
-			v.origin = uint8(o)
+		if c != 0 && (v.pps[o] == 0) == drops && (!cur || c > v.claims[v.origin]) {
+			v.origin, cur = uint8(o), true
 		}
 	}
 }
 
-// kernel is the entry as the kernel's hash holds it.
+// kernel is the entry as the kernel's hash holds it, its rate's cell idle.
 func (v banValue) kernel() xdpDropBanValue {
 	kind := uint8(xdpDropBanLimitsBAN_KIND_BAN)
 	if v.allow {
 		kind = uint8(xdpDropBanLimitsBAN_KIND_ALLOW)
 	}
-	return xdpDropBanValue{End: v.end(), Origin: v.origin, Kind: kind, Claims: v.claims}
+	k := xdpDropBanValue{End: v.end(), Origin: v.origin, Kind: kind, Claims: v.claims, Pps: v.pps}
+	if v.allow {
+		return k
+	}
+	if o := v.latest(true); o >= 0 {
+		k.DropEnd = v.claims[o]
+	}
+	if o := v.latest(false); o >= 0 {
+		k.LimitOrigin = uint8(o)
+		k.Interval, k.Tau = banRate(v.pps[o])
+	}
+	return k
+}
+
+// banRate is the GCRA cell's interval and tau (limit.h) of a limit of pps
+// frames a second, with a burst of max(pps/10, 1) frames: a tenth of a
+// second's, so that the coarse clock's tick is fine enough.
+func banRate(pps uint32) (interval, tau uint64) {
+	interval = 1e9 / uint64(pps)
+	return interval, uint64(max(pps/10, 1)-1) * interval
 }
 
 // valueOf is the entry a kernel value holds; a ban without claims (none
 // is written so) is its origin's until its end.
 func valueOf(k xdpDropBanValue) banValue {
-	v := banValue{claims: k.Claims, origin: k.Origin % BanOrigins, allow: k.Kind == uint8(xdpDropBanLimitsBAN_KIND_ALLOW)}
+	v := banValue{claims: k.Claims, pps: k.Pps, origin: k.Origin % BanOrigins, allow: k.Kind == uint8(xdpDropBanLimitsBAN_KIND_ALLOW)}
 	if v.allow {
-		v.claims = [BanOrigins]uint64{}
+		v.claims, v.pps = [BanOrigins]uint64{}, [BanOrigins]uint32{}
 	} else if !v.claimed() {
-		v.claims[v.origin] = k.End
+		v.claims[v.origin], v.pps = k.End, [BanOrigins]uint32{}
 	}
 	return v
 }

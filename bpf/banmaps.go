@@ -139,6 +139,9 @@ func setBanSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	if err := spec.Variables[xdpDropVarBanDryRun].Set(boolByte(policy.Bans.DryRun)); err != nil {
 		return fmt.Errorf("set %s: %w", xdpDropVarBanDryRun, err)
 	}
+	if err := spec.Variables[xdpDropVarBanFakeClock].Set(boolByte(limitFakeClock)); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarBanFakeClock, err)
+	}
 	n := uint32(policy.Bans.max() + MaxBanAllow)
 	spec.Maps[xdpDropMapBanV4].MaxEntries = n
 	spec.Maps[xdpDropMapBanV6].MaxEntries = n
@@ -164,6 +167,12 @@ func (t *BanTable) Memory() (uint64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// setClock sets the bans' test clock, which the programs loaded with
+// limitFakeClock read instead of the kernel's.
+func (t *BanTable) setClock(ns uint64) error {
+	return t.maps.Bloom.Update(uint32(xdpDropBanLimitsBAN_CLOCK_WORD), ns, ebpf.UpdateAny)
 }
 
 // rebuild makes the index again from the maps, handed over by another

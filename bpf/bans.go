@@ -38,13 +38,13 @@ import (
 // origin's claims only.
 //
 // Memory: the hashes are preallocated for Max bans plus MaxBanAllow allowed
-// prefixes per family. Worst case per entry in the kernel: 136 bytes for
-// IPv4 and 152 for IPv6 (a hash element of 104 or 120 bytes, the claims'
-// 32 included, and its share of the hash's bucket heads, 16 bytes each
+// prefixes per family. Worst case per entry in the kernel: 184 bytes for
+// IPv4 and 200 for IPv6 (a hash element of 152 or 168 bytes, the claims'
+// 48 and a limit's 32 included, and its share of the hash's bucket heads, 16 bytes each
 // and a power of two of them: up to 32 bytes), plus 3 MiB whatever Max (2
 // MiB of buckets, 1 MiB of filter); user space keeps about 175 bytes more
-// per entry. For the default Max of 100,000 the kernel accounts 33.4 MB
-// (Memory measures it; 60.0 MB for 200,000, 7.9 MB for 1).
+// per entry. For the default Max of 100,000 the kernel accounts 44.6 MB
+// (Memory measures it; 80.8 MB for 200,000, 9.4 MB for 1).
 //
 // A BanTable is safe for concurrent use.
 type BanTable struct {
@@ -133,10 +133,17 @@ func (t *BanTable) put(p netip.Prefix, v banValue) error {
 	fam := family(p)
 	x := &t.index[fam]
 	val := v.kernel()
+	old, had := x.entries[p]
+	if had && val.Interval != 0 {
+		// The rate spent goes on: a rewrite gives no new burst, bar the frames that race it.
+		var cur xdpDropBanValue
+		if err := t.hashOf(fam).Lookup(kernelKey(p), &cur); err == nil {
+			val.Tat = cur.Tat
+		}
+	}
 	if err := t.hashOf(fam).Update(kernelKey(p), &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write ban entry %s: %w", p, err)
 	}
-	old, had := x.entries[p]
 	x.entries[p] = v
 	if had {
 		if old.allow != v.allow {
@@ -234,25 +241,53 @@ func (t *BanTable) SetAllow(prefixes []netip.Prefix) (lifted int, err error) {
 }
 
 // Ban puts origin's (< BanOrigins) claim on p (masked to its length), from
-// now until end. Each origin holds its own claim: the prefix is banned
-// until the latest claim's end, and its frames are counted under the
-// origin that banned it first, while that origin's claim is in force
+// now until end, as a drop. Each origin holds its own claim: the prefix is
+// banned until the latest claim's end, and its frames are counted under
+// the origin that banned it first, while that origin's claim is in force
 // (then under the claim in force that lasts longest). A claim of an
-// origin on a prefix it holds already gets the new end. The outcome says
-// whether it is in force: a claim on a prefix another origin holds is not
-// a new entry, never refused as over Max. An error is a failed write or
-// bad input (an end that passed, a /0, an origin out of range).
+// origin on a prefix it holds already gets the new end, and is a drop
+// from then on if it was a limit (Limit). The outcome says whether it is
+// in force: a claim on a prefix another origin holds is not a new entry,
+// never refused as over Max. An error is a failed write or bad input (an
+// end that passed, a /0, an origin out of range).
 func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome, error) {
+	return t.claim("ban", p, end, origin, 0)
+}
+
+// Limit puts origin's (< BanOrigins) claim on p (masked to its length),
+// from now until end, as a limit: the prefix's frames, all its sources
+// and CPUs together, pass at pps (1 to MaxBanLimitPPS) frames a second
+// with a burst of max(pps/10, 1) frames (a GCRA cell in the entry, as
+// limit rules have), and those over it are dropped, counted under origin
+// as Ban's drops are (would_drop in a bans dry run). Frames within the
+// rate go on to the bans of shorter prefixes, then to the rules, as
+// unbanned frames. A drop claim of any origin in force wins over every
+// limit claim; when it ends before a limit claim, the kernel limits from
+// then on by itself. With several limit claims, the one that lasts
+// longest sets the rate. Limit on origin's drop claim makes it a limit
+// with the new end, and Ban on its limit claim a drop. Outcomes and
+// errors are Ban's (BanUpdated: the end or the rate changed, or the
+// drop became a limit), and an error for a pps out of range.
+func (t *BanTable) Limit(p netip.Prefix, end time.Time, origin uint8, pps uint64) (BanOutcome, error) {
+	if pps < 1 || pps > MaxBanLimitPPS {
+		return 0, fmt.Errorf("limit on %s: %d frames a second is out of range: give 1 to %d", p, pps, uint64(MaxBanLimitPPS))
+	}
+	return t.claim("limit", p, end, origin, uint32(pps))
+}
+
+// claim puts origin's claim on p until end: a drop for pps 0, else a
+// limit of pps frames a second. what names the call in errors.
+func (t *BanTable) claim(what string, p netip.Prefix, end time.Time, origin uint8, pps uint32) (BanOutcome, error) {
 	p, err := normalize(p)
 	if err != nil {
-		return 0, fmt.Errorf("ban: %w", err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	if origin >= BanOrigins {
-		return 0, fmt.Errorf("ban on %s: origin %d is out of range: give 0 to %d", p, origin, BanOrigins-1)
+		return 0, fmt.Errorf("%s on %s: origin %d is out of range: give 0 to %d", what, p, origin, BanOrigins-1)
 	}
 	wallNow, monoNow := time.Now(), monoClock()
 	if !end.After(wallNow) {
-		return 0, fmt.Errorf("ban on %s: its end %s has passed", p, end.Format(time.RFC3339))
+		return 0, fmt.Errorf("%s on %s: its end %s has passed", what, p, end.Format(time.RFC3339))
 	}
 	claim := max(monoOf(end, wallNow, monoNow), 1)
 	t.mu.Lock()
@@ -263,7 +298,7 @@ func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome,
 	}
 	v, held := x.entries[p]
 	if held {
-		if v.claims[origin] == claim {
+		if v.claims[origin] == claim && v.pps[origin] == pps {
 			return BanUnchanged, nil
 		}
 	} else if x.bans >= t.max {
@@ -272,7 +307,7 @@ func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome,
 		v.origin = origin
 	}
 	had := v.claims[origin] != 0
-	v.claims[origin] = claim
+	v.claims[origin], v.pps[origin] = claim, pps
 	v.name(monoNow)
 	if err := t.put(p, v); err != nil {
 		return 0, err
@@ -281,24 +316,6 @@ func (t *BanTable) Ban(p netip.Prefix, end time.Time, origin uint8) (BanOutcome,
 		return BanUpdated, nil
 	}
 	return BanAdded, nil
-}
-
-// Limit puts origin's (< BanOrigins) claim on p (masked to its length),
-// from now until end, as a limit: the prefix's frames, all sources and
-// CPUs together, pass at pps (1 to MaxBanLimitPPS) frames a second with a
-// burst of max(pps/10, 1) frames (a GCRA cell in the entry), and those
-// over it are dropped, counted under origin as Ban's drops are (would_drop
-// in a bans dry run). Frames within the limit go on to the bans of
-// shorter prefixes, then to the rules, as unbanned frames. A drop claim
-// of any origin in force wins over every limit claim; when a drop claim
-// ends before a limit claim, the kernel limits from then on by itself.
-// With several limit claims, the one that lasts longest sets the rate.
-// Limit on origin's drop claim makes it a limit with the new end, and Ban
-// on its limit claim a drop. Outcomes and errors are Ban's (BanUpdated:
-// the end or the kind or the rate changed), and an error for pps out of
-// range.
-func (t *BanTable) Limit(p netip.Prefix, end time.Time, origin uint8, pps uint64) (BanOutcome, error) {
-	return 0, errors.New("ban limits are not built yet")
 }
 
 // Lift removes origin's claim on p at once, reporting whether it had one.
@@ -323,7 +340,7 @@ func (t *BanTable) Lift(p netip.Prefix, origin uint8) (bool, error) {
 // unclaim removes origin's claim from p's entry v: the entry is rewritten
 // to the claims left, or removed with the last.
 func (t *BanTable) unclaim(p netip.Prefix, v banValue, origin uint8, now uint64) error {
-	v.claims[origin] = 0
+	v.claims[origin], v.pps[origin] = 0, 0
 	if !v.claimed() {
 		return t.remove(p)
 	}
@@ -400,7 +417,7 @@ func (t *BanTable) inForce(holds func(v banValue, now uint64) bool) (v4, v6 int)
 
 // Entries lists the claims held, one per origin and prefix (allowed
 // prefixes left out), by prefix and origin, for a resync after a handover:
-// their prefixes, ends and origins.
+// their prefixes, ends, origins and, for a limit claim, its rate.
 func (t *BanTable) Entries() []BanEntry {
 	wallNow, monoNow := time.Now(), monoClock()
 	t.mu.Lock()
@@ -419,7 +436,7 @@ func (t *BanTable) Entries() []BanEntry {
 				if c-monoNow < math.MaxInt64 || c < monoNow {
 					left = time.Duration(int64(c - monoNow))
 				}
-				out = append(out, BanEntry{Prefix: p, End: wallNow.Add(left).Round(0), Origin: uint8(o)})
+				out = append(out, BanEntry{Prefix: p, End: wallNow.Add(left).Round(0), Origin: uint8(o), LimitPPS: uint64(v.pps[o])})
 			}
 		}
 	}

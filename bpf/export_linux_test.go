@@ -35,3 +35,10 @@ func ProgramSection(name string) (string, error) {
 	}
 	return prog.SectionName, nil
 }
+
+// SetBanClock sets the time, in ns of the monotonic clock, the bans of
+// programs loaded under UseLimitClock read.
+func SetBanClock(t *BanTable, ns uint64) error { return t.setClock(ns) }
+
+// MonoClock reads the clock ban ends are on.
+var MonoClock = monoClock

@@ -66,7 +66,8 @@ var RunEach = runEach
 const PrefixProbes = prefixProbes
 
 // UseLimitClock makes the programs loaded until restore take the
-// limiter's time from SetLimitClock instead of the kernel's clock.
+// limiter's time from SetLimitClock, and the bans' from SetBanClock,
+// instead of the kernel's clock.
 func UseLimitClock() (restore func()) {
 	limitFakeClock = true
 	return func() { limitFakeClock = false }

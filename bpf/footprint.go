@@ -73,13 +73,13 @@ func ruleMapMemory(buckets, exactSlots, trieV4, trieV6, portMasks, limitCells in
 
 // BanMapMemory is the most kernel memory the ban maps of a policy with
 // this max take (0 is DefaultBanMax), before anything is loaded: 3 MiB of
-// buckets and filter (and 16 KiB of headers), and up to 136 bytes an IPv4 entry and 152 an IPv6
-// one (every origin's claim included), for max bans and MaxBanAllow allowed
-// prefixes a family (the kernel accounts a little less: 33.4 MB at the
+// buckets and filter (and 16 KiB of headers), and up to 184 bytes an IPv4 entry and 200 an IPv6
+// one (every origin's claim and a limit's rate included), for max bans and MaxBanAllow allowed
+// prefixes a family (the kernel accounts a little less: 44.6 MB at the
 // default; BanTable.Memory).
 func BanMapMemory(max int) uint64 {
 	if max == 0 {
 		max = DefaultBanMax
 	}
-	return 3<<20 + 16<<10 + uint64(max+MaxBanAllow)*(136+152)
+	return 3<<20 + 16<<10 + uint64(max+MaxBanAllow)*(184+200)
 }

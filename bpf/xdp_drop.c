@@ -206,7 +206,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 1 << (BAN_BLOOM_BITS - 6));
+	__uint(max_entries, BAN_CLOCK_WORD + 1);
 } ban_bloom SEC(".maps");
 
 /* The interface's frames bans decided; its own, as counters are. */
@@ -590,6 +590,8 @@ static __always_inline int count_ruled(struct counter_block *c, __u32 *key, __u3
  * offsets in .rodata, and so their instructions.
  */
 volatile const __u8 ban_dry_run SEC(".rodata.bans");
+/* Tests set it to take the bans' time from ban_bloom's BAN_CLOCK_WORD instead of the kernel's clock. */
+volatile const __u8 ban_fake_clock SEC(".rodata.bans");
 /* Not read: carries enum ban_limits into BTF for bpf2go -type. */
 volatile const enum ban_limits ban_limit SEC(".rodata.bans") = BAN_BUCKETS;
 
@@ -661,12 +663,43 @@ enum ban_probe_result {
 	BAN_FOUND,
 };
 
+/* The time bans' ends and rates are read against. */
+static __always_inline __u64 ban_now(void)
+{
+	__u32 k = BAN_CLOCK_WORD;
+	__u64 *t;
+
+	if (ban_fake_clock) {
+		t = bpf_map_lookup_elem(&ban_bloom, &k);
+		return t ? *t : 0;
+	}
+	/* The coarse clock, CLOCK_MONOTONIC_COARSE: a ban may last a tick longer, not a call's cost more. */
+	return bpf_ktime_get_coarse_ns();
+}
+
+/*
+ * Whether a frame is within the rate of ban v's limit claim, taking one
+ * frame from it when it is (limit.h's GCRA). A limit's burst lasts a tenth
+ * of a second at least, or its interval is as long: the coarse clock's
+ * tick is fine enough.
+ */
+static __always_inline int ban_within(struct ban_value *v, __u64 now)
+{
+	__u64 interval = v->interval, tat = *(volatile __u64 *)&v->tat;
+
+	if (!interval || tat > now + v->tau)
+		return 0;
+	limit_take(&v->tat, tat, now, interval);
+	return 1;
+}
+
 /*
  * Probes length len for an entry containing addr: an allowed prefix, a ban
- * in force (in *found), or nothing (an expired ban counts as nothing). The
+ * in force that drops the frame (its origin + 1 in *found), or nothing (an
+ * expired ban, or a limit the frame is within, counts as nothing). The
  * clock is read once, at the first ban found.
  */
-static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, struct ban_value **found)
+static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, int *found)
 {
 	struct ban_value *v;
 
@@ -696,12 +729,18 @@ static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, _
 		return BAN_NONE;
 	if (v->kind == BAN_KIND_ALLOW)
 		return BAN_ALLOWED;
-	/* The coarse clock, CLOCK_MONOTONIC_COARSE: a ban may last a tick longer, not a call's cost more. */
 	if (!*now)
-		*now = bpf_ktime_get_coarse_ns();
+		*now = ban_now();
 	if (v->end <= *now)
 		return BAN_NONE;
-	*found = v;
+	if (v->drop_end > *now) {
+		*found = (v->origin & (BAN_ORIGINS - 1)) + 1;
+		return BAN_FOUND;
+	}
+	/* Limit claims only: a frame within the rate goes on to shorter bans, then the rules. */
+	if (ban_within(v, *now))
+		return BAN_NONE;
+	*found = (v->limit_origin & (BAN_ORIGINS - 1)) + 1;
 	return BAN_FOUND;
 }
 
@@ -710,7 +749,7 @@ static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, _
  * first: the first allowed prefix or ban in force decides.
  */
 static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr, int v6, __u64 *now,
-					  struct ban_value **found)
+					  int *found)
 {
 	int i, r;
 
@@ -731,13 +770,14 @@ static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr
 
 /*
  * The ban in force on a source address (network order words, a0 alone for
- * IPv4): its origin + 1, 0 when none is or the address is allowed.
+ * IPv4) that drops the frame: its origin + 1; 0 when none does (none is in
+ * force, the frame is within a limit, or the address is allowed).
  */
 static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6)
 {
 	__u32 addr[4] = { a0, a1, a2, a3 };
-	struct ban_value *v = NULL;
 	struct ban_bucket *b;
+	int ban = 0;
 	__u64 now = 0;
 	__u32 idx, h = bpf_ntohl(a0);
 	int r;
@@ -751,13 +791,13 @@ static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32
 		return 0;
 	/* Each word loaded once (volatile): a length in the bucket before and after a rewrite is in what is probed. */
 	if (v6) {
-		r = ban_probe_bits(*(volatile __u64 *)&b->bits[1], 64, addr, 1, &now, &v);
+		r = ban_probe_bits(*(volatile __u64 *)&b->bits[1], 64, addr, 1, &now, &ban);
 		if (r == BAN_NONE)
-			r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 1, &now, &v);
+			r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 1, &now, &ban);
 	} else {
-		r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 0, &now, &v);
+		r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 0, &now, &ban);
 	}
-	return r == BAN_FOUND && v ? (v->origin & (BAN_ORIGINS - 1)) + 1 : 0;
+	return r == BAN_FOUND ? ban : 0;
 }
 
 /*

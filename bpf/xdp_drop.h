@@ -148,6 +148,8 @@ enum ban_limits {
 	BAN_ACTIONS = 2,
 	BAN_BLOOM_BITS = 23, /* log2 of the bits of ban_bloom, both families */
 	BAN_KEY_V6 = 0x100,  /* in the length hashed into ban_bloom */
+	/* ban_bloom's word past the filter: the test clock (ban_fake_clock). */
+	BAN_CLOCK_WORD = 1 << (BAN_BLOOM_BITS - 6),
 };
 
 struct ban_v4_key {
@@ -163,17 +165,28 @@ struct ban_v6_key {
 /*
  * An entry: a ban until end (bpf_ktime_get_ns), or an allowed prefix (end
  * unused). A ban holds each origin's claim on the prefix, its end or 0
- * (claims): end is the latest, origin names the claim its frames are
- * counted under. Programs read end, origin and kind only; the claims are
- * user space's, kept in the entry so that a successor that takes the maps
- * over rebuilds every origin's claim.
+ * (claims), and whether it drops the frames or limits their rate (pps, 0
+ * for a drop): end is the latest claim's, drop_end the latest drop
+ * claim's. Until drop_end the frames are dropped, counted under origin;
+ * from then until end, only limit claims hold: the frames over the rate
+ * of the one lasting longest (interval, tau, as limit.h's) are dropped,
+ * counted under limit_origin, and those within it go on as unbanned.
+ * The rate's GCRA cell, tat, is shared by all CPUs. Programs read all but
+ * claims and pps, user space's, kept in the entry so that a successor that
+ * takes the maps over rebuilds every origin's claim.
  */
 struct ban_value {
 	__u64 end;
 	__u8 origin;
 	__u8 kind;
-	__u8 pad[6];
+	__u8 limit_origin;
+	__u8 pad[5];
 	__u64 claims[BAN_ORIGINS];
+	__u64 drop_end;
+	__u64 interval; /* ns a frame: 1e9 / pps; 0 without a limit claim */
+	__u64 tau;      /* (burst - 1) * interval */
+	__u64 tat;
+	__u32 pps[BAN_ORIGINS];
 };
 
 /*

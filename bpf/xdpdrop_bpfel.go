@@ -43,6 +43,7 @@ const (
 	xdpDropBanLimitsBAN_ACTIONS           xdpDropBanLimits = 2
 	xdpDropBanLimitsBAN_BLOOM_BITS        xdpDropBanLimits = 23
 	xdpDropBanLimitsBAN_KEY_V6            xdpDropBanLimits = 256
+	xdpDropBanLimitsBAN_CLOCK_WORD        xdpDropBanLimits = 131072
 )
 
 type xdpDropBanV4Key struct {
@@ -58,12 +59,18 @@ type xdpDropBanV6Key struct {
 }
 
 type xdpDropBanValue struct {
-	_      structs.HostLayout
-	End    uint64
-	Origin uint8
-	Kind   uint8
-	Pad    [6]uint8
-	Claims [4]uint64
+	_           structs.HostLayout
+	End         uint64
+	Origin      uint8
+	Kind        uint8
+	LimitOrigin uint8
+	Pad         [5]uint8
+	Claims      [4]uint64
+	DropEnd     uint64
+	Interval    uint64
+	Tau         uint64
+	Tat         uint64
+	Pps         [4]uint32
 }
 
 type xdpDropClassIdx uint32
@@ -276,6 +283,7 @@ const (
 	xdpDropProgXdpDropSampleFrags           = "xdp_drop_sample_frags"
 	xdpDropVarActionDrop                    = "action_drop"
 	xdpDropVarBanDryRun                     = "ban_dry_run"
+	xdpDropVarBanFakeClock                  = "ban_fake_clock"
 	xdpDropVarBanLimit                      = "ban_limit"
 	xdpDropVarClassCount                    = "class_count"
 	xdpDropVarDryRun                        = "dry_run"
@@ -403,6 +411,7 @@ type xdpDropMapSpecs struct {
 type xdpDropVariableSpecs struct {
 	ActionDrop        *ebpf.VariableSpec `ebpf:"action_drop"`
 	BanDryRun         *ebpf.VariableSpec `ebpf:"ban_dry_run"`
+	BanFakeClock      *ebpf.VariableSpec `ebpf:"ban_fake_clock"`
 	BanLimit          *ebpf.VariableSpec `ebpf:"ban_limit"`
 	ClassCount        *ebpf.VariableSpec `ebpf:"class_count"`
 	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
@@ -499,6 +508,7 @@ func (m *xdpDropMaps) Close() error {
 type xdpDropVariables struct {
 	ActionDrop        *ebpf.Variable `ebpf:"action_drop"`
 	BanDryRun         *ebpf.Variable `ebpf:"ban_dry_run"`
+	BanFakeClock      *ebpf.Variable `ebpf:"ban_fake_clock"`
 	BanLimit          *ebpf.Variable `ebpf:"ban_limit"`
 	ClassCount        *ebpf.Variable `ebpf:"class_count"`
 	DryRun            *ebpf.Variable `ebpf:"dry_run"`
