@@ -25,7 +25,8 @@ import (
 // first 48 folded to 16) holds the bitmap of the lengths present in each
 // bucket, those shorter than the bucket's width in every bucket. A frame's
 // source is probed longest length first: an allowed prefix passes it on to
-// the rules, a ban in force decides it, an expired one is skipped. The
+// the rules, a ban in force decides it, an expired one is skipped, and a
+// limit (Limit) drops the frames over its rate and skips the others. The
 // kernel stops a ban at its end whatever user space does; Expire removes
 // it. Entries are written before their bit is set and deleted after it is
 // cleared, so the program never misses an entry it should see.
@@ -33,8 +34,9 @@ import (
 // Each origin owns its claims: a prefix several origins ban is one entry,
 // whose end is the latest claim's and whose origin (the one its frames are
 // counted under) is the first to have banned it while that claim holds.
-// The entry keeps every origin's end, which no program reads, so that a
-// successor rebuilds every claim from the maps. Lift and Expire remove one
+// A drop claim in force wins over the limit claims. The entry keeps every
+// origin's end and rate, which no program reads, so that a successor
+// rebuilds every claim from the maps. Lift and Expire remove one
 // origin's claims only.
 //
 // Memory: the hashes are preallocated for Max bans plus MaxBanAllow allowed

@@ -89,7 +89,9 @@ func newDetection(bs *Settings, log Logger) (*detection, error) {
 		if err != nil {
 			return nil, &SettingError{SettingPush, err}
 		}
-		d.push = crowdsec.NewPushQueue(p, pushQueue, time.Second, 5*time.Minute)
+		if d.push, err = crowdsec.NewPushQueue(p, crowdsec.PushQueueConfig{Size: pushQueue, MinRetry: time.Second, MaxRetry: 5 * time.Minute, PerMinute: 10}); err != nil {
+			return nil, &SettingError{SettingPush, err}
+		}
 	}
 	return d, nil
 }

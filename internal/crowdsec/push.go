@@ -22,6 +22,27 @@ import (
 // machine's login and password.
 var ErrLoginRefused = errors.New("machine login refused")
 
+// AlertError is Push's error when the LAPI answered the post of the alert
+// itself with an error: it is about this alert, not about the LAPI's
+// reach or the machine's login (those errors are of other types).
+type AlertError struct {
+	Status int // the answer's HTTP status
+	msg    string
+}
+
+func (e *AlertError) Error() string { return e.msg }
+
+// Refused reports an answer that posting the same alert again will not
+// change: a 4xx other than 401 (the machine's token, renewed once
+// already), 408 and 429 (the LAPI busy).
+func (e *AlertError) Refused() bool {
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return e.Status >= 400 && e.Status < 500
+}
+
 // DefaultScenario names the alerts a Pusher posts.
 const DefaultScenario = "xdp-drop/detect"
 
@@ -183,11 +204,11 @@ func (p *Pusher) post(ctx context.Context, token string, body []byte) (string, i
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return "", resp.StatusCode, fmt.Errorf("crowdsec LAPI %s: post the alert: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body, p.cfg.Password, "[password]"))
+		return "", resp.StatusCode, &AlertError{Status: resp.StatusCode, msg: fmt.Sprintf("crowdsec LAPI %s: post the alert: HTTP %s%s", p.shown, resp.Status, bodyHint(resp.Body, p.cfg.Password, "[password]"))}
 	}
 	var ids []string
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&ids); err != nil || len(ids) != 1 {
-		return "", resp.StatusCode, fmt.Errorf("crowdsec LAPI %s: post the alert: the answer is not one alert id", p.shown)
+		return "", resp.StatusCode, &AlertError{Status: resp.StatusCode, msg: fmt.Sprintf("crowdsec LAPI %s: post the alert: the answer is not one alert id", p.shown)}
 	}
 	return ids[0], resp.StatusCode, nil
 }

@@ -108,42 +108,6 @@ func TestPushLogsInAgainOn401(t *testing.T) {
 	require.Equal(t, int32(2), posts.Load())
 }
 
-// TestPushQueueRetries: posts that fail are retried until the LAPI takes
-// the ban, each failure counted; a full queue drops and counts.
-func TestPushQueueRetries(t *testing.T) {
-	var posts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/v1/watchers/login":
-			_, _ = w.Write([]byte(`{"code":200,"token":"t"}`))
-		case "/v1/alerts":
-			if posts.Add(1) <= 2 {
-				w.WriteHeader(http.StatusInternalServerError)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`["1"]`))
-		}
-	}))
-	defer srv.Close()
-	p, err := crowdsec.NewPusher(crowdsec.PushConfig{URL: srv.URL, Login: "m", Password: "p"})
-	require.NoError(t, err)
-	q := crowdsec.NewPushQueue(p, 1, time.Millisecond, 10*time.Millisecond)
-	b := crowdsec.Ban{Prefix: netip.MustParsePrefix("192.0.2.1/32"), Start: time.Now(), Duration: time.Hour}
-	require.True(t, q.Offer(b))
-	require.False(t, q.Offer(b), "the queue holds one")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { q.Run(ctx); close(done) }()
-	require.Eventually(t, func() bool { return q.Stats().Pushed == 1 }, 10*time.Second, time.Millisecond)
-	cancel()
-	<-done
-	s := q.Stats()
-	require.Equal(t, crowdsec.PushStats{Pushed: 1, Failed: 2, Dropped: 1}, s)
-	require.Equal(t, int32(3), posts.Load())
-}
-
 // TestPushAlertAsCrowdSecShowsIt posts a ban and reads its alert back as
 // 'cscli alerts inspect' shows it: the scenario and its version, the
 // source's scope and value, one event whose meta is the source and the
