@@ -35,6 +35,10 @@ type detection struct {
 	det    *detect.Detector
 	guards *guards
 	push   *crowdsec.PushQueue // nil without crowdsec_push
+	// pusher and pushCfg make push again when a predecessor's pushes of
+	// the last minute are known (restore), before it runs.
+	pusher  *crowdsec.Pusher
+	pushCfg crowdsec.PushQueueConfig
 	// roomBack is told, outside mu, when the sweep removed bans: room in
 	// the table for what the feed had refused; nil tells no one.
 	roomBack func()
@@ -89,7 +93,12 @@ func newDetection(bs *Settings, log Logger) (*detection, error) {
 		if err != nil {
 			return nil, &SettingError{SettingPush, err}
 		}
-		if d.push, err = crowdsec.NewPushQueue(p, crowdsec.PushQueueConfig{Size: pushQueue, MinRetry: time.Second, MaxRetry: 5 * time.Minute, PerMinute: 10}); err != nil {
+		d.pusher = p
+		d.pushCfg = crowdsec.PushQueueConfig{
+			Size: pushQueue, MinRetry: time.Second, MaxRetry: 5 * time.Minute,
+			PerMinute: set.MaxPushesPerMinute, OnGiveUp: d.unpushed,
+		}
+		if d.push, err = crowdsec.NewPushQueue(p, d.pushCfg); err != nil {
 			return nil, &SettingError{SettingPush, err}
 		}
 	}

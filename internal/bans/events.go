@@ -9,9 +9,13 @@ import (
 // (DetectCounts.Unreported).
 const MaxEvents = 100
 
+// EventUnpushed is the kind of an event of a ban the LAPI was not given:
+// refused, ended before it was taken, or over max_pushes_per_minute.
+const EventUnpushed = "unpushed"
+
 // Event is one ban, expiry or refusal of the detection.
 type Event struct {
-	Kind           string // detect.Kind's: "ban", "expire", "refused" or "budget"
+	Kind           string // detect.Kind's ("ban", "expire", "refused", "budget") or EventUnpushed
 	Source         netip.Prefix
 	PPS            float64
 	BytesPerSecond float64

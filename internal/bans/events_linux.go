@@ -69,6 +69,21 @@ func (d *detection) record(now time.Time, e detect.Event) {
 	}
 }
 
+// unpushed reports a ban the push queue gave up on (refused, ended, over
+// max_pushes_per_minute): one event and one line each. It runs on the
+// queue's goroutine.
+func (d *detection) unpushed(b crowdsec.Ban, err error) {
+	d.log.Warnf("bans: detect: the ban of %s is not shared with the LAPI: %s", b.Prefix, firstLine(err))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ev := Event{Kind: EventUnpushed, Source: b.Prefix, Duration: b.Duration}
+	if len(d.events) < MaxEvents {
+		d.events = append(d.events, ev)
+	} else {
+		d.counts.unreported++
+	}
+}
+
 // evidenceOf names a ban's evidence as logs and alerts say it.
 func evidenceOf(verified bool) string {
 	if verified {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/crowdsec"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -39,6 +40,34 @@ func (d *detection) restore(table *bpf.BanTable) {
 	}
 	for _, r := range last {
 		d.det.RestoreHistory(r.Prefix, r.End, r.Duration, r.Count)
+	}
+	d.restorePushes(now, table)
+}
+
+// restorePushes charges the push budget with the detection bans a
+// predecessor began within the last minute, every one of them as if it
+// had been pushed (the kernel keeps no word of which were): a reload never
+// renews the budget. Called with d.mu held, before the queue runs.
+func (d *detection) restorePushes(now time.Time, table *bpf.BanTable) {
+	if d.push == nil {
+		return
+	}
+	var spent []time.Time
+	for _, e := range table.Entries() {
+		if e.Origin != bpf.BanOriginDetect || !e.End.After(now) {
+			continue
+		}
+		if r, ok := d.det.Began(e.Prefix); ok && now.Sub(r) < crowdsec.BudgetWindow {
+			spent = append(spent, r)
+		}
+	}
+	if len(spent) == 0 {
+		return
+	}
+	cfg := d.pushCfg
+	cfg.Spent = spent
+	if q, err := crowdsec.NewPushQueue(d.pusher, cfg); err == nil {
+		d.push = q
 	}
 }
 

@@ -48,6 +48,7 @@ func (d *detection) snapshot() DetectCounts {
 	if d.push != nil {
 		ps := d.push.Stats()
 		c.Push, c.Pushed, c.PushFailed, c.PushDropped = true, ps.Pushed, ps.Failed, ps.Dropped
+		c.PushOverBudget = ps.OverBudget
 		if ps.Error != "" && c.Error == "" {
 			c.Error = quote.Line(firstLine(fmt.Errorf("crowdsec push: %s", ps.Error)))
 		}

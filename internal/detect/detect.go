@@ -590,6 +590,16 @@ func (d *Detector) RestoreHistory(p netip.Prefix, end time.Time, duration time.D
 	d.history[p] = &offence{at: end.Add(-duration), end: end, duration: duration, count: max(count, 1)}
 }
 
+// Began is when the ban in force on p began, as Restore or a ban made it.
+func (d *Detector) Began(p netip.Prefix) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if o, ok := d.active[p]; ok {
+		return o.at, true
+	}
+	return time.Time{}, false
+}
+
 // Active is how many bans of detection are in force.
 func (d *Detector) Active() int {
 	d.mu.Lock()

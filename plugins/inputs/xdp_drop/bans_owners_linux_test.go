@@ -173,6 +173,7 @@ func TestBansDetectionsBanComesBack(t *testing.T) {
 	ns := testns.New(t)
 	p := ownersPlugin(l, key, 10*time.Minute)
 	p.Bans.Detect.CrowdSecPush, p.Bans.Detect.CrowdSecLogin, p.Bans.Detect.CrowdSecPasswordFile = true, "xdp-drop-self", pwFile
+	p.Bans.Detect.PushUnverified = true // a UDP flood: unverified
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	waitOrigin(t, ns, p, OriginCrowdSec, "the first pull", func(f map[string]any) bool { return field(f, FieldSynced) > 0 })
 	floodUntilBanned(t, ns, p, "10.2.2.2")

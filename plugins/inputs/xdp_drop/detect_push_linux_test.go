@@ -74,8 +74,8 @@ func TestDetectPushWhatCrowdSecShows(t *testing.T) {
 	require.Equal(t, "xdp-drop-edge1", a.MachineID)
 	require.Equal(t, "xdp-drop/detect", a.Scenario)
 	require.Equal(t, "1.2.3~git20261206.abc1234", a.ScenarioVersion)
-	require.Equal(t, "Range", a.Source.Scope)
-	require.Equal(t, "198.51.100.0/24", a.Source.Value)
+	require.Equal(t, "Ip", a.Source.Scope)
+	require.Equal(t, "198.51.100.7", a.Source.Value)
 	require.Equal(t, 1, a.EventsCount)
 	require.Len(t, a.Events, 1)
 	meta := map[string]string{}
@@ -83,7 +83,7 @@ func TestDetectPushWhatCrowdSecShows(t *testing.T) {
 		meta[m.Key] = m.Value
 	}
 	host, _ := os.Hostname()
-	require.Equal(t, "198.51.100.0/24", meta["source_range"])
+	require.Equal(t, "198.51.100.7", meta["source_ip"])
 	require.Equal(t, testns.Dev, meta["interface"])
 	require.Equal(t, "udp", meta["protocol"])
 	require.Equal(t, "false", meta["verified"])

@@ -50,7 +50,7 @@ func TestDetectReloadKeepsBans(t *testing.T) {
 	}
 	require.Len(t, events, 1)
 	require.Equal(t, EventExpire, events[0].Tags()[TagEvent])
-	require.Equal(t, "198.51.100.0/24", events[0].Fields()[FieldSource])
+	require.Equal(t, "198.51.100.7/32", events[0].Fields()[FieldSource])
 	require.Equal(t, int64(1), events[0].Fields()[FieldOffence])
 
 	flood(t, ns, heavy, 10_000, func() bool {

@@ -10,6 +10,8 @@ import (
 	"github.com/influxdata/telegraf/config"
 	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdp-drop/xdp_drop/internal/detect"
 )
 
 // detectConfigPlugin is a plugin with sampling of the passed frames and
@@ -39,6 +41,7 @@ func TestDetectConfig(t *testing.T) {
 	require.Equal(t, &detectSettings{
 		pps: 50000, forDur: 2 * time.Second, duration: 10 * time.Minute, maxDuration: 24 * time.Hour,
 		dryRun: true, bits4: DefaultTopPrefixV4, bits6: DefaultTopPrefixV6,
+		unverified: detect.Limit, maxBans: DefaultMaxBansPerMinute, maxPushes: DefaultMaxPushesPerMin,
 	}, s)
 
 	dir := t.TempDir()
@@ -48,6 +51,7 @@ func TestDetectConfig(t *testing.T) {
 		BytesPerSecond: 1e9, For: config.Duration(5 * time.Second), Protocols: []any{"udp", int64(47)},
 		Duration: config.Duration(time.Hour), DryRun: enforce(),
 		CrowdSecPush: true, CrowdSecLogin: "edge-1", CrowdSecPasswordFile: pw,
+		UnverifiedAction: "none", PushUnverified: true, MaxBansPerMinute: ptr(int64(3)), MaxPushesPerMinute: ptr(int64(2)),
 	}, &BansConfig{CrowdSec: goodCrowdSec()})
 	require.NoError(t, p.Init())
 	s, err = p.parseDetect(p.Bans.Detect, true, -1)
@@ -55,11 +59,14 @@ func TestDetectConfig(t *testing.T) {
 	require.Equal(t, &detectSettings{
 		bps: 1e9, forDur: 5 * time.Second, protocols: []uint8{17, 47}, duration: time.Hour, maxDuration: 24 * time.Hour,
 		push: true, login: "edge-1", password: "pass word", bits4: DefaultTopPrefixV4, bits6: DefaultTopPrefixV6,
+		unverified: detect.None, pushUnverified: true, maxBans: 3, maxPushes: 2,
 	}, s)
 }
 
 // enforce is dry_run = false.
 func enforce() *bool { f := false; return &f }
+
+func ptr[T any](v T) *T { return &v }
 
 // TestDetectConfigRefused: each bad value is refused by Init with an
 // OptionError naming its option, saying what to do.
@@ -102,6 +109,10 @@ func TestDetectConfigRefused(t *testing.T) {
 			p.Bans.CrowdSec, p.Bans.Detect.CrowdSecPush, p.Bans.Detect.CrowdSecPasswordFile = goodCrowdSec(), true, empty
 			p.Bans.Detect.CrowdSecLogin = "a b"
 		}, keyDetectLogin, "holds a space"},
+		{"unknown unverified action", func(p *XDPDrop) { p.Bans.Detect.UnverifiedAction = "ban" }, keyDetectUnverified, `use "limit"`},
+		{"push_unverified without push", func(p *XDPDrop) { p.Bans.Detect.PushUnverified = true }, keyDetectPushUnverif, "crowdsec_push = false"},
+		{"no ban budget", func(p *XDPDrop) { p.Bans.Detect.MaxBansPerMinute = ptr(int64(0)) }, keyDetectMaxBans, "use 1 to 10000"},
+		{"huge push budget", func(p *XDPDrop) { p.Bans.Detect.MaxPushesPerMinute = ptr(int64(1e6)) }, keyDetectMaxPushes, "limit rule"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -108,10 +108,11 @@ const (
 
 // Values of the event tag.
 const (
-	EventBan     = "ban"
-	EventExpire  = "expire"
-	EventRefused = "refused"
-	EventBudget  = "budget"
+	EventBan      = "ban"
+	EventExpire   = "expire"
+	EventRefused  = "refused"
+	EventBudget   = "budget"
+	EventUnpushed = "unpushed" // bans.EventUnpushed
 )
 
 // Values of the origin tag.
