@@ -66,9 +66,14 @@ type detectCounts struct {
 // settings (max, allowed prefixes, the LAPI).
 func newDetection(bs *Settings, log Logger) (*detection, error) {
 	set := bs.Detect
+	if bs.DryRun && !set.DryRun {
+		dry := *set // the bans' dry run is the detection's: nothing banned, nothing pushed
+		dry.DryRun = true
+		set = &dry
+	}
 	d := &detection{set: set, log: log, watched: map[*detect.Window]*watchedIface{}}
 	d.host, _ = os.Hostname()
-	d.guards = newGuards(bs.Namespace, bs.Allow, bs.LAPI)
+	d.guards = newGuards(bs)
 	det, err := detect.New(detect.Config{
 		PPS: set.PPS, BytesPerSecond: set.BPS, For: set.For, Protocols: set.Protocols,
 		Duration: set.Duration, MaxDuration: set.MaxDuration,

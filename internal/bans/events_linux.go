@@ -88,7 +88,7 @@ func (d *detection) limits() string {
 
 func (d *detection) dryNote() string {
 	if d.set.DryRun {
-		return " (bans.detect.dry_run: nothing dropped)"
+		return " (dry run: nothing dropped, nothing pushed)"
 	}
 	return ""
 }

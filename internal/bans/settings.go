@@ -13,8 +13,10 @@ import (
 // Settings are the bans' checked values: no option names, no TOML; the
 // plugin turns its options into them and names the option of an error.
 type Settings struct {
-	Max    int  // bans in force at once, per family
-	DryRun bool // the bans count what they would drop
+	Max int // bans in force at once, per family
+	// DryRun: the bans count what they would drop; the detection is then
+	// a dry run too, whatever Detect.DryRun says.
+	DryRun bool
 	// Allow are the allowed prefixes in force from the start (Allow
 	// changes them).
 	Allow []netip.Prefix
@@ -26,6 +28,10 @@ type Settings struct {
 	Feed      *FeedSettings   // nil: no feed pulled
 	Detect    *DetectSettings // nil without a detection
 	Namespace string          // the network namespace the guards are read in; "" for the process's
+	// ResolvConf is the resolver file whose nameservers the detection
+	// never bans; "" for the namespace's: /etc/netns/<name>/resolv.conf
+	// when it exists, else /etc/resolv.conf.
+	ResolvConf string
 }
 
 // FeedSettings are the CrowdSec stream's: the bouncer's key, how often it
@@ -43,7 +49,7 @@ type DetectSettings struct {
 	For                   time.Duration
 	Protocols             []uint8
 	Duration, MaxDuration time.Duration
-	DryRun                bool
+	DryRun                bool // log and count, ban nothing, push nothing
 	Push                  bool
 	Login                 string
 	Password              string // never logged nor echoed

@@ -44,6 +44,9 @@ func (q *PushQueue) Offer(b Ban) bool {
 	}
 }
 
+// Len is how many bans wait to be posted.
+func (q *PushQueue) Len() int { return len(q.ch) }
+
 // Stats are the counts now.
 func (q *PushQueue) Stats() PushStats {
 	q.mu.Lock()

@@ -62,7 +62,7 @@ type detectSettings struct {
 	forDur                time.Duration
 	protocols             []uint8
 	duration, maxDuration time.Duration
-	dryRun                bool
+	dryRun                bool // bans.detect.dry_run alone (detectDryRun adds what implies it)
 	push                  bool
 	login                 string
 	password              string // never logged nor echoed

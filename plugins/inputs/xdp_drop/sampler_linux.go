@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/topk"
 )
@@ -270,11 +271,14 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 }
 
 // detectSample gives a passed sample to the detection's window: its
-// source aggregated as the top sources are, or none when it is not IP.
+// source aggregated as the top sources are, then canonical (an
+// IPv4-mapped IPv6 source as the IPv4 prefix a ban of it would be), or
+// none when it is not IP.
 func (s *sampler) detectSample(e *bpf.Sample, bits4, bits6 int) {
 	if proto, ok := e.Class.Protocol(); ok {
 		if src, ok := sourceAddr(e.Data); ok {
-			s.window.Add(topk.Aggregate(src, bits4, bits6), uint32(e.Len), proto)
+			p, _ := bans.Canonical(topk.Aggregate(src, bits4, bits6)) // the guards refuse what has no canonical form
+			s.window.Add(p, uint32(e.Len), proto)
 			return
 		}
 	}
