@@ -185,11 +185,14 @@ func printBans(w *planWriter, b *xdp_drop.PlannedBans) {
 		if d.BytesPerSecond > 0 {
 			rate += fmt.Sprintf(", bytes_per_second %s", quote.Thousands(uint64(d.BytesPerSecond)))
 		}
-		mode := "bans"
+		mode, push := "bans", fmt.Sprint(d.CrowdSecPush)
 		if b.DetectDryRun {
-			mode = "dry run: logs and counts, bans nothing"
+			mode = "dry run (" + b.DetectDryRunWhy + "): logs and counts, bans nothing"
+			if d.CrowdSecPush {
+				push += " (a dry run pushes nothing)"
+			}
 		}
-		w.line("  detect: %s for %s, ban %s (up to %s), %s; crowdsec_push %v", rate, b.DetectFor, b.DetectDuration, b.DetectMaxDuration, mode, d.CrowdSecPush)
+		w.line("  detect: %s for %s, ban %s (up to %s), %s; crowdsec_push %s", rate, b.DetectFor, b.DetectDuration, b.DetectMaxDuration, mode, push)
 	}
 }
 

@@ -54,11 +54,44 @@ func TestCheckBans(t *testing.T) {
 		"bans: at most 100,000 in force per family, checked before the rules\n",
 		fmt.Sprintf("  feed crowdsec: %q, key from %q (not contacted; -check-lapi asks it once)\n", proxy.URL, keyFile),
 		"  allow list: 2 IPv4, 1 IPv6 prefixes, 1 file\n",
-		"  detect: pps 50,000 for 2s, ban 10m0s (up to 24h0m0s), dry run: logs and counts, bans nothing; crowdsec_push false\n",
+		"  detect: pps 50,000 for 2s, ban 10m0s (up to 24h0m0s), dry run (bans.detect.dry_run, true by default): logs and counts, bans nothing; crowdsec_push false\n",
 		"kernel memory, at most: no rule maps, ban maps " + bytesText(mem) + ";",
 		"; " + bytesText(mem) + " for the 0 interfaces present now\n",
 	} {
 		require.Contains(t, stdout, want)
+	}
+	require.Zero(t, requests.Load(), "-check alone asks no LAPI")
+
+	// The bans' dry run and the plugin's make the detection one, whatever
+	// its own dry_run says, and it pushes nothing.
+	pw := filepath.Join(dir, "machine.pw")
+	require.NoError(t, os.WriteFile(pw, []byte("edge-pass-word\n"), 0o600))
+	for _, dry := range []struct{ plugin, bans, why string }{
+		{"", "\n    dry_run = true", "bans.dry_run = true"},
+		{"\n  dry_run = true", "", "the plugin's dry_run = true"},
+	} {
+		actions := `["drop", "pass"]`
+		if dry.plugin != "" {
+			actions = `["would_drop", "pass"]`
+		}
+		conf := writeConfig(t, fmt.Sprintf(`[[inputs.xdp_drop]]
+  interfaces = []
+  drop = []%s
+  sample_rate = 100
+  sample_actions = %s
+  [inputs.xdp_drop.bans]%s
+    [inputs.xdp_drop.bans.crowdsec]
+      url = %q
+      api_key_file = %q
+    [inputs.xdp_drop.bans.detect]
+      pps = 50000
+      dry_run = false
+      crowdsec_push = true
+      crowdsec_password_file = %q
+`, dry.plugin, actions, dry.bans, proxy.URL, keyFile, pw))
+		stdout, stderr, code := runSplit(t, exec.Command(binary, "-config", conf, "-check"))
+		require.Equal(t, 0, code, "stderr: %s", stderr)
+		require.Contains(t, stdout, "  detect: pps 50,000 for 2s, ban 10m0s (up to 24h0m0s), dry run ("+dry.why+"): logs and counts, bans nothing; crowdsec_push true (a dry run pushes nothing)\n")
 	}
 	require.Zero(t, requests.Load(), "-check alone asks no LAPI")
 

@@ -74,14 +74,19 @@ type detectCounts struct {
 // settings (max, allowed prefixes, the LAPI).
 func newDetection(bs *Settings, log Logger) (*detection, error) {
 	set := bs.Detect
+	if bs.DryRun && !set.DryRun {
+		dry := *set // the bans' dry run is the detection's: nothing banned, nothing pushed
+		dry.DryRun = true
+		set = &dry
+	}
 	d := &detection{set: set, log: log, watched: map[*detect.Window]*watchedIface{}}
 	d.host, _ = os.Hostname()
-	d.guards = newGuards(bs.Namespace, bs.Allow, bs.LAPI)
+	d.guards = newGuards(bs)
 	d.ns = bs.Namespace
 	det, err := detect.New(detect.Config{
 		PPS: set.PPS, BytesPerSecond: set.BPS, For: set.For, Protocols: set.Protocols,
 		Duration: set.Duration, MaxDuration: set.MaxDuration, Bits4: set.Bits4, Bits6: set.Bits6,
-		Guard: d.guards.check, Verify: d.verify, Unverified: set.Unverified, MaxPerMinute: set.MaxBansPerMinute,
+		Guard: d.guards.check, Verify: d.verify, Unverified: set.Unverified, MaxPerMinute: budgetOr(set.MaxBansPerMinute),
 		Enforce: d.enforce, MaxActive: 2 * bs.Max, MaxHistory: bpf.BanHistoryMax,
 	})
 	if err != nil {
@@ -96,7 +101,7 @@ func newDetection(bs *Settings, log Logger) (*detection, error) {
 		d.pusher = p
 		d.pushCfg = crowdsec.PushQueueConfig{
 			Size: pushQueue, MinRetry: time.Second, MaxRetry: 5 * time.Minute,
-			PerMinute: set.MaxPushesPerMinute, OnGiveUp: d.unpushed,
+			PerMinute: budgetOr(set.MaxPushesPerMinute), OnGiveUp: d.unpushed,
 		}
 		if d.push, err = crowdsec.NewPushQueue(p, d.pushCfg); err != nil {
 			return nil, &SettingError{SettingPush, err}

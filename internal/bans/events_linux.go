@@ -60,7 +60,7 @@ func (d *detection) record(now time.Time, e detect.Event) {
 		}
 		d.log.Warnf("bans: detect: not banning %s (%.0f pps, %.0f bytes/s): max_bans_per_minute = %d bans were made in the last minute; the bans in force stay, and no new one is made until the oldest is a minute old. "+
 			"A flood from more sources than that is for a limit rule ([[inputs.xdp_drop.rule]] action = \"limit\"), which holds every source at once",
-			e.Source, e.PPS, e.BytesPerSecond, d.set.MaxBansPerMinute)
+			e.Source, e.PPS, e.BytesPerSecond, budgetOr(d.set.MaxBansPerMinute))
 	}
 	if len(d.events) < MaxEvents {
 		d.events = append(d.events, ev)
@@ -132,7 +132,7 @@ func (d *detection) limits() string {
 
 func (d *detection) dryNote() string {
 	if d.set.DryRun {
-		return " (bans.detect.dry_run: nothing dropped)"
+		return " (dry run: nothing dropped, nothing pushed)"
 	}
 	return ""
 }

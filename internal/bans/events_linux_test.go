@@ -5,6 +5,8 @@ package bans
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -40,7 +42,7 @@ func TestDetectEventsBounded(t *testing.T) {
 // prefix (as the bans have them in force, files changed included) or the
 // LAPI's address, and nothing else.
 func TestGuardsAllowAndLAPI(t *testing.T) {
-	g := newGuards("", nil, "http://[2001:db8::10]:8080/")
+	g := newGuards(&Settings{LAPI: "http://[2001:db8::10]:8080/"})
 	require.Equal(t, "2001:db8::10", g.lapi)
 	got, err := resolve(g.lapi)
 	require.NoError(t, err)
@@ -57,4 +59,91 @@ func TestGuardsAllowAndLAPI(t *testing.T) {
 		many[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)
 	}
 	require.Equal(t, "allow_prefix (20 prefixes), the host's address 127.0.0.1", describeGuards(many, []guard{{netip.MustParsePrefix("127.0.0.1/32"), "the host's address 127.0.0.1"}}))
+}
+
+// TestGuardsCanonical: a candidate and the guards are compared in one
+// family: an IPv4-mapped candidate is refused by the IPv4 guard it
+// would ban, a mapped allow_prefix guards its IPv4 prefix, and an IPv6
+// candidate holding the mapped block is refused with why.
+func TestGuardsCanonical(t *testing.T) {
+	g := newGuards(&Settings{Allow: []netip.Prefix{netip.MustParsePrefix("::ffff:192.0.2.0/120")}})
+	g.list = []guard{addrGuard(netip.MustParseAddr("::ffff:10.77.0.254"), "the default gateway ")}
+	require.Equal(t, "the default gateway 10.77.0.254", g.list[0].what)
+	require.Equal(t, "the default gateway 10.77.0.254", g.check(netip.MustParsePrefix("::ffff:10.77.0.254/128")))
+	require.Equal(t, "the default gateway 10.77.0.254", g.check(netip.MustParsePrefix("::ffff:10.77.0.0/112")), "10.77.0.0/16")
+	require.Equal(t, "the default gateway 10.77.0.254", g.check(netip.MustParsePrefix("10.77.0.0/24")))
+	require.Equal(t, "allow_prefix 192.0.2.0/24", g.check(netip.MustParsePrefix("192.0.2.7/32")))
+	require.Equal(t, "allow_prefix 192.0.2.0/24", g.check(netip.MustParsePrefix("::ffff:192.0.2.7/128")))
+	require.Contains(t, g.check(netip.MustParsePrefix("::/64")), "holds the IPv4-mapped addresses ::ffff:0:0/96")
+	require.Empty(t, g.check(netip.MustParsePrefix("::ffff:198.51.100.7/128")))
+	require.Empty(t, g.check(netip.MustParsePrefix("2001:db8::/64")))
+}
+
+// TestResolvers: the nameserver lines of a resolver file, IPv4 and IPv6,
+// a zone dropped, mapped ones as IPv4; the rest ignored; no file, none.
+func TestResolvers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "resolv.conf")
+	require.NoError(t, os.WriteFile(path, []byte("# nameserver 192.0.2.1\nsearch example.org\nnameserver 10.0.0.53\n  nameserver\tfe80::1%eth0 \nnameserver ::ffff:192.0.2.53\nnameserver not-an-address\nnameserver\noptions ndots:2\nnameserver 2001:db8::53\n"), 0o644))
+	got, err := resolvers(path)
+	require.NoError(t, err)
+	var what []string
+	for _, x := range got {
+		what = append(what, x.prefix.String()+" "+x.what)
+	}
+	require.Equal(t, []string{
+		"10.0.0.53/32 the resolver 10.0.0.53", "fe80::1/128 the resolver fe80::1",
+		"192.0.2.53/32 the resolver 192.0.2.53", "2001:db8::53/128 the resolver 2001:db8::53",
+	}, what)
+	got, err = resolvers(filepath.Join(t.TempDir(), "absent"))
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+// TestResolvConfOf: a namespace of ip netns's reads
+// /etc/netns/<name>/resolv.conf when it exists, as ip netns exec mounts
+// it; a process's namespace reads that process's file; else
+// /etc/resolv.conf.
+func TestResolvConfOf(t *testing.T) {
+	have := map[string]bool{"/etc/netns/edge/resolv.conf": true, "/proc/42/root/etc/resolv.conf": true}
+	exists := func(p string) bool { return have[p] }
+	for ns, want := range map[string]string{
+		"":                    "/etc/resolv.conf",
+		"edge":                "/etc/netns/edge/resolv.conf",
+		"/var/run/netns/edge": "/etc/netns/edge/resolv.conf",
+		"/run/netns/edge":     "/etc/netns/edge/resolv.conf",
+		"other":               "/etc/resolv.conf",
+		"/proc/42/ns/net":     "/proc/42/root/etc/resolv.conf",
+		"/proc/43/ns/net":     "/etc/resolv.conf",
+		"/srv/ns/edge":        "/etc/resolv.conf",
+	} {
+		require.Equal(t, want, resolvConfOf("/etc", ns, exists), ns)
+	}
+}
+
+// TestDetectBansDryRun: the bans' dry run makes the detection one,
+// whatever its own says: a ban is logged "would have banned" and
+// offered to no push.
+func TestDetectBansDryRun(t *testing.T) {
+	set := &DetectSettings{PPS: 1000, For: 2 * time.Second, Duration: time.Minute, MaxDuration: time.Hour,
+		Push: true, Login: "m", Password: "p"}
+	log := &infoLog{}
+	d, err := newDetection(&Settings{Max: 10, DryRun: true, LAPI: "http://127.0.0.1:1/", Detect: set}, log)
+	require.NoError(t, err)
+	require.True(t, d.set.DryRun)
+	require.False(t, set.DryRun, "the caller's settings are left alone")
+	d.record(time.Now(), detect.Event{Kind: detect.Ban, Source: netip.MustParsePrefix("10.2.2.2/32"), PPS: 2000, Duration: time.Minute, Offence: 1})
+	require.Len(t, log.infos, 1)
+	require.Contains(t, log.infos[0], "bans: detect: would have banned 10.2.2.2/32 ")
+	require.Contains(t, log.infos[0], "(dry run: nothing dropped, nothing pushed)")
+	require.Equal(t, int64(0), d.push.Stats().Waiting, "nothing offered to the LAPI")
+}
+
+// infoLog records the information lines the bans log.
+type infoLog struct {
+	testLog
+	infos []string
+}
+
+func (l *infoLog) Infof(format string, args ...any) {
+	l.infos = append(l.infos, fmt.Sprintf(format, args...))
 }

@@ -3,11 +3,17 @@
 package bans
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -28,38 +34,47 @@ type guard struct {
 }
 
 // guards are what a detection must never ban: allow_prefix, the host's
-// own addresses and its default gateways in the plugin's namespace, and
-// the LAPI (a ban of it would lock the fleet's bans out). The addresses
-// and routes are read again every minute.
+// own addresses, the next hops of its routes and its resolvers in the
+// plugin's namespace, and the LAPI (a ban of it would lock the fleet's
+// bans out). Every prefix, guard or candidate, is compared canonical
+// (Canonical: an IPv4-mapped IPv6 prefix as the IPv4 prefix the ban
+// table would make of it), so one family holds them all. The
+// addresses, routes and resolvers are read again every minute.
 type guards struct {
-	ns   string // the network namespace: a name in /var/run/netns or a path; "" for the process's
-	lapi string // the LAPI's host; "" without one
+	ns         string // the network namespace: a name in /var/run/netns or a path; "" for the process's
+	lapi       string // the LAPI's host; "" without one
+	resolvConf string // the resolver file; "" for the namespace's (resolvConfOf)
 
 	mu     sync.Mutex
-	allow  []netip.Prefix // allow_prefix and its files, as the bans have them in force
-	list   []guard        // the host's addresses, gateways and the LAPI
+	allow  []netip.Prefix // allow_prefix and its files, as the bans have them in force, canonical
+	list   []guard        // the host's addresses, next hops, resolvers and the LAPI
 	logged string         // the guards last logged
 }
 
-func newGuards(ns string, allow []netip.Prefix, lapiURL string) *guards {
-	g := &guards{ns: ns, allow: allow}
-	if u, err := url.Parse(lapiURL); err == nil && lapiURL != "" {
+func newGuards(bs *Settings) *guards {
+	g := &guards{ns: bs.Namespace, allow: canonicalAll(bs.Allow), resolvConf: bs.ResolvConf}
+	if u, err := url.Parse(bs.LAPI); err == nil && bs.LAPI != "" {
 		g.lapi = u.Hostname()
 	}
 	return g
 }
 
-// check names the guard p overlaps ("" for none).
+// check names why p must not be banned: the guard its canonical prefix
+// overlaps, or why it has none ("" when it may be banned).
 func (g *guards) check(p netip.Prefix) string {
+	c, why := Canonical(p)
+	if why != "" {
+		return why
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, a := range g.allow {
-		if a.Overlaps(p) {
+		if a.Overlaps(c) {
 			return "allow_prefix " + a.String()
 		}
 	}
 	for _, x := range g.list {
-		if x.prefix.Overlaps(p) {
+		if x.prefix.Overlaps(c) {
 			return x.what
 		}
 	}
@@ -69,9 +84,18 @@ func (g *guards) check(p netip.Prefix) string {
 // setAllow takes the allowed prefixes the bans put in force (a file of
 // them changed).
 func (g *guards) setAllow(allow []netip.Prefix) {
+	allow = canonicalAll(allow)
 	g.mu.Lock()
 	g.allow = allow
 	g.mu.Unlock()
+}
+
+func canonicalAll(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		out[i] = canonicalGuard(p)
+	}
+	return out
 }
 
 // refresh reads the guards again and logs them when they changed; a
@@ -85,25 +109,31 @@ func (g *guards) refresh(log Logger) {
 			problems = append(problems, err.Error())
 		}
 		list = append(list, host...)
-		gw, err := defaultGateways()
+		hops, err := nextHops()
 		if err != nil {
 			problems = append(problems, err.Error())
 		}
-		list = append(list, gw...)
+		list = append(list, hops...)
 		return nil
 	})
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
+	res, err := resolvers(g.resolvConfPath())
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	list = append(list, res...)
 	if g.lapi != "" {
 		addrs, err := resolve(g.lapi)
 		if err != nil {
 			problems = append(problems, err.Error())
 		}
 		for _, a := range addrs {
-			list = append(list, guard{netip.PrefixFrom(a, a.BitLen()), "the CrowdSec LAPI " + a.String()})
+			list = append(list, addrGuard(a, "the CrowdSec LAPI "))
 		}
 	}
+	list = uniqueGuards(list)
 	g.mu.Lock()
 	if len(problems) > 0 && len(g.list) > 0 {
 		list = mergeGuards(list, g.list) // keep what a failed read cannot confirm gone
@@ -121,6 +151,12 @@ func (g *guards) refresh(log Logger) {
 	}
 }
 
+// addrGuard guards address a, canonical, as what followed by it.
+func addrGuard(a netip.Addr, what string) guard {
+	a = a.Unmap().WithZone("")
+	return guard{netip.PrefixFrom(a, a.BitLen()), what + a.String()}
+}
+
 // hostAddresses are the addresses of every interface of the namespace.
 func hostAddresses() ([]guard, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
@@ -129,39 +165,124 @@ func hostAddresses() ([]guard, error) {
 	}
 	var out []guard
 	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			continue
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, addrGuard(ip, "the host's address "))
 		}
-		ip = ip.Unmap()
-		out = append(out, guard{netip.PrefixFrom(ip, ip.BitLen()), "the host's address " + ip.String()})
 	}
 	return out, nil
 }
 
-// defaultGateways are the next hops of the default routes, both families.
-func defaultGateways() ([]guard, error) {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+// nextHops are the gateways of every route of both families, in every
+// routing table: those of the default routes first.
+func nextHops() ([]guard, error) {
+	var defaults, others []guard
+	add := func(r *netlink.Route, gw net.IP, via netlink.Destination) {
+		if v, ok := via.(*netlink.Via); ok && len(gw) == 0 {
+			gw = v.Addr
+		}
+		ip, ok := netip.AddrFromSlice(gw)
+		if !ok || !ip.IsValid() || ip.Unmap().IsUnspecified() {
+			return
+		}
+		dst := "default"
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				dst = r.Dst.String()
+			}
+		}
+		if dst == "default" {
+			defaults = append(defaults, addrGuard(ip, "the default gateway "))
+			return
+		}
+		x := addrGuard(ip, "the gateway ")
+		x.what += " (route to " + dst + ")"
+		others = append(others, x)
+	}
+	err := netlink.RouteListFilteredIter(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE, func(r netlink.Route) bool {
+		add(&r, r.Gw, r.Via)
+		for _, nh := range r.MultiPath {
+			add(&r, nh.Gw, nh.Via)
+		}
+		return true
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list the routes: %w", err)
 	}
-	var out []guard
-	add := func(gw net.IP) {
-		if ip, ok := netip.AddrFromSlice(gw); ok && ip.IsValid() {
-			ip = ip.Unmap()
-			out = append(out, guard{netip.PrefixFrom(ip, ip.BitLen()), "the default gateway " + ip.String()})
-		}
+	return append(defaults, others...), nil
+}
+
+// etcDir is where the host's /etc is; resolvConfOf reads under it.
+const etcDir = "/etc"
+
+// resolvConfPath is the resolver file the guards read.
+func (g *guards) resolvConfPath() string {
+	if g.resolvConf != "" {
+		return g.resolvConf
 	}
-	for _, r := range routes {
-		if r.Dst != nil {
-			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-				continue
+	return resolvConfOf(etcDir, g.ns, fileExists)
+}
+
+// resolvConfOf is the resolver file a process of namespace ns sees: for
+// a namespace of ip netns's (a name, or a path in /var/run/netns or
+// /run/netns), /etc/netns/<name>/resolv.conf when it exists (ip netns
+// exec mounts it over /etc/resolv.conf); for /proc/<pid>/ns/net, that
+// process's own /etc/resolv.conf; else /etc/resolv.conf.
+func resolvConfOf(etc, ns string, exists func(string) bool) string {
+	def := filepath.Join(etc, "resolv.conf")
+	name := ns
+	if strings.Contains(ns, "/") {
+		name = ""
+		dir, base := filepath.Split(filepath.Clean(ns))
+		switch dir = filepath.Clean(dir); {
+		case dir == "/var/run/netns" || dir == "/run/netns":
+			name = base
+		case strings.HasPrefix(ns, "/proc/") && base == "net" && strings.HasSuffix(dir, "/ns"):
+			if own := filepath.Join(filepath.Dir(dir), "root/etc/resolv.conf"); exists(own) {
+				return own
 			}
 		}
-		add(r.Gw)
-		for _, nh := range r.MultiPath {
-			add(nh.Gw)
+	}
+	if name != "" && name != "." && name != ".." {
+		if p := filepath.Join(etc, "netns", name, "resolv.conf"); exists(p) {
+			return p
 		}
+	}
+	return def
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// maxResolvConf bounds what is read of a resolver file.
+const maxResolvConf = 64 << 10
+
+// resolvers are the nameservers of the resolver file path, IPv4 and
+// IPv6 (a zone dropped); a missing file has none.
+func resolvers(path string) ([]guard, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the resolvers: %w", err)
+	}
+	defer f.Close()
+	var out []guard
+	sc := bufio.NewScanner(io.LimitReader(f, maxResolvConf))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "nameserver" {
+			continue
+		}
+		host, _, _ := strings.Cut(fields[1], "%")
+		if a, err := netip.ParseAddr(host); err == nil {
+			out = append(out, addrGuard(a, "the resolver "))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("read the resolvers of %s: %w", path, err)
 	}
 	return out, nil
 }
@@ -181,6 +302,19 @@ func resolve(host string) ([]netip.Addr, error) {
 		ips[i] = ips[i].Unmap()
 	}
 	return ips, nil
+}
+
+// uniqueGuards keeps the first guard of each prefix.
+func uniqueGuards(list []guard) []guard {
+	seen := make(map[netip.Prefix]bool, len(list))
+	out := list[:0]
+	for _, x := range list {
+		if !seen[x.prefix] {
+			seen[x.prefix] = true
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func mergeGuards(a, b []guard) []guard {

@@ -15,8 +15,10 @@ import (
 // Settings are the bans' checked values: no option names, no TOML; the
 // plugin turns its options into them and names the option of an error.
 type Settings struct {
-	Max    int  // bans in force at once, per family
-	DryRun bool // the bans count what they would drop
+	Max int // bans in force at once, per family
+	// DryRun: the bans count what they would drop; the detection is then
+	// a dry run too, whatever Detect.DryRun says.
+	DryRun bool
 	// Allow are the allowed prefixes in force from the start (Allow
 	// changes them).
 	Allow []netip.Prefix
@@ -28,6 +30,10 @@ type Settings struct {
 	Feed      *FeedSettings   // nil: no feed pulled
 	Detect    *DetectSettings // nil without a detection
 	Namespace string          // the network namespace the guards are read in; "" for the process's
+	// ResolvConf is the resolver file whose nameservers the detection
+	// never bans; "" for the namespace's: /etc/netns/<name>/resolv.conf
+	// when it exists, else /etc/resolv.conf.
+	ResolvConf string
 }
 
 // FeedSettings are the CrowdSec stream's: the bouncer's key, how often it
@@ -45,7 +51,7 @@ type DetectSettings struct {
 	For                   time.Duration
 	Protocols             []uint8
 	Duration, MaxDuration time.Duration
-	DryRun                bool
+	DryRun                bool // log and count, ban nothing, push nothing
 	Push                  bool
 	Login                 string
 	Password              string // never logged nor echoed
@@ -58,8 +64,20 @@ type DetectSettings struct {
 	Unverified     detect.Action
 	PushUnverified bool
 	// MaxBansPerMinute and MaxPushesPerMinute bound the new bans and the
-	// pushes of any minute, across reloads.
+	// pushes of any minute, across reloads; 0 is DefaultBudget.
 	MaxBansPerMinute, MaxPushesPerMinute int
+}
+
+// DefaultBudget is the bans and the pushes of a minute when the settings
+// give none.
+const DefaultBudget = 10
+
+// budgetOr is n, or DefaultBudget for 0.
+func budgetOr(n int) int {
+	if n == 0 {
+		return DefaultBudget
+	}
+	return n
 }
 
 // Setting names which of the settings an error of New is about.

@@ -112,7 +112,7 @@ func (x *XDPDrop) initBans(policy *bpf.Policy) error {
 	if err != nil {
 		return err
 	}
-	set.ns = x.Namespace
+	set.ns, set.resolvConf = x.Namespace, x.Run.ResolvConf
 	set.version = lapiVersion(x.Run.Version)
 	policy.Bans = bpf.BansConfig{On: true, DryRun: set.dryRun, Max: set.max}
 	if view {
@@ -149,16 +149,20 @@ func (s *bansSettings) userAgent() string { return "xdp-drop/" + s.version }
 
 // bansSettings are the bans options parsed, for the bans owner.
 type bansSettings struct {
-	allow    allowList
-	max      int
-	dryRun   bool // bans.dry_run, or the plugin's dry_run
-	url      string
-	apiKey   string // never logged nor echoed
-	interval time.Duration
-	types    []string
-	tls      *gotls.Config
-	version  string          // the binary's, as the LAPI is told it
-	detect   *detectSettings // nil without [bans.detect]
+	allow  allowList
+	max    int
+	dryRun bool // bans.dry_run, or the plugin's dry_run
+	// pluginDryRun and bansDryRun are the plugin's dry_run and
+	// bans.dry_run, each of which makes the detection a dry run.
+	pluginDryRun, bansDryRun bool
+	resolvConf               string // RunOptions.ResolvConf
+	url                      string
+	apiKey                   string // never logged nor echoed
+	interval                 time.Duration
+	types                    []string
+	tls                      *gotls.Config
+	version                  string          // the binary's, as the LAPI is told it
+	detect                   *detectSettings // nil without [bans.detect]
 	// view: a console view, which reads the bans in force from the
 	// kernel, of the origins viewed (the config's), and pulls nothing.
 	view   bool
@@ -173,7 +177,7 @@ type bansSettings struct {
 // trust.NoCheck). Every refusal is an *OptionError naming its option. A
 // view reads no key: it pulls nothing.
 func parseBans(c *BansConfig, dryRun bool, uid int, view bool) (*bansSettings, error) {
-	s := &bansSettings{max: DefaultBansMax, dryRun: dryRun || c.DryRun, view: view}
+	s := &bansSettings{max: DefaultBansMax, dryRun: dryRun || c.DryRun, pluginDryRun: dryRun, bansDryRun: c.DryRun, view: view}
 	var errs []error
 	fail := func(key string, err error) {
 		if err != nil {

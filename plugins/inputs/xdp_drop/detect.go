@@ -11,6 +11,7 @@ import (
 
 	"github.com/influxdata/telegraf/config"
 
+	"github.com/xdp-drop/xdp_drop/internal/bans"
 	"github.com/xdp-drop/xdp_drop/internal/detect"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 	"github.com/xdp-drop/xdp_drop/internal/trust"
@@ -44,8 +45,8 @@ const (
 	MaxDetectDuration        = 365 * 24 * time.Hour
 	MaxDetectPPS             = 1_000_000_000
 	MaxDetectBytesPerSecond  = 1 << 40
-	DefaultMaxBansPerMinute  = 10
-	DefaultMaxPushesPerMin   = 10
+	DefaultMaxBansPerMinute  = bans.DefaultBudget
+	DefaultMaxPushesPerMin   = bans.DefaultBudget
 	MaxBudgetPerMinute       = 10_000
 	maxPasswordFile          = 4096
 )
@@ -74,7 +75,7 @@ type detectSettings struct {
 	forDur                time.Duration
 	protocols             []uint8
 	duration, maxDuration time.Duration
-	dryRun                bool
+	dryRun                bool // bans.detect.dry_run alone (detectDryRun adds what implies it)
 	push                  bool
 	login                 string
 	password              string // never logged nor echoed

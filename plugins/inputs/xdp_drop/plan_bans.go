@@ -19,6 +19,7 @@ type PlannedBans struct {
 	AllowFiles        int
 	Detect            *DetectConfig // as configured; nil without [bans.detect]
 	DetectDryRun      bool
+	DetectDryRunWhy   string // the option that makes it one
 	DetectFor         time.Duration
 	DetectDuration    time.Duration
 	DetectMaxDuration time.Duration
@@ -44,7 +45,7 @@ func (x *XDPDrop) planBans() *PlannedBans {
 	}
 	if d := x.Bans.Detect; d != nil {
 		p.Detect = d
-		p.DetectDryRun = s.dryRun || d.DryRun == nil || *d.DryRun
+		p.DetectDryRun, p.DetectDryRunWhy = detectDryRun(x.DryRun, x.Bans.DryRun, d.DryRun)
 		p.DetectFor, p.DetectDuration, p.DetectMaxDuration = orDefault(time.Duration(d.For), DefaultDetectFor),
 			orDefault(time.Duration(d.Duration), DefaultDetectDuration), orDefault(time.Duration(d.MaxDuration), DefaultDetectMaxDuration)
 	}

@@ -270,11 +270,15 @@ func sourceAddr(b []byte) (netip.Addr, bool) {
 }
 
 // detectSample gives a passed sample to the detection's window: its
-// source (aggregated there as the top sources are), destination and
-// ports, or none when it is not IP.
+// source (aggregated there as the top sources are; an IPv4-mapped IPv6
+// source as the IPv4 address it names, which is what a ban of it would
+// hold), destination and ports, or none when it is not IP.
 func (s *sampler) detectSample(e *bpf.Sample) {
 	if proto, ok := e.Class.Protocol(); ok {
 		if f, ok := detectFrame(e.Data); ok {
+			if f.Src.Is4In6() {
+				f.Src, f.Dst = f.Src.Unmap(), netip.Addr{} // no flow of one family to verify
+			}
 			f.Length, f.Proto = uint32(e.Len), proto
 			s.window.AddFrame(f)
 			return

@@ -91,6 +91,10 @@ type RunOptions struct {
 	// and the machine's, and it versions the detection's scenario; ""
 	// sends "unknown".
 	Version string
+	// ResolvConf is the resolver file whose nameservers the detection
+	// never bans; "" reads the namespace's: /etc/netns/<namespace>/resolv.conf
+	// when it exists (ip netns exec mounts it), else /etc/resolv.conf.
+	ResolvConf string
 }
 
 // DefaultHandoverTimeout is handover_timeout when it is not set.
