@@ -193,6 +193,8 @@ func printBans(w *planWriter, b *xdp_drop.PlannedBans) {
 			}
 		}
 		w.line("  detect: %s for %s, ban %s (up to %s), %s; crowdsec_push %s", rate, b.DetectFor, b.DetectDuration, b.DetectMaxDuration, mode, push)
+		w.line("  detect evidence: verified bans drop; unverified_action %s, push_unverified %t; at most %d bans and %d pushes a minute",
+			b.DetectUnverified, b.DetectPushUnverified, b.DetectMaxBans, b.DetectMaxPushes)
 	}
 }
 

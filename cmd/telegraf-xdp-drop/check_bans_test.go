@@ -55,6 +55,7 @@ func TestCheckBans(t *testing.T) {
 		fmt.Sprintf("  feed crowdsec: %q, key from %q (not contacted; -check-lapi asks it once)\n", proxy.URL, keyFile),
 		"  allow list: 2 IPv4, 1 IPv6 prefixes, 1 file\n",
 		"  detect: pps 50,000 for 2s, ban 10m0s (up to 24h0m0s), dry run (bans.detect.dry_run, true by default): logs and counts, bans nothing; crowdsec_push false\n",
+		"  detect evidence: verified bans drop; unverified_action limit, push_unverified false; at most 10 bans and 10 pushes a minute\n",
 		"kernel memory, at most: no rule maps, ban maps " + bytesText(mem) + ";",
 		"; " + bytesText(mem) + " for the 0 interfaces present now\n",
 	} {

@@ -122,7 +122,7 @@ func TestDetectGuardsMapped(t *testing.T) {
 	ns := testns.New(t)
 	addressDev(t, ns, []string{"10.77.0.1/24"}, [][2]string{{"", "10.77.0.254"}})
 	log := &recordLog{}
-	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce()}, nil)
+	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce(), UnverifiedAction: "drop"}, nil)
 	p.TopSourcePrefixV6, p.Log = 128, log
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	sources := floodRefused(t, ns, p, []string{"::ffff:10.77.0.254", "2001:db8::77"}, 2)
@@ -150,7 +150,7 @@ func TestDetectGuardsRoutesAndResolvers(t *testing.T) {
 	resolv := filepath.Join(t.TempDir(), "resolv.conf")
 	require.NoError(t, os.WriteFile(resolv, []byte("# by the test\nsearch example.org\nnameserver 10.9.0.53\nnameserver fe80::53%eth0\nnameserver 2001:db8:9::53\noptions ndots:2\n"), 0o644))
 	log := &recordLog{}
-	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce()}, nil)
+	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce(), UnverifiedAction: "drop"}, nil)
 	p.TopSourcePrefixV4, p.TopSourcePrefixV6, p.Log, p.Run.ResolvConf = 32, 128, log, resolv
 	require.Empty(t, startPlugin(t, ns, p).Errors)
 	start := logged(log, "never banned: ")
@@ -219,7 +219,7 @@ func TestDetectDryRunImplied(t *testing.T) {
 			ns := testns.New(t)
 			log := &recordLog{}
 			p := detectPlugin(&DetectConfig{
-				PPS: 1000, DryRun: enforce(),
+				PPS: 1000, DryRun: enforce(), PushUnverified: true, // a UDP flood: pushed but for the dry run
 				CrowdSecPush: true, CrowdSecLogin: "xdp-drop-edge1", CrowdSecPasswordFile: pwFile,
 			}, &BansConfig{DryRun: tc.bansDryRun, CrowdSec: &CrowdSecConfig{URL: via, APIKey: key, Interval: config.Duration(testBanInterval)}})
 			p.Log, p.DryRun = log, tc.pluginDry
@@ -244,7 +244,7 @@ func TestDetectDryRunImplied(t *testing.T) {
 			var alerts []json.RawMessage
 			require.NoError(t, json.Unmarshal([]byte(l.Cscli("alerts", "list", "-o", "json")), &alerts))
 			require.Empty(t, alerts, "the LAPI's alerts")
-			require.Len(t, logged(log, "bans: detect: would have banned 198.51.100.0/24 "), 1)
+			require.Len(t, logged(log, "bans: detect: would have banned 198.51.100.7/32 "), 1)
 			require.Empty(t, logged(log, "bans: detect: banned "))
 			sendBanFlows(t, ns, banFlow{"198.51.100.7", 200, 200})
 			require.Zero(t, banCounter(t, p, bpf.BanDrop))

@@ -23,7 +23,12 @@ type PlannedBans struct {
 	DetectFor         time.Duration
 	DetectDuration    time.Duration
 	DetectMaxDuration time.Duration
-	MapMemory         uint64 // the ban maps at their most (bpf.BanMapMemory)
+	// DetectUnverified is unverified_action's value; DetectPushUnverified
+	// push_unverified's; DetectMaxBans and DetectMaxPushes the budgets.
+	DetectUnverified               string
+	DetectPushUnverified           bool
+	DetectMaxBans, DetectMaxPushes int
+	MapMemory                      uint64 // the ban maps at their most (bpf.BanMapMemory)
 }
 
 // planBans is the bans' part of the plan; nil without [bans].
@@ -48,6 +53,10 @@ func (x *XDPDrop) planBans() *PlannedBans {
 		p.DetectDryRun, p.DetectDryRunWhy = detectDryRun(x.DryRun, x.Bans.DryRun, d.DryRun)
 		p.DetectFor, p.DetectDuration, p.DetectMaxDuration = orDefault(time.Duration(d.For), DefaultDetectFor),
 			orDefault(time.Duration(d.Duration), DefaultDetectDuration), orDefault(time.Duration(d.MaxDuration), DefaultDetectMaxDuration)
+		if ds := s.detect; ds != nil {
+			p.DetectUnverified, p.DetectPushUnverified = ds.unverified.String(), ds.pushUnverified
+			p.DetectMaxBans, p.DetectMaxPushes = ds.maxBans, ds.maxPushes
+		}
 	}
 	return p
 }
