@@ -653,8 +653,17 @@ check_ban_queries() {
 			ok=0
 		fi
 	}
-	want="crowdsec=$(jq -s '[.[].frames] | add' "${BANNED[@]}")"
-	note "bans: ${#BANNED[@]} sends from $BAN_SOURCE ($want frames), over $BAN_PROCS plugin processes; their last reports: refused $BAN_REFUSED_WANT, added $BAN_ADDED_WANT"
+	# A total starts from the series' first point: the feed's counts may be
+	# above zero there (a pull before the first gather), packets are not (no
+	# frame came from the banned source before the ban was seen in force).
+	local first refused added
+	first=$(influx_query "SELECT first(\"packets\"), first(\"refused\"), first(\"added\") FROM \"xdp_drop_ban\"
+		WHERE \"interface\" = '$DEV' AND \"origin\" = 'crowdsec' AND time >= ${t_run1}ms" |
+		jq -r '.results[0].series[0].values[0][1:] | map(tostring) | join(" ")')
+	read -r _ refused added <<<"$first"
+	want="crowdsec=$(($(jq -s '[.[].frames] | add' "${BANNED[@]}") - ${first%% *}))"
+	refused=$((BAN_REFUSED_WANT - refused)) added=$((BAN_ADDED_WANT - added))
+	note "bans: ${#BANNED[@]} sends from $BAN_SOURCE ($want frames), over $BAN_PROCS plugin processes; their last reports: refused $BAN_REFUSED_WANT, added $BAN_ADDED_WANT; the series' first point: packets refused added $first"
 	local dev_sel='select(.tags.interface == "'"$DEV"'")'
 	got=$(influx_totals "$(doc_queries | awk -F'\t' '$1 == "Frames dropped by bans" {print $2}')" "$dev_sel | [.tags.origin, .values[0][1]]")
 	ban_total "InfluxQL 'Frames dropped by bans'" "$got" "$want"
@@ -662,9 +671,9 @@ check_ban_queries() {
 	ban_total "InfluxQL 'Ban drop rate' (sum of rate x 5s)" "$got" "$want"
 	q=$(doc_queries | awk -F'\t' '$1 == "Refused bans per minute" {print $2}')
 	got=$(influx_totals "$q" "$dev_sel | [.tags.origin, ([.values[][1]] | add)]")
-	ban_total "InfluxQL 'Refused bans per minute' (summed)" "$got" "crowdsec=$BAN_REFUSED_WANT"
+	ban_total "InfluxQL 'Refused bans per minute' (summed)" "$got" "crowdsec=$refused"
 	got=$(influx_totals "${q//\"refused\"/\"added\"}" "$dev_sel | [.tags.origin, ([.values[][1]] | add)]")
-	ban_total "InfluxQL 'Refused bans per minute' with \"added\" (summed)" "$got" "crowdsec=$BAN_ADDED_WANT"
+	ban_total "InfluxQL 'Refused bans per minute' with \"added\" (summed)" "$got" "crowdsec=$added"
 	got=$(doc_query "Bans in force" | jq -r "[.results[0].series[]? | $dev_sel | \"\(.tags.origin)=\(.values[-1][1])\"] | join(\" \")")
 	ban_total "InfluxQL 'Bans in force' (last)" "$got" "crowdsec=1"
 	out=$(doc_query "Ban feed status")
