@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
@@ -29,9 +28,21 @@ import (
 // (the LAPI answers within a second of its start).
 const wait = testns.Hang
 
+// TB is what the LAPI needs of its owner: a *testing.T or *testing.B, or a
+// command (the end-to-end run's) that fails and cleans up the same way.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
 // LAPI is one crowdsec process serving the Local API, owned by one test.
 type LAPI struct {
-	t      testing.TB
+	t      TB
 	dir    string
 	config string
 	port   int
@@ -41,7 +52,7 @@ type LAPI struct {
 
 // Start runs a LAPI for t, killed when t ends. Without crowdsec installed
 // the test is skipped, or fails under XDP_DROP_REQUIRE_PRIVILEGED=1.
-func Start(t testing.TB) *LAPI {
+func Start(t TB) *LAPI {
 	t.Helper()
 	for _, bin := range []string{"crowdsec", "cscli"} {
 		if _, err := exec.LookPath(bin); err != nil {

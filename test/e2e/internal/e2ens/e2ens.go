@@ -16,20 +16,8 @@ import (
 // process runs in the network namespace ip netns calls netns, and not in
 // the initial one, which carries the machine's own network.
 func CheckVeth(netns, name string) (int, error) {
-	self, err := nsID("/proc/self/ns/net")
-	if err != nil {
+	if err := CheckNetns(netns); err != nil {
 		return 0, err
-	}
-	named, err := nsID("/run/netns/" + netns)
-	if err != nil {
-		return 0, fmt.Errorf("network namespace %q: %w", netns, err)
-	}
-	if self != named {
-		return 0, fmt.Errorf("refusing to run: this process is not in network namespace %q; run under ip netns exec %s", netns, netns)
-	}
-	// PID 1's namespace is the initial one; some containers hide it.
-	if initial, err := nsID("/proc/1/ns/net"); err == nil && initial == self {
-		return 0, errors.New("refusing to run in the initial network namespace")
 	}
 	l, err := netlink.LinkByName(name)
 	if err != nil {
@@ -39,6 +27,27 @@ func CheckVeth(netns, name string) (int, error) {
 		return 0, fmt.Errorf("refusing to use %q: it is a %s, not a veth", name, l.Type())
 	}
 	return l.Attrs().Index, nil
+}
+
+// CheckNetns checks that this process runs in the network namespace ip
+// netns calls netns, and not in the initial one.
+func CheckNetns(netns string) error {
+	self, err := nsID("/proc/self/ns/net")
+	if err != nil {
+		return err
+	}
+	named, err := nsID("/run/netns/" + netns)
+	if err != nil {
+		return fmt.Errorf("network namespace %q: %w", netns, err)
+	}
+	if self != named {
+		return fmt.Errorf("refusing to run: this process is not in network namespace %q; run under ip netns exec %s", netns, netns)
+	}
+	// PID 1's namespace is the initial one; some containers hide it.
+	if initial, err := nsID("/proc/1/ns/net"); err == nil && initial == self {
+		return errors.New("refusing to run in the initial network namespace")
+	}
+	return nil
 }
 
 // nsID identifies a namespace file by device and inode.
