@@ -15,6 +15,7 @@ import (
 
 	"github.com/influxdata/telegraf"
 	"github.com/influxdata/telegraf/config"
+	"github.com/influxdata/telegraf/testutil"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -269,4 +270,40 @@ func sendOnFrames(t *testing.T, ns *testns.NS, frame []byte, count, passed int) 
 		}
 	}
 	require.Equal(t, passed, n)
+}
+
+// TestDetectBudgetAcrossReload: a reload does not renew the budget. With
+// max_bans_per_minute = 2, two bans made before a handover leave the
+// successor none to make within the minute: two more sources over the
+// rate are counted budget_spent, not banned, and their frames all pass.
+func TestDetectBudgetAcrossReload(t *testing.T) {
+	ns := testns.New(t)
+	cfg := func() *XDPDrop {
+		p := detectPlugin(&DetectConfig{PPS: 1000, DryRun: enforce(), UnverifiedAction: "drop", MaxBansPerMinute: ptr(int64(2))}, nil)
+		p.Namespace = ns.Name
+		return p
+	}
+	a := cfg()
+	require.Empty(t, startPlugin(t, ns, a).Errors)
+	flood(t, ns, []string{"198.51.100.7", "198.51.101.7"}, 10_000, func() bool {
+		ban, _ := gatherDetect(t, ns, a)
+		return field(ban.Fields(), FieldAdded) == 2
+	})
+
+	dir := handOverInProcess(t, ns, a)
+	b := cfg()
+	require.NoError(t, b.Init())
+	b.links.handoff.dir = dir
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, b, func() error { return b.Start(acc) })
+	t.Cleanup(func() { inNS(t, ns, b, func() error { b.Stop(); return nil }) })
+	require.Empty(t, acc.Errors)
+	flood(t, ns, []string{"198.51.102.7", "198.51.103.7"}, 10_000, func() bool {
+		ban, _ := gatherDetect(t, ns, b)
+		return field(ban.Fields(), FieldBudgetSpent) >= 2
+	})
+	ban, _ := gatherDetect(t, ns, b)
+	require.Equal(t, int64(0), field(ban.Fields(), FieldAdded), "no ban past the budget: %v", ban.Fields())
+	require.Equal(t, int64(2), field(ban.Fields(), FieldActive), "the predecessor's two")
+	sendBanFlows(t, ns, banFlow{"198.51.100.7", 100, 0}, banFlow{"198.51.102.7", 100, 100}, banFlow{"198.51.103.7", 100, 100})
 }
