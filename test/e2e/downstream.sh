@@ -696,7 +696,10 @@ check_ban_queries() {
 		esac
 	done < <(dashboard_queries)
 
-	range=$(($(since_ms "$T_BANS") / 1000 + 5))
+	# Whole 15 s steps, one more than the phase lasted: the subquery's steps
+	# are aligned to the clock, so a range of n s holds as little as n - 15 s
+	# of differences; before the phase the ban series did not exist.
+	range=$((($(since_ms "$T_BANS") / 1000 + 5 + 14) / 15 * 15 + 15))
 	q=$(doc_promql_blocks "Bans (PromQL)" | grep 'sum_over_time' | sed "s/\[1h:/[${range}s:/")
 	[ -n "$q" ] || fail "$QUERIES has no PromQL ban total under '### Bans (PromQL)'"
 	ban_total "PromQL 'The frames bans dropped' over ${range}s" "$(prom_totals "$q" .origin)" "$want"
