@@ -149,6 +149,7 @@ settle() {
 	wait_until 20 link_point_since "$t" || fail "$1: no attached xdp_drop_link point of $DEV in InfluxDB after $t"
 	t=$(now_ms)
 	wait_until 20 prom_scraped_since "$t" || fail "$1: Prometheus did not scrape prometheus_client after $t"
+	LANDED_MS=$(now_ms)
 }
 
 # send_counted NAME ROUNDS: ROUNDS rounds of the mix, counted in the totals.
@@ -546,6 +547,7 @@ landed() {
 		fail "$1: xdp_drop_ban packets in InfluxDB '$(ban_point "$2")', want $PROC_BANNED"
 	t=$(now_ms)
 	wait_until 20 prom_scraped_since "$t" || fail "$1: Prometheus did not scrape prometheus_client after $t"
+	LANDED_MS=$(now_ms)
 }
 
 # ban_process_done: adds the running process's feed counts (its last report)
@@ -698,7 +700,12 @@ check_ban_queries() {
 
 	# Whole 15 s steps, one more than the phase lasted: the subquery's steps
 	# are aligned to the clock, so a range of n s holds as little as n - 15 s
-	# of differences; before the phase the ban series did not exist.
+	# of differences (before the phase the ban series did not exist), and
+	# its last step may come before the last send.
+	# And a last step after the last send was scraped: the first 15 s
+	# boundary past it.
+	local step_end=$(((LANDED_MS / 15000 + 1) * 15000 + 500))
+	while (($(now_ms) < step_end)); do sleep 0.2; done
 	range=$((($(since_ms "$T_BANS") / 1000 + 5 + 14) / 15 * 15 + 15))
 	q=$(doc_promql_blocks "Bans (PromQL)" | grep 'sum_over_time' | sed "s/\[1h:/[${range}s:/")
 	[ -n "$q" ] || fail "$QUERIES has no PromQL ban total under '### Bans (PromQL)'"
