@@ -55,6 +55,9 @@ type detection struct {
 	started   bool
 	restored  bool
 	lastError string
+	// The refusals logged in the minute from refusalsSince, and those not.
+	refusalsSince                  time.Time
+	refusalsLogged, refusalsHidden int
 }
 
 // watchedIface is one interface's window and its passed counters.

@@ -51,8 +51,10 @@ func (d *detection) record(now time.Time, e detect.Event) {
 		d.log.Infof("bans: detect: the ban of %s %sended after %s (offence %d)", e.Source, would, e.Duration, e.Offence)
 	case detect.Refused:
 		d.counts.refused++
-		d.log.Warnf("bans: detect: not banning %s: %s (%.0f pps, %.0f bytes/s, over %s for %s); said once per %s",
-			e.Source, e.Reason, e.PPS, e.BytesPerSecond, d.limits(), d.set.For, d.set.Duration)
+		if d.refusalLine(now) {
+			d.log.Warnf("bans: detect: not banning %s: %s (%.0f pps, %.0f bytes/s, over %s for %s); said once per %s",
+				e.Source, e.Reason, e.PPS, e.BytesPerSecond, d.limits(), d.set.For, d.set.Duration)
+		}
 	case detect.Budget:
 		d.counts.overBudget++
 		if e.Offence != 1 {
@@ -82,6 +84,30 @@ func (d *detection) unpushed(b crowdsec.Ban, err error) {
 	} else {
 		d.counts.unreported++
 	}
+}
+
+// maxRefusalLines bounds the refusals logged one by one a minute: sources
+// a sender forges by the thousand are counted and are events, but fill no
+// log.
+const maxRefusalLines = 10
+
+// refusalLine says whether a refusal at now gets its own log line; past
+// maxRefusalLines in a minute the rest are summed in one line when the
+// next minute begins. Called with d.mu held.
+func (d *detection) refusalLine(now time.Time) bool {
+	if now.Sub(d.refusalsSince) >= time.Minute {
+		if d.refusalsHidden > 0 {
+			d.log.Warnf("bans: detect: %d more sources refused in the minute from %s, not logged one by one (each is counted in refused and is an event)",
+				d.refusalsHidden, d.refusalsSince.Format(time.TimeOnly))
+		}
+		d.refusalsSince, d.refusalsLogged, d.refusalsHidden = now, 0, 0
+	}
+	if d.refusalsLogged < maxRefusalLines {
+		d.refusalsLogged++
+		return true
+	}
+	d.refusalsHidden++
+	return false
 }
 
 // evidenceOf names a ban's evidence as logs and alerts say it.

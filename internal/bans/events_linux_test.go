@@ -147,3 +147,25 @@ type infoLog struct {
 func (l *infoLog) Infof(format string, args ...any) {
 	l.infos = append(l.infos, fmt.Sprintf(format, args...))
 }
+
+// TestDetectRefusalsLogBounded: a flood of forged sources refused one by
+// one fills no log: 10 lines a minute, then one that counts the rest,
+// while every refusal is counted and is an event.
+func TestDetectRefusalsLogBounded(t *testing.T) {
+	set := &DetectSettings{PPS: 1000, For: 2 * time.Second, Duration: time.Minute, MaxDuration: time.Hour, DryRun: true}
+	log := &warnLog{}
+	d, err := newDetection(&Settings{Max: 1000, Detect: set}, log)
+	require.NoError(t, err)
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 60 {
+		p := netip.MustParsePrefix(fmt.Sprintf("10.0.%d.1/32", i))
+		d.record(now.Add(time.Duration(i)*time.Second/2), detect.Event{Kind: detect.Refused, Source: p, PPS: 2000, Reason: "its evidence is not verified, and unverified sources are not banned"})
+	}
+	require.Len(t, log.warnings, maxRefusalLines)
+	d.record(now.Add(time.Minute), detect.Event{Kind: detect.Refused, Source: netip.MustParsePrefix("10.1.0.1/32"), PPS: 2000, Reason: "x"})
+	require.Len(t, log.warnings, maxRefusalLines+2)
+	require.Contains(t, log.warnings[maxRefusalLines], "50 more sources refused in the minute from ")
+	require.Contains(t, log.warnings[maxRefusalLines+1], "not banning 10.1.0.1/32: x")
+	require.Equal(t, int64(61), d.counts.refused)
+	require.Len(t, d.takeEvents(nil), 61)
+}

@@ -15,6 +15,7 @@
 package detect
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -60,7 +61,10 @@ type Config struct {
 	// Unverified is what a ban on unverified evidence does (Limit, the
 	// zero value, Drop or None).
 	Unverified Action
-	// MaxPerMinute bounds the new bans of any 60 s (0: no bound).
+	// MaxPerMinute bounds the new bans of any 60 s (0: no bound); those on
+	// unverified evidence take at most its larger half, so that forged
+	// sources never leave verified ones without a ban (MaxPerMinute/2 of
+	// them a minute are always free for verified evidence).
 	MaxPerMinute int
 	// Enforce puts a ban in force until end: a drop of all the prefix's
 	// frames (limit 0) or a cap of limit frames a second; a non-empty
@@ -97,8 +101,14 @@ func ParseAction(s string) (Action, bool) {
 // BudgetWindow is the span over which MaxPerMinute bans are counted.
 const BudgetWindow = time.Minute
 
-// verifyFlows is how many of a candidate's heaviest flows are asked about.
-const verifyFlows = 4
+// verifyFlows is how many of a candidate's heaviest flows are asked
+// about, and verifyPerTick how many candidates a tick (the rest of a tick's
+// candidates are unverified): at most 64 lookups a second, whatever a
+// flood forges.
+const (
+	verifyFlows   = 4
+	verifyPerTick = 16
+)
 
 const protoTCP = 6
 
@@ -171,10 +181,19 @@ type Detector struct {
 	history    map[netip.Prefix]*offence  // the last ban of each source
 	refused    map[netip.Prefix]time.Time // refusals logged, until
 	windows    []*Window
-	spent      []time.Time // the starts of the newest bans, at most MaxPerMinute, oldest first
-	overBudget int         // refusals by the budget since it was last spent
+	spent      []spend // the newest bans, at most MaxPerMinute, oldest first
+	overBudget int     // refusals by the budget since it was last spent
+	verifies   int     // candidates verified this tick
 	flows      []*flowTable
 	cands      []netip.Prefix
+	busy       map[netip.Prefix]bool // prefixes with an address over the rate this tick
+}
+
+// spend is a ban counted against the budget: when it began, and whether
+// its evidence was verified.
+type spend struct {
+	at       time.Time
+	verified bool
 }
 
 type rate struct {
@@ -225,6 +244,7 @@ func New(cfg Config) (*Detector, error) {
 		active:  map[netip.Prefix]*offence{},
 		history: map[netip.Prefix]*offence{},
 		refused: map[netip.Prefix]time.Time{},
+		busy:    map[netip.Prefix]bool{},
 	}, nil
 }
 
@@ -274,6 +294,7 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 	first := d.last.IsZero()
 	clear(d.rates)
 	d.flows = d.flows[:0]
+	d.verifies = 0
 	for _, r := range in {
 		t, flows, samples, bytes := r.W.take()
 		dp, db := since(r.Packets, r.W.base[0]), since(r.Bytes, r.W.base[1])
@@ -296,22 +317,32 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 				by = float64(e.Bytes) * sure / float64(e.Count) / float64(bytes) * float64(db)
 			}
 			d.rate(r.W, e.Key, netip.Prefix{}, e.Protocol, sure, pk, by, elapsed)
-			if e.Addr.IsValid() && e.Key.Bits() < e.Addr.BitLen() && e.AddrSure > 0 {
-				// Its heaviest address, at its share of the entry's own.
-				f := float64(e.AddrSure) / sure
-				d.rate(r.W, netip.PrefixFrom(e.Addr, e.Addr.BitLen()), e.Key, e.Protocol, float64(e.AddrSure), pk*f, by*f, elapsed)
+			for _, a := range e.Addrs {
+				if a.Sure == 0 || e.Key.Bits() >= a.Addr.BitLen() {
+					continue
+				}
+				// Its heaviest addresses, at their shares of the entry's own.
+				f := float64(a.Sure) / sure
+				d.rate(r.W, netip.PrefixFrom(a.Addr, a.Addr.BitLen()), e.Key, e.Protocol, float64(a.Sure), pk*f, by*f, elapsed)
 			}
 		}
 	}
-	// What an address sent on its own is not its prefix's spread.
+	// What an address sent on its own is not its prefix's spread; a
+	// prefix waits while an address of it is over the rate on its own
+	// (that one is banned first).
+	clear(d.busy)
 	for p, x := range d.rates {
 		if !x.parent.IsValid() {
 			continue
 		}
 		_, held := d.active[p]
-		if px := d.rates[x.parent]; px != nil && (held || d.over(x)) {
+		over := d.over(x)
+		if px := d.rates[x.parent]; px != nil && (held || over) {
 			px.lowPPS -= x.pps
 			px.lowBPS -= x.bps
+		}
+		if over && !held {
+			d.busy[x.parent] = true
 		}
 	}
 	start := d.last
@@ -322,8 +353,8 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 		}
 	}
 	// The candidates, addresses before prefixes (an address banned is not
-	// its prefix's to carry), in a fixed order: the budget goes the same
-	// way every time.
+	// its prefix's to carry), the heaviest first (a forger must outsend a
+	// flood to take its place in the budget), in a fixed order.
 	cands := d.cands[:0]
 	for p, x := range d.rates {
 		if d.over(x) {
@@ -333,6 +364,10 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 	slices.SortFunc(cands, func(a, b netip.Prefix) int {
 		if a.Bits() != b.Bits() {
 			return b.Bits() - a.Bits()
+		}
+		xa, xb := d.rates[a], d.rates[b]
+		if c := cmp.Compare(xb.lowPPS+xb.lowBPS/1500, xa.lowPPS+xa.lowBPS/1500); c != 0 {
+			return c
 		}
 		return a.Addr().Compare(b.Addr())
 	})
@@ -344,6 +379,9 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 		}
 		if _, ok := d.active[x.parent]; ok && x.parent.IsValid() {
 			continue // its prefix's ban holds it
+		}
+		if d.busy[p] {
+			continue // an address of it first: tracked on
 		}
 		since, ok := d.tracks[p]
 		if !ok {
@@ -421,14 +459,15 @@ func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) 
 	if reason == "" && len(d.active) >= d.cfg.MaxActive {
 		reason = fmt.Sprintf("%d bans of detection in force already", d.cfg.MaxActive)
 	}
-	if reason == "" && d.spentAt(now) {
-		d.overBudget++
-		ev.Kind, ev.Offence = Budget, d.overBudget
-		return ev, true
+	if reason == "" && d.spentAt(now, true) {
+		return d.overBudgetEvent(ev), true // no room even for verified evidence
 	}
 	action := Drop
 	if reason == "" {
 		ev.Verified = d.verified(p, x)
+		if !ev.Verified && d.spentAt(now, false) {
+			return d.overBudgetEvent(ev), true
+		}
 		if !ev.Verified {
 			action = d.cfg.Unverified
 		}
@@ -459,45 +498,71 @@ func (d *Detector) decide(now time.Time, p netip.Prefix, x *rate) (Event, bool) 
 		evict(d.history, now, func(h *offence) bool { return now.Sub(h.end) >= d.cfg.MaxDuration })
 	}
 	d.history[p] = o
-	d.spend(now)
+	d.spend(now, ev.Verified)
 	ev.Kind = Ban
 	return ev, true
 }
 
-// spentAt says whether MaxPerMinute bans began within BudgetWindow of now.
-func (d *Detector) spentAt(now time.Time) bool {
+// overBudgetEvent is ev refused by the budget: the spell's count of them.
+func (d *Detector) overBudgetEvent(ev Event) Event {
+	d.overBudget++
+	ev.Kind, ev.Offence, ev.Limit = Budget, d.overBudget, 0
+	return ev
+}
+
+// spentAt says whether the budget has no room for a ban of evidence
+// verified or not: MaxPerMinute bans began within BudgetWindow of now, or,
+// for unverified evidence, the larger half of it did on such evidence.
+func (d *Detector) spentAt(now time.Time, verified bool) bool {
 	if d.cfg.MaxPerMinute == 0 {
 		return false
 	}
-	for len(d.spent) > 0 && now.Sub(d.spent[0]) >= BudgetWindow {
+	for len(d.spent) > 0 && now.Sub(d.spent[0].at) >= BudgetWindow {
 		d.spent = d.spent[1:]
 	}
-	return len(d.spent) >= d.cfg.MaxPerMinute
+	if len(d.spent) >= d.cfg.MaxPerMinute {
+		return true
+	}
+	if verified {
+		return false
+	}
+	n := 0
+	for _, s := range d.spent {
+		if !s.verified {
+			n++
+		}
+	}
+	return n >= d.cfg.MaxPerMinute-d.cfg.MaxPerMinute/2
 }
 
 // spend counts a ban begun at at against the budget: the newest
 // MaxPerMinute starts are kept, in order.
-func (d *Detector) spend(at time.Time) {
+func (d *Detector) spend(at time.Time, verified bool) {
 	if d.cfg.MaxPerMinute == 0 {
 		return
 	}
 	d.overBudget = 0
 	i := len(d.spent)
-	for i > 0 && d.spent[i-1].After(at) {
+	for i > 0 && d.spent[i-1].at.After(at) {
 		i--
 	}
-	d.spent = slices.Insert(d.spent, i, at)
+	d.spent = slices.Insert(d.spent, i, spend{at, verified})
 	if n := len(d.spent) - d.cfg.MaxPerMinute; n > 0 {
 		d.spent = slices.Delete(d.spent, 0, n)
 	}
 }
 
-// verified says whether most of p's sure samples of the second came on
-// TCP flows the host holds established connections of: the source proved
-// its address with a handshake. Only the heaviest verifyFlows flows of p
-// are asked about, of each window.
+// verified says whether p's frames of the second that came on TCP flows
+// the host holds established connections of are, on their own, over the
+// rate (less Confidence standard deviations, as any rate): the source
+// proved its address with a handshake, and what it sent on its
+// connections is the flood. A prefix of the aggregation is verified only
+// when such flows of at least two of its addresses carry it: one
+// address's connection never verifies its neighbours. The heaviest
+// verifyFlows flows of p in each window are asked about, for at most
+// verifyPerTick candidates a tick.
 func (d *Detector) verified(p netip.Prefix, x *rate) bool {
-	if d.cfg.Verify == nil || x.sure == 0 {
+	if d.cfg.Verify == nil || x.sure == 0 || d.verifies >= verifyPerTick {
 		return false
 	}
 	var cands []flowCount
@@ -507,18 +572,27 @@ func (d *Detector) verified(p netip.Prefix, x *rate) bool {
 	if len(cands) == 0 {
 		return false
 	}
+	d.verifies++
 	flows := make([]Flow, len(cands))
 	for i, c := range cands {
 		flows[i] = c.flow
 	}
 	ok := d.cfg.Verify(flows)
 	var proven float64
+	var from []netip.Addr
 	for i, c := range cands {
 		if i < len(ok) && ok[i] {
 			proven += float64(c.sure)
+			if a := c.flow.Src.Addr(); !slices.Contains(from, a) {
+				from = append(from, a)
+			}
 		}
 	}
-	return 2*proven >= x.sure
+	if proven == 0 || (p.Bits() < p.Addr().BitLen() && len(from) < 2) {
+		return false
+	}
+	low := max(proven-Confidence*math.Sqrt(proven), 0) / x.sure
+	return (d.cfg.PPS > 0 && low*x.pps > d.cfg.PPS) || (d.cfg.BytesPerSecond > 0 && low*x.bps > d.cfg.BytesPerSecond)
 }
 
 // limitOf is the cap of a limit ban of x, in frames a second: pps, or
@@ -572,7 +646,7 @@ func (d *Detector) Restore(p netip.Prefix, end time.Time, duration time.Duration
 	if len(d.active) < d.cfg.MaxActive {
 		d.active[p] = o
 	}
-	d.spend(o.at) // a reload does not renew the budget
+	d.spend(o.at, false) // a reload does not renew the budget; counted as unverified, which leaves verified evidence its share
 	if len(d.history) < d.cfg.MaxHistory {
 		d.history[p] = o
 	}

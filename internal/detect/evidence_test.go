@@ -97,7 +97,8 @@ func TestSpreadBansThePrefix(t *testing.T) {
 	for range 4 {
 		got = append(got, banned(s.frames(heavy))...)
 	}
-	require.Equal(t, []string{"198.18.9.0/24", "198.18.9.200/32"}, got)
+	sort.Strings(got)
+	require.Equal(t, []string{"198.18.9.0/24", "198.18.9.200/32"}, got, "the address first, then its prefix for the rest")
 
 	s = newSim(t, evidenceConfig(), 10, 100_000)
 	few := []sender{{src: "198.18.9.200", pps: 30_000, length: 80, proto: 17}, spread[0], spread[1]}
@@ -109,45 +110,65 @@ func TestSpreadBansThePrefix(t *testing.T) {
 }
 
 // TestBudget: past MaxPerMinute bans in a minute no ban is made, each
-// refusal is a Budget event counted from 1, and bans resume once the
-// oldest leaves the minute; a restored ban counts against it.
+// refusal is a Budget event counted from 1; unverified evidence takes at
+// most the larger half of the budget, so that verified evidence always
+// finds room; bans resume once the oldest leaves the minute; a restored
+// ban counts against it.
 func TestBudget(t *testing.T) {
 	cfg := evidenceConfig()
 	cfg.MaxPerMinute = 10
+	cfg.Verify = func(f []Flow) []bool {
+		out := make([]bool, len(f))
+		for i := range f {
+			out[i] = f[i].Dst.Port() == 443 // the established connections
+		}
+		return out
+	}
 	s := newSim(t, cfg, 10, 1_000_000)
-	var srcs []sender
+	var forged, real []sender
 	for i := range 15 {
-		srcs = append(srcs, sender{src: netip.AddrFrom4([4]byte{198, 18, byte(i), 53}).String(), pps: 20_000, length: 80, proto: 17})
+		forged = append(forged, sender{src: netip.AddrFrom4([4]byte{1, 0, byte(i), 1}).String(), pps: 40_000, length: 80, proto: 17})
+	}
+	for i := range 6 {
+		real = append(real, sender{src: netip.AddrFrom4([4]byte{203, 0, byte(113 + i), 10}).String(), dst: "192.0.2.10", sport: 40000, dport: 443, pps: 20_000, length: 1400, proto: 6})
 	}
 	var ev []Event
 	for range 3 {
-		ev = append(ev, s.frames(srcs)...)
+		ev = append(ev, s.frames(append(append([]sender{}, forged...), real...))...)
 	}
-	require.Len(t, banned(ev), 10)
+	var unverified, verified int
 	var over []int
 	for _, e := range ev {
-		if e.Kind == Budget {
+		switch {
+		case e.Kind == Ban && e.Verified:
+			verified++
+		case e.Kind == Ban:
+			unverified++
+		case e.Kind == Budget:
 			over = append(over, e.Offence)
 		}
 	}
-	require.Equal(t, []int{1, 2, 3, 4, 5}, over)
+	require.Equal(t, 5, unverified, "forged sources, heavier, get the unverified half alone")
+	require.Equal(t, 5, verified, "the verified half is theirs")
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1}, over, "10 forged refused, then a real one after the verified bans (a new spell)")
 
 	s.now = s.now.Add(BudgetWindow)
 	ev = nil
 	for range 3 {
-		ev = append(ev, s.frames(srcs)...)
+		ev = append(ev, s.frames(append(append([]sender{}, forged...), real...))...)
 	}
-	require.Len(t, banned(ev), 5, "a minute later, the five others")
+	require.Len(t, banned(ev), 6, "a minute later: 5 more forged (their half) and the last real one")
 
 	d, err := New(cfg)
 	require.NoError(t, err)
 	now := time.Unix(1_700_000_000, 0)
 	for i := range 10 {
 		// Begun 30 s ago, 29 s ago, ...
-		d.Restore(netip.MustParsePrefix(srcs[i].src+"/32"), now.Add(9*time.Minute+30*time.Second+time.Duration(i)*time.Second), 10*time.Minute, 1)
+		d.Restore(netip.MustParsePrefix(forged[i].src+"/32"), now.Add(9*time.Minute+30*time.Second+time.Duration(i)*time.Second), 10*time.Minute, 1)
 	}
-	require.True(t, d.spentAt(now.Add(29*time.Second)), "ten bans restored, begun within the minute")
-	require.False(t, d.spentAt(now.Add(30*time.Second)), "the first leaves the minute 30 s on")
+	require.True(t, d.spentAt(now.Add(29*time.Second), true), "ten bans restored, begun within the minute")
+	require.False(t, d.spentAt(now.Add(30*time.Second), true), "the first leaves the minute 30 s on")
+	require.True(t, d.spentAt(now.Add(30*time.Second), false), "restored bans count as unverified")
 }
 
 // TestVerified: a source whose frames come on established connections is
@@ -211,4 +232,43 @@ func TestUnverifiedUDP(t *testing.T) {
 	require.Len(t, ev, 1)
 	require.False(t, ev[0].Verified)
 	require.InDelta(t, 2000, ev[0].Limit, 40, "1,000,000 bytes/s over 500-byte frames")
+}
+
+// TestVerifiedOnlyWhatConnectionsCarry: evidence is verified only when
+// the established flows alone are over the rate: a real client's
+// connection under it never verifies what is forged beside it, from its
+// own address or from its /24; and one address's connection never
+// verifies its prefix.
+func TestVerifiedOnlyWhatConnectionsCarry(t *testing.T) {
+	conn := sender{src: "10.9.2.77", dst: "192.0.2.10", sport: 40001, dport: 8080, pps: 9000, length: 80, proto: 6}
+	for _, c := range []struct {
+		name     string
+		srcs     []sender
+		source   string
+		verified bool
+	}{
+		{"forged UDP from its /24", []sender{conn, {src: "10.9.2.200", pps: 6000, length: 80, proto: 17}}, "10.9.2.0/24", false},
+		{"forged UDP from its address", []sender{conn, {src: "10.9.2.77", pps: 6000, length: 80, proto: 17}}, "10.9.2.77/32", false},
+		{"its connection over the rate", []sender{{src: "10.9.2.77", dst: "192.0.2.10", sport: 40001, dport: 8080, pps: 20_000, length: 80, proto: 6}}, "10.9.2.77/32", true},
+		{"two connections of a /24 under it each", []sender{conn, {src: "10.9.2.78", dst: "192.0.2.10", sport: 40002, dport: 8080, pps: 9000, length: 80, proto: 6}}, "10.9.2.0/24", true},
+		{"one connection carrying its /24", []sender{{src: "10.9.2.77", dst: "192.0.2.10", sport: 40001, dport: 8080, pps: 9000, length: 80, proto: 6}, {src: "10.9.2.78", dst: "192.0.2.10", sport: 40002, dport: 8080, pps: 9000, length: 80, proto: 6}, {src: "10.9.2.79", pps: 1500, length: 80, proto: 17}}, "10.9.2.0/24", false},
+	} {
+		cfg := evidenceConfig()
+		cfg.Verify = func(f []Flow) []bool {
+			out := make([]bool, len(f))
+			for i := range f {
+				out[i] = f[i].Src == netip.MustParseAddrPort("10.9.2.77:40001") ||
+					(c.name == "two connections of a /24 under it each" && f[i].Src == netip.MustParseAddrPort("10.9.2.78:40002"))
+			}
+			return out
+		}
+		s := newSim(t, cfg, 5, 1_000_000)
+		var ev []Event
+		for range 3 {
+			ev = append(ev, s.frames(c.srcs)...)
+		}
+		require.Len(t, ev, 1, c.name)
+		require.Equal(t, c.source, ev[0].Source.String(), c.name)
+		require.Equal(t, c.verified, ev[0].Verified, c.name)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -235,10 +236,16 @@ func inNamespace(ns string, f func() error) error {
 		return fmt.Errorf("sockdiag: network namespace %s: %w", quote.Value(ns), err)
 	}
 	defer target.Close()
+	// Already there: the calling thread, locked while f runs (another
+	// goroutine may have moved the process's other threads, and a goroutine
+	// moves between threads), is in the namespace.
 	var there, own unix.Stat_t
-	if unix.Fstat(int(target), &there) == nil && unix.Stat("/proc/self/ns/net", &own) == nil && there.Dev == own.Dev && there.Ino == own.Ino {
+	runtime.LockOSThread()
+	if unix.Fstat(int(target), &there) == nil && unix.Stat("/proc/thread-self/ns/net", &own) == nil && there.Dev == own.Dev && there.Ino == own.Ino {
+		defer runtime.UnlockOSThread()
 		return f()
 	}
+	runtime.UnlockOSThread()
 	return nsthread.Do(func() error {
 		if err := netns.Set(target); err != nil {
 			return fmt.Errorf("sockdiag: enter network namespace %s: %w", quote.Value(ns), err)

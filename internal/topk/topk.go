@@ -22,12 +22,17 @@ type Entry struct {
 	// most common when that one had more than 1/tallySlots of them.
 	Protocol uint8
 	Rule     int
-	// Addr is the heaviest address of the key's frames counted with
-	// AddFrom since the key took its entry, and AddrSure a count of its
+	// Addrs are the heaviest addresses of the key's frames counted with
+	// AddFrom since the key took its entry, each with a count of its
 	// frames never above the true one (exact when the key's frames came
-	// from at most tallySlots addresses). Invalid without AddFrom.
-	Addr     netip.Addr
-	AddrSure uint64
+	// from at most tallySlots addresses); a zero count is an empty slot.
+	Addrs [tallySlots]AddrCount
+}
+
+// AddrCount is an address of a key and its sure count.
+type AddrCount struct {
+	Addr netip.Addr
+	Sure uint64
 }
 
 type entry struct {
@@ -60,15 +65,11 @@ func (t *addrTally) add(a netip.Addr) {
 	t.counts[lightest]++
 }
 
-// sure is the address of the most sure frames and their count.
-func (t *addrTally) sure() (netip.Addr, uint64) {
-	best, n := 0, uint64(0)
+// sure puts each slot's address and sure count in out.
+func (t *addrTally) sure(out *[tallySlots]AddrCount) {
 	for i := range t.vals {
-		if s := t.counts[i] - t.errs[i]; s > n {
-			best, n = i, s
-		}
+		out[i] = AddrCount{t.vals[i], t.counts[i] - t.errs[i]}
 	}
-	return t.vals[best], n
 }
 
 // tallySlots is how many distinct values an entry counts apart.
@@ -164,11 +165,11 @@ func (t *Table) add(key netip.Prefix, bytes uint64, proto uint8, rule int) *entr
 }
 
 // AddFrom counts one frame of key from addr, an address of key, as Add
-// does; the entry also tells its heaviest address.
+// does; the entry also tells its heaviest addresses.
 func (t *Table) AddFrom(key netip.Prefix, addr netip.Addr, bytes uint64, proto uint8, rule int) {
 	e := t.add(key, bytes, proto, rule)
 	e.addrs.add(addr)
-	e.Addr, e.AddrSure = e.addrs.sure()
+	e.addrs.sure(&e.Addrs)
 }
 
 // Top returns the n heaviest entries, heaviest first (ties by key).

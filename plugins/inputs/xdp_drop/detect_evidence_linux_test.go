@@ -79,10 +79,10 @@ func alertSources(t *testing.T, l *lapi.LAPI) []string {
 
 // TestDetectSpoofedVictims: an attacker forging one address in each of 15
 // victims' /24s, each over pps, with the default options and crowdsec_push:
-// at most max_bans_per_minute bans are made (each of the forged address
-// alone, not its /24; unverified, so a limit), one budget event says the
-// rest were not banned, nothing is pushed, and a bystander in a victim's
-// /24 that never sent a frame passes whole.
+// at most the unverified half of max_bans_per_minute bans are made (each
+// of the forged address alone, not its /24; unverified, so a limit), one
+// budget event says the rest were not banned, nothing is pushed, and a
+// bystander in a victim's /24 that never sent a frame passes whole.
 func TestDetectSpoofedVictims(t *testing.T) {
 	l, b, pw := pushingLAPI(t, "xdp-drop-victims")
 	ns := testns.New(t)
@@ -103,10 +103,12 @@ func TestDetectSpoofedVictims(t *testing.T) {
 		events, last = append(events, ev...), ban
 		return field(ban.Fields(), FieldBudgetSpent) >= 5
 	})
-	// What the fields say is what the kernel holds.
+	// What the fields say is what the kernel holds: unverified evidence
+	// gets the larger half of the budget, the rest is kept for verified.
+	want := DefaultMaxBansPerMinute - DefaultMaxBansPerMinute/2
 	f := last.Fields()
-	require.Equal(t, int64(DefaultMaxBansPerMinute), field(f, FieldAdded), "the budget: %v", f)
-	require.Equal(t, int64(DefaultMaxBansPerMinute), field(f, FieldAddedUnverified))
+	require.Equal(t, int64(want), field(f, FieldAdded), "the budget: %v", f)
+	require.Equal(t, int64(want), field(f, FieldAddedUnverified))
 	require.Zero(t, field(f, FieldAddedVerified))
 	require.Equal(t, int64(0), field(f, FieldPushed))
 	held := map[string]uint64{}
@@ -122,7 +124,7 @@ func TestDetectSpoofedVictims(t *testing.T) {
 		}
 	}
 	p.mu.Unlock()
-	require.Len(t, held, DefaultMaxBansPerMinute)
+	require.Len(t, held, want)
 	budget := 0
 	for _, e := range events {
 		switch e.Tags()[TagEvent] {
@@ -273,13 +275,14 @@ func sendOnFrames(t *testing.T, ns *testns.NS, frame []byte, count, passed int) 
 }
 
 // TestDetectBudgetAcrossReload: a reload does not renew the budget. With
-// max_bans_per_minute = 2, two bans made before a handover leave the
-// successor none to make within the minute: two more sources over the
-// rate are counted budget_spent, not banned, and their frames all pass.
+// max_bans_per_minute = 4, the two unverified bans made before a handover
+// (the unverified half) leave the successor none to make within the
+// minute: two more sources over the rate are counted budget_spent, not
+// banned, and their frames all pass.
 func TestDetectBudgetAcrossReload(t *testing.T) {
 	ns := testns.New(t)
 	cfg := func() *XDPDrop {
-		p := detectPlugin(&DetectConfig{PPS: 1000, DryRun: enforce(), UnverifiedAction: "drop", MaxBansPerMinute: ptr(int64(2))}, nil)
+		p := detectPlugin(&DetectConfig{PPS: 1000, DryRun: enforce(), UnverifiedAction: "drop", MaxBansPerMinute: ptr(int64(4))}, nil)
 		p.Namespace = ns.Name
 		return p
 	}
