@@ -232,7 +232,9 @@ func (nhmsg) Serialize() []byte { return make([]byte, unix.SizeofNhmsg) }
 // net.ipv4.nexthop_compat_mode is 0, so the routes do not name it. A
 // group's members are objects of their own in the dump, so each
 // member's gateway is among them; a blackhole has none. One dump, of
-// one message per object: it reads what "ip nexthop" prints.
+// one message per object, a minute: for 10,000 objects about 17 ms and
+// 7 MB of garbage, and a guard each unless their gateways are shared
+// (BenchmarkGuardsNexthopObjects).
 func nexthopGateways() ([]guard, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETNEXTHOP, unix.NLM_F_DUMP)
 	req.AddData(nhmsg{})

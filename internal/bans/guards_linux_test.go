@@ -31,7 +31,7 @@ const compatMode = "/proc/sys/net/ipv4/nexthop_compat_mode"
 // nexthopRoutes sets net.ipv4.nexthop_compat_mode to 0 in the test
 // namespace alone (it is the namespace's own), addresses its veth and
 // runs ip's batch of nexthop objects and routes in it.
-func nexthopRoutes(t *testing.T, ns *testns.NS, batch string) {
+func nexthopRoutes(t testing.TB, ns *testns.NS, batch string) {
 	t.Helper()
 	host, err := os.ReadFile(compatMode)
 	require.NoError(t, err)
@@ -125,4 +125,53 @@ route add ::/0 nhid 11
 	} {
 		require.Equal(t, want, g.check(netip.MustParsePrefix(src)), src)
 	}
+}
+
+// BenchmarkGuardsNexthopObjects: a refresh of the guards in a namespace
+// of 10,000 nexthop objects, each its own gateway, and 10,000 routes by
+// them (a router's worth); of the nexthop dump alone; of a check against
+// all their guards.
+func BenchmarkGuardsNexthopObjects(b *testing.B) {
+	ns := testns.New(b)
+	var batch strings.Builder
+	fmt.Fprintf(&batch, "address add 10.9.0.1/16 dev %s\n", testns.Dev)
+	const objects = 10_000
+	for i := range objects {
+		fmt.Fprintf(&batch, "nexthop add id %d via 10.9.%d.%d dev %s\n", i+1, (i+2)/256, (i+2)%256, testns.Dev)
+		fmt.Fprintf(&batch, "route add 10.%d.%d.0/24 nhid %d\n", 100+i/256, i%256, i+1)
+	}
+	nexthopRoutes(b, ns, batch.String())
+	resolv := filepath.Join(b.TempDir(), "resolv.conf")
+	require.NoError(b, os.WriteFile(resolv, nil, 0o644))
+	g := newGuards(&Settings{Namespace: ns.Path, ResolvConf: resolv})
+	b.Run("refresh", func(b *testing.B) {
+		for b.Loop() {
+			g.refresh(testLog{})
+		}
+	})
+	n := 0
+	for _, x := range g.list {
+		if strings.Contains(x.what, "(nexthop id ") {
+			n++
+		}
+	}
+	require.Equal(b, objects, n)
+	b.Run("dump", func(b *testing.B) {
+		require.NoError(b, ns.Do(func() error {
+			for b.Loop() {
+				if _, err := nexthopGateways(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	})
+	b.Run("check", func(b *testing.B) {
+		p := netip.MustParsePrefix("198.51.100.7/32")
+		for b.Loop() {
+			if g.check(p) != "" {
+				b.Fatal("guarded")
+			}
+		}
+	})
 }
