@@ -178,6 +178,63 @@ func TestDetectGuardsRoutesAndResolvers(t *testing.T) {
 	sendBanFlows(t, ns, flows...)
 }
 
+// TestDetectGuardsNexthopObjects: with net.ipv4.nexthop_compat_mode = 0
+// in the namespace, routes by nexthop object (an IPv4 default route, a
+// route through a group, an IPv6 default route) carry only the objects'
+// ids, yet their gateways, a group's members included, are never
+// banned: each refused once as its object's gateway, its frames all
+// passing, while a flood from elsewhere is banned.
+func TestDetectGuardsNexthopObjects(t *testing.T) {
+	ns := testns.New(t)
+	addressDev(t, ns, []string{"10.9.0.1/24", "2001:db8:9::1/64"}, nil)
+	require.NoError(t, ns.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/nexthop_compat_mode", []byte("0"), 0) // the namespace's own
+	}))
+	cmd := ns.Exec("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.ReplaceAll(`nexthop add id 7 via 10.9.0.254 dev DEV
+nexthop add id 8 via 10.9.0.253 dev DEV
+nexthop add id 9 via 10.9.0.252 dev DEV
+nexthop add id 20 group 8/9
+nexthop add id 11 via 2001:db8:9::fe dev DEV
+route add default nhid 7
+route add 10.50.0.0/16 nhid 20
+route add ::/0 nhid 11
+`, "DEV", testns.Dev))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s", testns.Cmdline(cmd), out)
+	routes := ns.Exec("ip", "-4", "route", "show", "default")
+	out, err = routes.Output()
+	require.NoError(t, err)
+	require.Equal(t, "default nhid 7 \n", string(out), "the route names no gateway")
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	require.NoError(t, os.WriteFile(resolv, nil, 0o644))
+	log := &recordLog{}
+	p := detectPlugin(&DetectConfig{PPS: 500, DryRun: enforce(), UnverifiedAction: "drop"}, nil)
+	p.TopSourcePrefixV4, p.TopSourcePrefixV6, p.Log, p.Run.ResolvConf = 32, 128, log, resolv
+	require.Empty(t, startPlugin(t, ns, p).Errors)
+	start := logged(log, "never banned: ")
+	require.Len(t, start, 1)
+	for _, want := range []string{
+		"the gateway 10.9.0.254 (nexthop id 7)", "the gateway 10.9.0.253 (nexthop id 8)",
+		"the gateway 10.9.0.252 (nexthop id 9)", "the gateway 2001:db8:9::fe (nexthop id 11)",
+	} {
+		require.Contains(t, start[0], want)
+	}
+	guarded := []string{"10.9.0.254", "10.9.0.253", "2001:db8:9::fe"}
+	sources := floodRefused(t, ns, p, append(guarded, "10.9.0.77"), 4)
+	require.Equal(t, map[string]int{"10.9.0.254/32": 1, "10.9.0.253/32": 1, "2001:db8:9::fe/128": 1}, sources)
+	require.Len(t, logged(log, "not banning 10.9.0.254/32: the gateway 10.9.0.254 (nexthop id 7)"), 1)
+	require.Len(t, logged(log, "not banning 10.9.0.253/32: the gateway 10.9.0.253 (nexthop id 8)"), 1)
+	ban, _ := gatherDetect(t, ns, p)
+	require.Equal(t, int64(1), field(ban.Fields(), FieldActive), "the one from elsewhere")
+	require.Equal(t, int64(3), field(ban.Fields(), FieldRefused))
+	flows := []banFlow{{"10.9.0.77", 100, 0}}
+	for _, g := range guarded {
+		flows = append(flows, banFlow{g, 100, 100})
+	}
+	sendBanFlows(t, ns, flows...)
+}
+
 // alertCounter is a proxy to the LAPI at target that counts the alerts
 // posted through it.
 func alertCounter(t *testing.T, target string) (string, *atomic.Int64) {
