@@ -13,6 +13,8 @@
 #include <linux/if_ether.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -33,8 +35,8 @@
 #define NEXTHDR_DEST 60
 
 /*
- * Where parsing got to. l3 and later_frag are read by the rules only: in
- * the program without rules clang drops them.
+ * Where parsing got to. l3 and later_frag are read by the rules and bans
+ * only: in the program without either clang drops them.
  */
 struct hdr_cursor {
 	void *pos;      /* the header of the frame's class; for IPv6, past the extension headers */
@@ -663,6 +665,15 @@ enum ban_probe_result {
 	BAN_FOUND,
 };
 
+/*
+ * In a ban found, besides its origin + 1: it is a limit claim the frame is
+ * over, from which an established TCP socket's frame is exempt (ban_exempt).
+ */
+#define BAN_OVER_LIMIT 0x8
+/* ban_lookup's flags: the family, and that the frame is exempt from limit claims. */
+#define BAN_LOOKUP_V6 0x1
+#define BAN_LOOKUP_EXEMPT 0x2
+
 /* The time bans' ends and rates are read against. */
 static __always_inline __u64 ban_now(void)
 {
@@ -695,11 +706,13 @@ static __always_inline int ban_within(struct ban_value *v, __u64 now)
 
 /*
  * Probes length len for an entry containing addr: an allowed prefix, a ban
- * in force that drops the frame (its origin + 1 in *found), or nothing (an
- * expired ban, or a limit the frame is within, counts as nothing). The
+ * in force that drops the frame (its origin + 1 in *found, with
+ * BAN_OVER_LIMIT for a limit claim), or nothing (an expired ban,
+ * or a limit the frame is within or exempt from, counts as nothing). The
  * clock is read once, at the first ban found.
  */
-static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, int *found)
+static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, __u64 *now, int *found,
+					 int exempt)
 {
 	struct ban_value *v;
 
@@ -738,9 +751,9 @@ static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, _
 		return BAN_FOUND;
 	}
 	/* Limit claims only: a frame within the rate goes on to shorter bans, then the rules. */
-	if (ban_within(v, *now))
+	if (exempt || ban_within(v, *now))
 		return BAN_NONE;
-	*found = (v->limit_origin & (BAN_ORIGINS - 1)) + 1;
+	*found = ((v->limit_origin & (BAN_ORIGINS - 1)) + 1) | BAN_OVER_LIMIT;
 	return BAN_FOUND;
 }
 
@@ -749,7 +762,7 @@ static __always_inline int ban_probe_len(__u32 len, const __u32 *addr, int v6, _
  * first: the first allowed prefix or ban in force decides.
  */
 static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr, int v6, __u64 *now,
-					  int *found)
+					  int *found, int exempt)
 {
 	int i, r;
 
@@ -761,7 +774,7 @@ static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr
 			break;
 		bit = ban_top(w);
 		w &= ~(1ULL << bit);
-		r = ban_probe_len(base + bit + 1, addr, v6, now, found);
+		r = ban_probe_len(base + bit + 1, addr, v6, now, found, exempt);
 		if (r != BAN_NONE)
 			return r;
 	}
@@ -770,10 +783,11 @@ static __always_inline int ban_probe_bits(__u64 w, __u32 base, const __u32 *addr
 
 /*
  * The ban in force on a source address (network order words, a0 alone for
- * IPv4) that drops the frame: its origin + 1; 0 when none does (none is in
- * force, the frame is within a limit, or the address is allowed).
+ * IPv4) that drops the frame: as ban_probe_len's *found; 0 when none
+ * does (none is in force, the frame is within a limit, or exempt from
+ * limits, or the address is allowed).
  */
-static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6)
+static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32 a3, const int v6, int exempt)
 {
 	__u32 addr[4] = { a0, a1, a2, a3 };
 	struct ban_bucket *b;
@@ -791,11 +805,11 @@ static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32
 		return 0;
 	/* Each word loaded once (volatile): a length in the bucket before and after a rewrite is in what is probed. */
 	if (v6) {
-		r = ban_probe_bits(*(volatile __u64 *)&b->bits[1], 64, addr, 1, &now, &ban);
+		r = ban_probe_bits(*(volatile __u64 *)&b->bits[1], 64, addr, 1, &now, &ban, exempt);
 		if (r == BAN_NONE)
-			r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 1, &now, &ban);
+			r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 1, &now, &ban, exempt);
 	} else {
-		r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 0, &now, &ban);
+		r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 0, &now, &ban, exempt);
 	}
 	return r == BAN_FOUND ? ban : 0;
 }
@@ -805,17 +819,20 @@ static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32
  * once, not once for every path of the rules around it (inlined there it
  * makes too many); its arguments are scalars, as it needs.
  */
-__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 v6)
+__noinline int ban_lookup(__u32 a0, __u32 a1, __u32 a2, __u32 a3, __u32 flags)
 {
-	if (v6)
-		return ban_lookup_inline(a0, a1, a2, a3, 1);
-	return ban_lookup_inline(a0, 0, 0, 0, 0);
+	int exempt = !!(flags & BAN_LOOKUP_EXEMPT);
+
+	if (flags & BAN_LOOKUP_V6)
+		return ban_lookup_inline(a0, a1, a2, a3, 1, exempt);
+	return ban_lookup_inline(a0, 0, 0, 0, 0, exempt);
 }
 
 /*
  * The ban in force on the source of an IP frame of class class whose
- * headers are whole, as ban_lookup gives it: inlined, which saves a call,
- * in the programs without rules, whose paths are few enough to verify.
+ * headers are whole, as ban_lookup gives it: for IPv4 inlined, which saves
+ * a call, in the programs without rules, whose IPv4 paths are few enough to
+ * verify (IPv6's extension headers make too many).
  */
 static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class, const int rules)
 {
@@ -823,17 +840,96 @@ static __always_inline int ban_find(struct hdr_cursor *nh, __u32 class, const in
 		struct ipv6hdr *ip6h = nh->l3;
 		__u32 *a = (__u32 *)&ip6h->saddr;
 
-		if (!rules)
-			return ban_lookup_inline(a[0], a[1], a[2], a[3], 1);
-		return ban_lookup(a[0], a[1], a[2], a[3], 1);
+		return ban_lookup(a[0], a[1], a[2], a[3], BAN_LOOKUP_V6);
 	}
 	if (!rules)
-		return ban_lookup_inline(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
+		return ban_lookup_inline(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0, 0);
 	return ban_lookup(((struct iphdr *)nh->l3)->saddr, 0, 0, 0, 0);
 }
 
 /*
- * Counts a frame of class class the ban of origin + 1 ban decided, under its origin and
+ * Whether a TCP frame of class class, whose IP header is at l3 and the
+ * header of its class at pos (offsets from data; pos | 1 << 16 for a later
+ * IPv6 fragment), belongs to an established TCP socket of the host (its
+ * netns's). A later fragment, or a TCP header cut short, is not looked up.
+ */
+static __always_inline int tcp_established(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	/* Offsets into an XDP buffer, a page at most: the masks change nothing, and give the verifier its bounds. */
+	struct ipv6hdr *ip6h = data + (l3 & 0x7FFF);
+	struct iphdr *iph = data + (l3 & 0x7FFF);
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+	struct tcphdr *th;
+	__u32 size;
+	int est;
+
+	if (class == CLASS_IPV6 + IPPROTO_TCP) {
+		th = data + (pos & 0x7FFF);
+		if ((pos >> 16) || (void *)(ip6h + 1) > data_end || (void *)(th + 1) > data_end)
+			return 0;
+		__builtin_memcpy(t.ipv6.saddr, &ip6h->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, &ip6h->daddr, 16);
+		t.ipv6.sport = th->source;
+		t.ipv6.dport = th->dest;
+		size = sizeof(t.ipv6);
+	} else if (class == CLASS_IPV4 + IPPROTO_TCP) {
+		if ((void *)(iph + 1) > data_end || (iph->frag_off & bpf_htons(0x1FFF)))
+			return 0;
+		th = (void *)iph + ((*(__u8 *)iph & 0xF) << 2);
+		if ((void *)(th + 1) > data_end)
+			return 0;
+		t.ipv4.saddr = iph->saddr;
+		t.ipv4.daddr = iph->daddr;
+		t.ipv4.sport = th->source;
+		t.ipv4.dport = th->dest;
+		size = sizeof(t.ipv4);
+	} else {
+		return 0;
+	}
+	sk = bpf_skc_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	est = sk->state == BPF_TCP_ESTABLISHED;
+	bpf_sk_release(sk);
+	return est;
+}
+
+/*
+ * The ban of a frame a limit claim would drop (ban, as ban_find gives
+ * it; l3 and pos as tcp_established's): when the frame is an established
+ * TCP socket's, it is exempt from every limit claim, and the bans are
+ * probed again for a drop claim or an allowed prefix, as for a frame
+ * within the claim (the limits it is within keep their rate: it takes
+ * none); else ban. A limit never starves the host's own connections,
+ * whatever a forger of their source sends. A function of its own, which
+ * the verifier checks once.
+ */
+__noinline int ban_exempt(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos, int ban)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6h = data + (l3 & 0x7FFF);
+	struct iphdr *iph = data + (l3 & 0x7FFF);
+	__u32 *a;
+
+	if (!tcp_established(ctx, class, l3, pos))
+		return ban;
+	if (class >= CLASS_IPV6) {
+		if ((void *)(ip6h + 1) > data_end)
+			return ban;
+		a = (__u32 *)&ip6h->saddr;
+		return ban_lookup(a[0], a[1], a[2], a[3], BAN_LOOKUP_V6 | BAN_LOOKUP_EXEMPT);
+	}
+	if ((void *)(iph + 1) > data_end)
+		return ban;
+	return ban_lookup(iph->saddr, 0, 0, 0, BAN_LOOKUP_EXEMPT);
+}
+
+/*
+ * Counts a frame of class class the ban of origin + 1 ban (BAN_OVER_LIMIT aside) decided, under its origin and
  * action, and under its class as a drop (in c when that is its class's
  * action, else under other[class] of the rule block); returns whether to
  * drop it. In a bans dry run it is counted would_drop only, and goes on.
@@ -877,6 +973,7 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 				      const int limits, const int bans)
 {
 	int ban = 0;
+	__u32 l3, pos;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct hdr_cursor cur = {};
@@ -890,8 +987,20 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 	if (class >= CLASS_COUNT)
 		return XDP_PASS;
 	/* Bans, then rules, see IP frames whose headers are whole. */
-	if (bans && class < CLASS_IPV4_TRUNCATED)
+	if (bans && class < CLASS_IPV4_TRUNCATED) {
+		/*
+		 * The headers' offsets, as numbers from here on (the barrier
+		 * keeps clang from reading them off pointers later): a pointer
+		 * live across the lookup would multiply the states it verifies.
+		 */
+		l3 = cur.l3 - data;
+		pos = (cur.pos - data) | cur.later_frag << 16;
+		asm volatile("" : "+r"(l3), "+r"(pos));
 		ban = ban_find(&cur, class, rules);
+		/* Only frames a limit claim would drop get there, and only TCP ones pay for the socket lookup. */
+		if (ban & BAN_OVER_LIMIT)
+			ban = ban_exempt(ctx, class, l3, pos, ban);
+	}
 	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run))
 		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)

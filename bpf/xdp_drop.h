@@ -170,7 +170,8 @@ struct ban_v6_key {
  * claim's. Until drop_end the frames are dropped, counted under origin;
  * from then until end, only limit claims hold: the frames over the rate
  * of the one lasting longest (interval, tau, as limit.h's) are dropped,
- * counted under limit_origin, and those within it go on as unbanned.
+ * counted under limit_origin, but for an established TCP socket's
+ * (ban_exempt), and those within it go on as unbanned.
  * The rate's GCRA cell, tat, is shared by all CPUs. Programs read all but
  * claims and pps, user space's, kept in the entry so that a successor that
  * takes the maps over rebuilds every origin's claim.
