@@ -365,8 +365,7 @@ func (d *Detector) Tick(now time.Time, in []Reading) []Event {
 		if a.Bits() != b.Bits() {
 			return b.Bits() - a.Bits()
 		}
-		xa, xb := d.rates[a], d.rates[b]
-		if c := cmp.Compare(xb.lowPPS+xb.lowBPS/1500, xa.lowPPS+xa.lowBPS/1500); c != 0 {
+		if c := cmp.Compare(d.excess(d.rates[b]), d.excess(d.rates[a])); c != 0 {
 			return c
 		}
 		return a.Addr().Compare(b.Addr())
@@ -436,6 +435,18 @@ func (d *Detector) holds(k netip.Prefix, x *rate) bool {
 		return !prefixHeld
 	}
 	return true
+}
+
+// excess is how many times over its rates x is, by the rate that is most.
+func (d *Detector) excess(x *rate) float64 {
+	e := 0.0
+	if d.cfg.PPS > 0 {
+		e = x.lowPPS / d.cfg.PPS
+	}
+	if d.cfg.BytesPerSecond > 0 {
+		e = max(e, x.lowBPS/d.cfg.BytesPerSecond)
+	}
+	return e
 }
 
 func (d *Detector) over(x *rate) bool {
@@ -556,13 +567,13 @@ func (d *Detector) spend(at time.Time, verified bool) {
 // the host holds established connections of are, on their own, over the
 // rate (less Confidence standard deviations, as any rate): the source
 // proved its address with a handshake, and what it sent on its
-// connections is the flood. A prefix of the aggregation is verified only
-// when such flows of at least two of its addresses carry it: one
-// address's connection never verifies its neighbours. The heaviest
-// verifyFlows flows of p in each window are asked about, for at most
-// verifyPerTick candidates a tick.
+// connections is the flood. Only an address is verified: a prefix of the
+// aggregation holds addresses that proved nothing (its bystanders), so its
+// ban is always on unverified evidence, whatever connections of some of
+// its addresses carried. The heaviest verifyFlows flows of p in each
+// window are asked about, for at most verifyPerTick candidates a tick.
 func (d *Detector) verified(p netip.Prefix, x *rate) bool {
-	if d.cfg.Verify == nil || x.sure == 0 || d.verifies >= verifyPerTick {
+	if d.cfg.Verify == nil || x.sure == 0 || d.verifies >= verifyPerTick || p.Bits() < p.Addr().BitLen() {
 		return false
 	}
 	var cands []flowCount
@@ -579,16 +590,12 @@ func (d *Detector) verified(p netip.Prefix, x *rate) bool {
 	}
 	ok := d.cfg.Verify(flows)
 	var proven float64
-	var from []netip.Addr
 	for i, c := range cands {
 		if i < len(ok) && ok[i] {
 			proven += float64(c.sure)
-			if a := c.flow.Src.Addr(); !slices.Contains(from, a) {
-				from = append(from, a)
-			}
 		}
 	}
-	if proven == 0 || (p.Bits() < p.Addr().BitLen() && len(from) < 2) {
+	if proven == 0 {
 		return false
 	}
 	low := max(proven-Confidence*math.Sqrt(proven), 0) / x.sure
