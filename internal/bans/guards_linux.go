@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
@@ -107,7 +105,7 @@ func canonicalAll(ps []netip.Prefix) []netip.Prefix {
 func (g *guards) refresh(log Logger) {
 	var list []guard
 	var problems []string
-	err := inNamespace(g.ns, func() error {
+	err := nsthread.In(g.ns, func() error {
 		host, err := hostAddresses()
 		if err != nil {
 			problems = append(problems, err.Error())
@@ -427,38 +425,4 @@ func describeGuards(allow []netip.Prefix, list []guard) string {
 		return "nothing"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// inNamespace runs f on a thread inside network namespace ns (a name of
-// ip netns's or a path), or directly without one or when the process is
-// in it already.
-func inNamespace(ns string, f func() error) error {
-	if ns == "" {
-		return f()
-	}
-	path := ns
-	if !strings.Contains(ns, "/") {
-		path = "/var/run/netns/" + ns
-	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("network namespace %s: %w", quote.Value(ns), err)
-	}
-	defer target.Close()
-	// Already there: the calling thread, locked while f runs (another
-	// goroutine may have moved the process's other threads, and a goroutine
-	// moves between threads), is in the namespace.
-	var there, own unix.Stat_t
-	runtime.LockOSThread()
-	if unix.Stat(path, &there) == nil && unix.Stat("/proc/thread-self/ns/net", &own) == nil && there.Dev == own.Dev && there.Ino == own.Ino {
-		defer runtime.UnlockOSThread()
-		return f()
-	}
-	runtime.UnlockOSThread()
-	return nsthread.Do(func() error {
-		if err := netns.Set(target); err != nil {
-			return fmt.Errorf("enter namespace %s: %w", quote.Value(ns), err)
-		}
-		return nil
-	}, f)
 }

@@ -14,16 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/internal/nsthread"
-	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // MaxFlows bounds the flows of one call: the lookup is for a few candidates
@@ -61,7 +57,7 @@ func Established(ns string, flows []Flow) ([]bool, error) {
 		return out, nil
 	}
 	var fd int
-	err := inNamespace(ns, func() error {
+	err := nsthread.In(ns, func() error {
 		var err error
 		fd, err = open()
 		return err
@@ -218,38 +214,4 @@ func parse(b []byte, seq uint32) (state uint8, mine bool, err error) {
 		}
 	}
 	return 0, false, nil
-}
-
-// inNamespace runs f in network namespace ns: a name of /var/run/netns, a
-// path, or "" for the process's own. A namespace that is the process's own
-// runs f where it is.
-func inNamespace(ns string, f func() error) error {
-	if ns == "" {
-		return f()
-	}
-	path := ns
-	if !strings.Contains(ns, "/") {
-		path = "/var/run/netns/" + ns
-	}
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("sockdiag: network namespace %s: %w", quote.Value(ns), err)
-	}
-	defer target.Close()
-	// Already there: the calling thread, locked while f runs (another
-	// goroutine may have moved the process's other threads, and a goroutine
-	// moves between threads), is in the namespace.
-	var there, own unix.Stat_t
-	runtime.LockOSThread()
-	if unix.Fstat(int(target), &there) == nil && unix.Stat("/proc/thread-self/ns/net", &own) == nil && there.Dev == own.Dev && there.Ino == own.Ino {
-		defer runtime.UnlockOSThread()
-		return f()
-	}
-	runtime.UnlockOSThread()
-	return nsthread.Do(func() error {
-		if err := netns.Set(target); err != nil {
-			return fmt.Errorf("sockdiag: enter network namespace %s: %w", quote.Value(ns), err)
-		}
-		return nil
-	}, f)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdp-drop/xdp_drop/internal/nsthread"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
 )
 
@@ -114,7 +115,7 @@ func mapped(f Flow) Flow {
 func state(t testing.TB, ns string, f Flow) uint8 {
 	t.Helper()
 	var fd int
-	require.NoError(t, inNamespace(ns, func() error {
+	require.NoError(t, nsthread.In(ns, func() error {
 		var err error
 		fd, err = open()
 		return err
@@ -288,7 +289,7 @@ func BenchmarkLookup(b *testing.B) {
 	l := listen(b, n, "127.0.0.1:0", nil)
 	_, _, f := connect(b, n, l, l.Addr().String())
 	var fd int
-	require.NoError(b, inNamespace(n.Name, func() error {
+	require.NoError(b, nsthread.In(n.Name, func() error {
 		var err error
 		fd, err = open()
 		return err
