@@ -28,8 +28,8 @@ import (
 )
 
 // floodFrames sends each frame at about perSecond a second, until done
-// says so (a minute at most).
-func floodFrames(t *testing.T, ns *testns.NS, fs [][]byte, perSecond int, done func() bool) {
+// says so (a minute at most); it returns how long it flooded.
+func floodFrames(t *testing.T, ns *testns.NS, fs [][]byte, perSecond int, done func() bool) time.Duration {
 	t.Helper()
 	gen, err := txgen.New()
 	require.NoError(t, err)
@@ -46,6 +46,7 @@ func floodFrames(t *testing.T, ns *testns.NS, fs [][]byte, perSecond int, done f
 		next = next.Add(step)
 		time.Sleep(time.Until(next))
 	}
+	return time.Since(start)
 }
 
 // pushingLAPI is a real LAPI with a machine detection pushes as, and the

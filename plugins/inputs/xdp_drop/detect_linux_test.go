@@ -17,7 +17,6 @@ import (
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testns"
-	"github.com/xdp-drop/xdp_drop/internal/testing/txgen"
 )
 
 // detectPlugin is a plugin on the test veth that drops GRE (which no test
@@ -56,27 +55,16 @@ func banCounterOf(t *testing.T, p *XDPDrop, origin uint8, a bpf.BanAction) uint6
 	return 0
 }
 
-// flood sends frames of each source at about perSecond a second each,
-// until done says so or a minute passes; it returns how long it flooded.
+// flood sends UDP frames of each source at about perSecond a second
+// each, until done says so or a minute passes; it returns how long it
+// flooded.
 func flood(t *testing.T, ns *testns.NS, srcs []string, perSecond int, done func() bool) time.Duration {
 	t.Helper()
-	gen, err := txgen.New()
-	require.NoError(t, err)
-	defer gen.Close()
-	const step = 20 * time.Millisecond
-	batch := perSecond * int(step) / int(time.Second)
-	start := time.Now()
-	next := start
-	for !done() {
-		require.Less(t, time.Since(start), testns.Hang, "flooded %v and it is not done", testns.Hang)
-		for _, src := range srcs {
-			f := banFlow{src: src}.frame()
-			require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, f, batch) }))
-		}
-		next = next.Add(step)
-		time.Sleep(time.Until(next))
+	fs := make([][]byte, len(srcs))
+	for i, src := range srcs {
+		fs[i] = banFlow{src: src}.frame()
 	}
-	return time.Since(start)
+	return floodFrames(t, ns, fs, perSecond, done)
 }
 
 // gatherDetect gathers once and returns the detection's xdp_drop_ban
