@@ -57,6 +57,10 @@ type flowLayout struct {
 	rows  int // rows a generation and family
 }
 
+// slots is how many counter slots a layout has: room for a whole new set
+// of both families while the old one's are still being let go.
+func (l flowLayout) slots() int { return 4 * l.max }
+
 func newFlowLayout(max int) flowLayout {
 	if max <= 0 {
 		max = FlowMaxRules
@@ -82,12 +86,7 @@ type flowFamily struct {
 // bitset is a rule bitmap of a row.
 type bitset []uint64
 
-func (b bitset) set(i int) { b[i/64] |= 1 << (i % 64) }
-func (b bitset) or(o bitset) {
-	for i := range b {
-		b[i] |= o[i]
-	}
-}
+func (b bitset) set(i int)     { b[i/64] |= 1 << (i % 64) }
 func (b bitset) clone() bitset { return slices.Clone(b) }
 func (b bitset) key() string {
 	buf := make([]byte, 8*len(b))

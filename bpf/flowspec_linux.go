@@ -3,13 +3,9 @@
 package bpf
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 	"unsafe"
 
@@ -96,10 +92,6 @@ func flowSavedSpec(lay flowLayout) *ebpf.MapSpec {
 		Flags:      uint32(1), // BPF_F_NO_PREALLOC: memory for the records there only
 	}
 }
-
-// slots is how many counter slots a layout has: room for a whole new set
-// of both families while the old one's are still being let go.
-func (l flowLayout) slots() int { return 4 * l.max }
 
 // flowState is the FlowSpec state of a ban table's maps.
 type flowState struct {
@@ -373,118 +365,6 @@ func (s *flowState) release(gone []uint32) error {
 	return nil
 }
 
-// flowSaved is a rule's record in the saved set.
-type flowSaved struct {
-	Order int
-	Rule  FlowRule
-}
-
-// save writes the set in force into the saved map, for a successor.
-func (s *flowState) save() error {
-	want := map[uint32]bool{}
-	for i, r := range s.rules {
-		j, err := json.Marshal(flowSaved{Order: i, Rule: r})
-		if err != nil {
-			return fmt.Errorf("save FlowSpec rule %q: %w", r.ID, err)
-		}
-		full := append(binary.LittleEndian.AppendUint32(nil, uint32(len(j))), j...)
-		if len(full) > flowSavedChunk*flowSavedChunks {
-			return fmt.Errorf("FlowSpec rule %q is too large to hand over (%d bytes)", r.ID, len(full))
-		}
-		sl := s.slots[r.ID]
-		for c := 0; c*flowSavedChunk < len(full); c++ {
-			chunk := make([]byte, flowSavedChunk)
-			copy(chunk, full[c*flowSavedChunk:])
-			k := sl<<4 | uint32(c)
-			want[k] = true
-			if err := s.maps.saved.Update(k, chunk, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("save FlowSpec rule %q: %w", r.ID, err)
-			}
-		}
-	}
-	var k uint32
-	var stale []uint32
-	val := make([]byte, flowSavedChunk)
-	it := s.maps.saved.Iterate()
-	for it.Next(&k, &val) {
-		if !want[k] {
-			stale = append(stale, k)
-		}
-	}
-	for _, k := range stale {
-		s.maps.saved.Delete(k)
-	}
-	return nil
-}
-
-// rebuild reads the set in force from maps handed over: the generation,
-// the rules with their slots, the prefix entries written.
-func (s *flowState) rebuild() error {
-	var gen uint32
-	if err := s.maps.Ctl.Lookup(uint32(0), &gen); err != nil {
-		return fmt.Errorf("read the handed-over FlowSpec generation: %w", err)
-	}
-	s.gen = gen & 1
-	chunks := map[uint32][][]byte{}
-	var k uint32
-	val := make([]byte, flowSavedChunk)
-	it := s.maps.saved.Iterate()
-	for it.Next(&k, &val) {
-		sl, c := k>>4, int(k&15)
-		for len(chunks[sl]) <= c {
-			chunks[sl] = append(chunks[sl], nil)
-		}
-		chunks[sl][c] = slices.Clone(val)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the handed-over FlowSpec rules: %w", err)
-	}
-	var saved []flowSaved
-	used := map[uint32]bool{}
-	for sl, cs := range chunks {
-		full := slices.Concat(cs...)
-		if len(full) < 4 {
-			continue
-		}
-		n := int(binary.LittleEndian.Uint32(full))
-		if n > len(full)-4 {
-			return errors.New("a handed-over FlowSpec rule is cut short")
-		}
-		var r flowSaved
-		if err := json.Unmarshal(full[4:4+n], &r); err != nil {
-			return fmt.Errorf("read a handed-over FlowSpec rule: %w", err)
-		}
-		saved = append(saved, r)
-		s.slots[r.Rule.ID] = sl
-		used[sl] = true
-	}
-	sort.Slice(saved, func(i, j int) bool { return saved[i].Order < saved[j].Order })
-	for _, r := range saved {
-		s.rules = append(s.rules, r.Rule)
-	}
-	for i := range s.lay.slots() {
-		if sl := uint32(s.lay.slots() - 1 - i); !used[sl] {
-			s.free = append(s.free, sl)
-			s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny)
-		}
-	}
-	// The prefixes of both generations, to be cleared before theirs is written again.
-	var k4 xdpDropLpmV4Key
-	var k6 xdpDropLpmV6Key
-	var row uint32
-	it = s.maps.Pfx4.Iterate()
-	for it.Next(&k4, &row) {
-		p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen)-8)
-		s.written[k4.Dir>>1&1][0] = append(s.written[k4.Dir>>1&1][0], flowPrefixEntry{dir: k4.Dir & 1, prefix: p})
-	}
-	it = s.maps.Pfx6.Iterate()
-	for it.Next(&k6, &row) {
-		p := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen)-8)
-		s.written[k6.Dir>>1&1][1] = append(s.written[k6.Dir>>1&1][1], flowPrefixEntry{dir: k6.Dir & 1, prefix: p})
-	}
-	return nil
-}
-
 // Rules returns the set in force, in order (after a handover, the one
 // handed over).
 func (t *FlowTable) Rules() []FlowRule {
@@ -513,139 +393,6 @@ func (t *FlowTable) Memory() (uint64, error) {
 		total += n
 	}
 	return total, nil
-}
-
-// FlowCounters returns the frames each rule in force matched and dropped
-// on the program's interface, by FlowRule.ID, summed over CPUs; nil without
-// FlowSpec.
-func (p *Program) FlowCounters() (map[string]FlowCount, error) {
-	if !p.in.policy.FlowSpec.On {
-		return nil, nil
-	}
-	m, err := p.flowCountersMap()
-	if err != nil {
-		return nil, err
-	}
-	s, err := p.in.FlowSpec().state()
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	slots := make(map[string]uint32, len(s.slots))
-	for id, sl := range s.slots {
-		slots[id] = sl
-	}
-	s.mu.Unlock()
-	out := make(map[string]FlowCount, len(slots))
-	var per []xdpDropFsCount
-	for id, sl := range slots {
-		if err := m.Lookup(sl, &per); err != nil {
-			return nil, fmt.Errorf("read FlowSpec counters: %w", err)
-		}
-		var c FlowCount
-		for _, v := range per {
-			c.Packets += v.Packets
-			c.Bytes += v.Bytes
-			c.DroppedPackets += v.DroppedPackets
-			c.DroppedBytes += v.DroppedBytes
-		}
-		out[id] = c
-	}
-	return out, nil
-}
-
-// flowCountersMap is the program's flowspec_counters, found among the
-// maps of a program taken over in place the first time.
-func (p *Program) flowCountersMap() (*ebpf.Map, error) {
-	if p.flowCounters != nil {
-		return p.flowCounters, nil
-	}
-	m, err := p.progMap(xdpDropMapFlowspecCounters)
-	if err != nil {
-		return nil, err
-	}
-	p.flowCounters = m
-	p.registerFlowCounters()
-	return m, nil
-}
-
-// progMap opens the map of the program named name.
-func (p *Program) progMap(name string) (*ebpf.Map, error) {
-	info, err := p.objs.Prog.Info()
-	if err != nil {
-		return nil, fmt.Errorf("read XDP program info: %w", err)
-	}
-	ids, _ := info.MapIDs()
-	for _, id := range ids {
-		m, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			continue
-		}
-		if mi, err := m.Info(); err == nil && mi.Name == name {
-			return m, nil
-		}
-		m.Close()
-	}
-	return nil, fmt.Errorf("the program has no map %s", name)
-}
-
-// registerFlowCounters makes the program's counters zeroed with freed slots.
-func (p *Program) registerFlowCounters() {
-	if p.flowCounters == nil || p.in.bans == nil || p.in.bans.flow == nil {
-		return
-	}
-	s := p.in.bans.flow
-	s.mu.Lock()
-	s.counters[p.flowCounters] = true
-	s.mu.Unlock()
-}
-
-// addFlowMaps puts the FlowSpec maps of in and the program's counters
-// (made the first time) in replace; nothing without FlowSpec.
-func (p *Program) addFlowMaps(in *Instance, spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
-	if !in.policy.FlowSpec.On {
-		return nil
-	}
-	s, err := in.FlowSpec().state()
-	if err != nil {
-		return err
-	}
-	for name, m := range s.maps.byName() {
-		replace[name] = m
-	}
-	if p.flowCounters == nil && p.objs.Prog != nil {
-		// A program taken over in place: its variants go on with its counters.
-		if m, err := p.progMap(xdpDropMapFlowspecCounters); err == nil {
-			p.flowCounters = m
-		}
-	}
-	if p.flowCounters == nil {
-		m, err := ebpf.NewMap(spec.Maps[xdpDropMapFlowspecCounters])
-		if err != nil {
-			return fmt.Errorf("create FlowSpec counters: %w", err)
-		}
-		p.flowCounters = m
-	}
-	s.mu.Lock()
-	s.counters[p.flowCounters] = true
-	s.mu.Unlock()
-	replace[xdpDropMapFlowspecCounters] = p.flowCounters
-	return nil
-}
-
-func (p *Program) closeFlowCounters() error {
-	if p.flowCounters == nil {
-		return nil
-	}
-	if p.in.bans != nil && p.in.bans.flow != nil {
-		s := p.in.bans.flow
-		s.mu.Lock()
-		delete(s.counters, p.flowCounters)
-		s.mu.Unlock()
-	}
-	err := p.flowCounters.Close()
-	p.flowCounters = nil
-	return err
 }
 
 // setFlowSpec sets the FlowSpec constants and sizes its maps; without

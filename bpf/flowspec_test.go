@@ -479,3 +479,142 @@ func TestFlowSpecMaxRules(t *testing.T) {
 	require.Equal(t, uint64(1), c["m2047"].DroppedPackets)
 	require.Equal(t, uint64(0), c["m3"].Packets)
 }
+
+// TestFlowSpecLimit: a packet rate admits a tenth of a second of it at one
+// instant and as much again a second later; a byte rate likewise in bytes;
+// the rest are dropped and counted so.
+func TestFlowSpecLimit(t *testing.T) {
+	defer bpf.UseLimitClock()()
+	r := loadFlow(t, bpf.Policy{})
+	bans, err := r.p.Bans()
+	require.NoError(t, err)
+	r.set(
+		bpf.FlowRule{ID: "pps", DstPort: eq(53), Action: bpf.FlowLimit, Rate: 100},
+		bpf.FlowRule{ID: "bps", DstPort: eq(54), Action: bpf.FlowLimit, Rate: 10000, RateBytes: true},
+	)
+	pps := udp4("198.51.100.1", "192.0.2.10", 4000, 53, 86) // 100 bytes a frame
+	bps := pps
+	bps.dport = 54
+	const t0 = uint64(1e12)
+	require.NoError(t, bpf.SetBanClock(bans, t0))
+	pass := func(w flowWire, n int) int {
+		k := 0
+		for range n {
+			if r.run(w) == xdpPass {
+				k++
+			}
+		}
+		return k
+	}
+	// 100 pps: 10 frames of burst; 10,000 B/s: 1,000 bytes of burst and the frame at its edge.
+	require.Equal(t, 10, pass(pps, 25))
+	require.Equal(t, 11, pass(bps, 25))
+	require.NoError(t, bpf.SetBanClock(bans, t0+1e9))
+	require.Equal(t, 10, pass(pps, 25))
+	c := r.counts()
+	require.Equal(t, bpf.FlowCount{Packets: 50, Bytes: 5000, DroppedPackets: 30, DroppedBytes: 3000}, c["pps"])
+	require.Equal(t, bpf.FlowCount{Packets: 25, Bytes: 2500, DroppedPackets: 14, DroppedBytes: 1400}, c["bps"])
+}
+
+// TestFlowSpecDryRun: in a dry run a drop rule's frames pass, counted
+// dropped (would_drop) by the rule and as drops of their class.
+func TestFlowSpecDryRun(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{DryRun: true})
+	r.set(bpf.FlowRule{ID: "d", Proto: eq(17), Action: bpf.FlowDrop})
+	w := udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)
+	for range 3 {
+		require.Equal(t, xdpPass, r.run(w))
+	}
+	require.Equal(t, bpf.FlowCount{Packets: 3, Bytes: 342, DroppedPackets: 3, DroppedBytes: 342}, r.counts()["d"])
+	var c bpf.Block
+	require.NoError(t, r.p.ReadBlock(&c))
+	require.Equal(t, uint64(3), c.Class[bpf.IPv4Class(17)][bpf.ActionDrop].Packets)
+}
+
+// TestFlowSpecAllowed: an allowed source passes a drop rule, and is not
+// counted by it; a banned one is dropped by its ban, not by the rule;
+// the others by the rule.
+func TestFlowSpecAllowed(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{})
+	bans, err := r.p.Bans()
+	require.NoError(t, err)
+	_, err = bans.SetAllow([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")})
+	require.NoError(t, err)
+	_, err = bans.Ban(netip.MustParsePrefix("203.0.113.0/24"), time.Now().Add(time.Hour), bpf.BanOriginDetect)
+	require.NoError(t, err)
+	r.set(bpf.FlowRule{ID: "all", Action: bpf.FlowDrop})
+	require.Equal(t, xdpPass, r.run(udp4("198.51.100.7", "192.0.2.10", 1, 2, 100)))
+	require.Equal(t, xdpDrop, r.run(udp4("203.0.113.7", "192.0.2.10", 1, 2, 100)))
+	require.Equal(t, xdpDrop, r.run(udp4("192.0.2.99", "192.0.2.10", 1, 2, 100)))
+	require.Equal(t, bpf.FlowCount{Packets: 1, Bytes: 114, DroppedPackets: 1, DroppedBytes: 114}, r.counts()["all"])
+}
+
+// TestFlowSpecOrder: the first matching rule decides; with Continue the
+// next matching ones apply too (counted), up to FlowChain; an IPv6 prefix
+// with an offset is checked exactly.
+func TestFlowSpecOrder(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{})
+	var rules []bpf.FlowRule
+	for i := range 10 {
+		rules = append(rules, bpf.FlowRule{ID: fmt.Sprint("c", i), Proto: eq(17), Continue: true})
+	}
+	rules = append(rules, bpf.FlowRule{ID: "drop", Proto: eq(17), Action: bpf.FlowDrop})
+	r.set(rules...)
+	require.Equal(t, xdpPass, r.run(udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)), "8 rules applied, the drop not reached")
+	c := r.counts()
+	for i := range 10 {
+		want := uint64(0)
+		if i < bpf.FlowChain {
+			want = 1
+		}
+		require.Equal(t, want, c[fmt.Sprint("c", i)].Packets, i)
+	}
+	r.set(bpf.FlowRule{ID: "off", IPv6: true, Src: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("::ab00:0/104"), Offset: 96}, Action: bpf.FlowDrop})
+	w := flowWire{v6: true, src: netip.MustParseAddr("2001:db8::ab12:3456"), dst: netip.MustParseAddr("2001:db8::1"), proto: frames.ProtoUDP, length: 100}
+	require.Equal(t, xdpDrop, r.run(w))
+	w.src = netip.MustParseAddr("2001:db8::ac12:3456")
+	require.Equal(t, xdpPass, r.run(w))
+}
+
+// TestFlowSpecLiveSet: sets replaced while frames run. In set A a frame
+// is counted by both its rules and dropped; in set B by the first only and
+// passed: a frame decided by a mix would count B's second rule, which no
+// whole set does. Right after each Set returns, a frame gets its verdict.
+func TestFlowSpecLiveSet(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{})
+	w := udp4("198.51.100.1", "192.0.2.10", 1000, 2000, 200)
+	setA := []bpf.FlowRule{{ID: "a1", DstPort: eq(2000), Continue: true}, {ID: "a2", Proto: eq(17), Action: bpf.FlowDrop}}
+	setB := []bpf.FlowRule{{ID: "b1", SrcPort: eq(1000)}, {ID: "b2", Proto: eq(17), Action: bpf.FlowDrop}}
+	stop := make(chan struct{})
+	ran := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				ran <- n
+				return
+			default:
+			}
+			r.p.XDP().Run(&ebpf.RunOptions{Data: w.build()})
+			n++
+		}
+	}()
+	for i := range 40 {
+		set, want := setA, xdpDrop
+		if i%2 == 1 {
+			set, want = setB, xdpPass
+		}
+		require.NoError(t, r.table.Set(set))
+		require.Equal(t, want, r.run(w), "right after set %d", i)
+		c := r.counts()
+		if i%2 == 1 {
+			require.Zero(t, c["b2"].Packets, "B's second rule counted a frame after set %d", i)
+			require.NotZero(t, c["b1"].Packets, "set %d", i)
+		} else {
+			require.NotZero(t, c["a2"].DroppedPackets, "set %d", i)
+		}
+	}
+	close(stop)
+	t.Logf("%d frames during 40 sets", <-ran)
+}
