@@ -1,0 +1,142 @@
+//go:build linux
+
+package bpf
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// FlowCounters returns the frames each rule in force matched and dropped
+// on the program's interface, by FlowRule.ID, summed over CPUs; nil without
+// FlowSpec.
+func (p *Program) FlowCounters() (map[string]FlowCount, error) {
+	if !p.in.policy.FlowSpec.On {
+		return nil, nil
+	}
+	m, err := p.flowCountersMap()
+	if err != nil {
+		return nil, err
+	}
+	s, err := p.in.FlowSpec().state()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	slots := make(map[string]uint32, len(s.slots))
+	for id, sl := range s.slots {
+		slots[id] = sl
+	}
+	s.mu.Unlock()
+	out := make(map[string]FlowCount, len(slots))
+	var per []xdpDropFsCount
+	for id, sl := range slots {
+		if err := m.Lookup(sl, &per); err != nil {
+			return nil, fmt.Errorf("read FlowSpec counters: %w", err)
+		}
+		var c FlowCount
+		for _, v := range per {
+			c.Packets += v.Packets
+			c.Bytes += v.Bytes
+			c.DroppedPackets += v.DroppedPackets
+			c.DroppedBytes += v.DroppedBytes
+		}
+		out[id] = c
+	}
+	return out, nil
+}
+
+// flowCountersMap is the program's flowspec_counters, found among the
+// maps of a program taken over in place the first time.
+func (p *Program) flowCountersMap() (*ebpf.Map, error) {
+	if p.flowCounters != nil {
+		return p.flowCounters, nil
+	}
+	m, err := p.progMap(xdpDropMapFlowspecCounters)
+	if err != nil {
+		return nil, err
+	}
+	p.flowCounters = m
+	p.registerFlowCounters()
+	return m, nil
+}
+
+// progMap opens the map of the program named name.
+func (p *Program) progMap(name string) (*ebpf.Map, error) {
+	info, err := p.objs.Prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("read XDP program info: %w", err)
+	}
+	ids, _ := info.MapIDs()
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue
+		}
+		if mi, err := m.Info(); err == nil && mi.Name == name {
+			return m, nil
+		}
+		m.Close()
+	}
+	return nil, fmt.Errorf("the program has no map %s", name)
+}
+
+// registerFlowCounters makes the program's counters zeroed with freed slots.
+func (p *Program) registerFlowCounters() {
+	if p.flowCounters == nil || p.in.bans == nil || p.in.bans.flow == nil {
+		return
+	}
+	s := p.in.bans.flow
+	s.mu.Lock()
+	s.counters[p.flowCounters] = true
+	s.mu.Unlock()
+}
+
+// addFlowMaps puts the FlowSpec maps of in and the program's counters
+// (made the first time) in replace; nothing without FlowSpec.
+func (p *Program) addFlowMaps(in *Instance, spec *ebpf.CollectionSpec, replace map[string]*ebpf.Map) error {
+	if !in.policy.FlowSpec.On {
+		return nil
+	}
+	s, err := in.FlowSpec().state()
+	if err != nil {
+		return err
+	}
+	for name, m := range s.maps.byName() {
+		replace[name] = m
+	}
+	if p.flowCounters == nil && p.objs.Prog != nil {
+		// A program taken over in place: its variants go on with its counters.
+		if m, err := p.progMap(xdpDropMapFlowspecCounters); err == nil {
+			p.flowCounters = m
+		}
+	}
+	if p.flowCounters == nil {
+		m, err := ebpf.NewMap(spec.Maps[xdpDropMapFlowspecCounters])
+		if err != nil {
+			return fmt.Errorf("create FlowSpec counters: %w", err)
+		}
+		p.flowCounters = m
+	}
+	s.mu.Lock()
+	s.counters[p.flowCounters] = true
+	s.mu.Unlock()
+	replace[xdpDropMapFlowspecCounters] = p.flowCounters
+	return nil
+}
+
+func (p *Program) closeFlowCounters() error {
+	if p.flowCounters == nil {
+		return nil
+	}
+	if p.in.bans != nil && p.in.bans.flow != nil {
+		s := p.in.bans.flow
+		s.mu.Lock()
+		delete(s.counters, p.flowCounters)
+		s.mu.Unlock()
+	}
+	err := p.flowCounters.Close()
+	p.flowCounters = nil
+	return err
+}

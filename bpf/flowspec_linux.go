@@ -1,0 +1,441 @@
+//go:build linux
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+)
+
+// FlowTable is an instance's FlowSpec rules, in maps shared by every
+// program of the instance (Instance.FlowSpec), continued across a prefix
+// file swap and handed over with the ban maps.
+//
+// In the kernel (flowspec.h) each family's rules are classified by bit
+// vectors: a frame's value in each dimension some rule uses is looked up
+// to a class whose bitmap holds the rules that value satisfies, and the
+// bitmaps are ANDed; the bits left are the matching rules, in order. The
+// per-frame cost does not grow with the number of rules, but for the words
+// of a bitmap (one per 64 rules). Every table is there twice: Set writes
+// the generation not in force, flips the control word, and waits for a
+// grace period before the old one may be written again, so a frame is
+// decided wholly by the old set or wholly by the new one.
+//
+// Each rule ID keeps a slot for its counters (per interface) and its
+// limit's GCRA cell (shared) while it stays in the set, whatever its
+// position; a slot freed is zeroed before it is used again.
+//
+// A FlowTable is safe for concurrent use.
+type FlowTable struct {
+	in *Instance
+}
+
+// FlowCount is one rule's frames on one interface, summed over CPUs: those
+// it matched, and of them those it dropped (would_drop in a dry run).
+type FlowCount struct {
+	Packets, Bytes, DroppedPackets, DroppedBytes uint64
+}
+
+// flowMaps are the FlowSpec maps an instance's programs share.
+type flowMaps struct {
+	Ctl, Tables, Rows, Rules, Pfx4, Pfx6, Cells, Scratch *ebpf.Map
+	// saved holds the set in force (JSON, by slot and chunk), read by a
+	// successor that adopts the maps; no program reads it.
+	saved *ebpf.Map
+}
+
+// flowMapCount is how many maps flowMaps holds, handed over in ordered's order.
+const flowMapCount = 9
+
+func (m *flowMaps) ordered() []*ebpf.Map {
+	return []*ebpf.Map{m.Ctl, m.Tables, m.Rows, m.Rules, m.Pfx4, m.Pfx6, m.Cells, m.Scratch, m.saved}
+}
+
+// byName are the maps programs use, by their names in the ELF.
+func (m *flowMaps) byName() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		xdpDropMapFlowspecCtl: m.Ctl, xdpDropMapFlowspecTables: m.Tables, xdpDropMapFlowspecRows: m.Rows,
+		xdpDropMapFlowspecRules: m.Rules, xdpDropMapFlowspecPfx4: m.Pfx4, xdpDropMapFlowspecPfx6: m.Pfx6,
+		xdpDropMapFlowspecCells: m.Cells, xdpDropMapFlowspecScratch: m.Scratch,
+	}
+}
+
+func (m *flowMaps) Close() error {
+	var err error
+	for _, mm := range m.ordered() {
+		if mm != nil {
+			err = errors.Join(err, mm.Close())
+		}
+	}
+	return err
+}
+
+// flowSavedChunk is the bytes of one entry of the saved set.
+const flowSavedChunk = 1024
+
+// flowSavedChunks is the most chunks a rule's record takes.
+const flowSavedChunks = 16
+
+// flowSavedSpec is the map of the saved set, for a layout.
+func flowSavedSpec(lay flowLayout) *ebpf.MapSpec {
+	return &ebpf.MapSpec{
+		Name:       "flowspec_saved",
+		Type:       ebpf.Hash,
+		KeySize:    4,
+		ValueSize:  flowSavedChunk,
+		MaxEntries: uint32(lay.slots() * 4),
+		Flags:      uint32(1), // BPF_F_NO_PREALLOC: memory for the records there only
+	}
+}
+
+// flowState is the FlowSpec state of a ban table's maps.
+type flowState struct {
+	mu    sync.Mutex
+	maps  *flowMaps
+	lay   flowLayout
+	gen   uint32 // the generation in force
+	rules []FlowRule
+	slots map[string]uint32
+	free  []uint32 // zeroed, unused slots
+	// written are the prefix entries of each generation, to delete before it is written again.
+	written [2][2][]flowPrefixEntry // by generation, family
+	// grace is a map of maps whose update waits for an RCU grace period.
+	grace, inner *ebpf.Map
+	// counters are the per-interface counters of the programs on the maps: a freed slot is zeroed in each.
+	counters map[*ebpf.Map]bool
+}
+
+// max is the rules a family the config allows.
+func (c FlowSpecConfig) max() int {
+	if c.MaxRules <= 0 {
+		return FlowMaxRules
+	}
+	return c.MaxRules
+}
+
+func (c FlowSpecConfig) check() error {
+	if c.MaxRules < 0 || c.MaxRules > FlowMaxRules {
+		return fmt.Errorf("flowspec max_rules %d is out of range: give 1 to %d, or 0 for %d", c.MaxRules, FlowMaxRules, FlowMaxRules)
+	}
+	return nil
+}
+
+// FlowSpec is the instance's FlowSpec table, nil when the policy has none
+// (Policy.FlowSpec.On). Its maps are loaded with the ban maps.
+func (in *Instance) FlowSpec() *FlowTable {
+	if !in.policy.FlowSpec.On {
+		return nil
+	}
+	return &FlowTable{in: in}
+}
+
+// state is the table's state, loading the maps the first time.
+func (t *FlowTable) state() (*flowState, error) {
+	b, err := t.in.Bans()
+	if err != nil {
+		return nil, err
+	}
+	if b.flow == nil {
+		return nil, errors.New("the instance's ban maps carry no FlowSpec tables")
+	}
+	return b.flow, nil
+}
+
+// newFlowState loads the FlowSpec maps of spec for the layout.
+func newFlowState(spec *ebpf.CollectionSpec, lay flowLayout) (*flowState, error) {
+	var lm struct {
+		Ctl     *ebpf.Map `ebpf:"flowspec_ctl"`
+		Tables  *ebpf.Map `ebpf:"flowspec_tables"`
+		Rows    *ebpf.Map `ebpf:"flowspec_rows"`
+		Rules   *ebpf.Map `ebpf:"flowspec_rules"`
+		Pfx4    *ebpf.Map `ebpf:"flowspec_pfx4"`
+		Pfx6    *ebpf.Map `ebpf:"flowspec_pfx6"`
+		Cells   *ebpf.Map `ebpf:"flowspec_cells"`
+		Scratch *ebpf.Map `ebpf:"flowspec_scratch"`
+	}
+	if err := spec.LoadAndAssign(&lm, nil); err != nil {
+		return nil, loadError(err)
+	}
+	m := &flowMaps{Ctl: lm.Ctl, Tables: lm.Tables, Rows: lm.Rows, Rules: lm.Rules, Pfx4: lm.Pfx4, Pfx6: lm.Pfx6, Cells: lm.Cells, Scratch: lm.Scratch}
+	saved, err := ebpf.NewMap(flowSavedSpec(lay))
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("create the FlowSpec handover map: %w", err)
+	}
+	m.saved = saved
+	s, err := flowStateOf(m, lay)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	for i := range lay.slots() {
+		s.free = append(s.free, uint32(lay.slots()-1-i))
+	}
+	return s, nil
+}
+
+// flowStateOf makes the state of maps m, with nothing in force.
+func flowStateOf(m *flowMaps, lay flowLayout) (*flowState, error) {
+	s := &flowState{maps: m, lay: lay, slots: map[string]uint32{}, counters: map[*ebpf.Map]bool{}}
+	var err error
+	s.inner, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err == nil {
+		s.grace, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1,
+			InnerMap: &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}})
+	}
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("create the FlowSpec grace map: %w", err)
+	}
+	return s, nil
+}
+
+func (s *flowState) close() error {
+	var err error
+	for _, m := range []*ebpf.Map{s.grace, s.inner} {
+		if m != nil {
+			err = errors.Join(err, m.Close())
+		}
+	}
+	return errors.Join(err, s.maps.Close())
+}
+
+// waitGrace returns once every program run that began before it has
+// ended: the kernel waits for an RCU grace period at an update of a map
+// of maps.
+func (s *flowState) waitGrace() error {
+	if err := s.grace.Update(uint32(0), s.inner, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("wait for the FlowSpec grace period: %w", err)
+	}
+	return nil
+}
+
+// Set puts rules, the whole set of both families in enforcement order, in
+// force: every frame is decided by the old set or by the new one, never by
+// a mix, and when Set returns every frame is decided by the new one. It
+// refuses the set whole (the old one stays) when a family has more rules
+// than its max, a rule FlowExpressible refuses, or an ID twice.
+func (t *FlowTable) Set(rules []FlowRule) error {
+	s, err := t.state()
+	if err != nil {
+		return err
+	}
+	return s.set(rules)
+}
+
+func (s *flowState) set(rules []FlowRule) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fams, err := flowSplit(rules, s.lay.max)
+	if err != nil {
+		return err
+	}
+	// Slots: kept by ID, new ones from the free list.
+	slots := make(map[string]uint32, len(rules))
+	free := slices.Clone(s.free)
+	for i := range rules {
+		id := rules[i].ID
+		if sl, ok := s.slots[id]; ok {
+			slots[id] = sl
+			continue
+		}
+		if len(free) == 0 {
+			return fmt.Errorf("no FlowSpec counter slot is free: too many rules changed at once")
+		}
+		slots[id], free = free[len(free)-1], free[:len(free)-1]
+	}
+	g := 1 - s.gen
+	var compiled [2]*flowFamily
+	for f, rs := range fams {
+		sl := make([]uint32, len(rs))
+		for i := range rs {
+			sl[i] = slots[rs[i].ID]
+		}
+		key := g*2 + uint32(f)
+		c, err := compileFlowFamily(s.lay, rs, sl, f == 1, key*uint32(s.lay.rows), key*uint32(s.lay.max))
+		if err != nil {
+			return err
+		}
+		compiled[f] = c
+	}
+	for f, c := range compiled {
+		if err := s.write(g, f, c); err != nil {
+			return err
+		}
+	}
+	if err := s.maps.Ctl.Update(uint32(0), g, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("switch the FlowSpec generation: %w", err)
+	}
+	if err := s.waitGrace(); err != nil {
+		return err
+	}
+	s.gen = g
+	// The slots let go: no frame counts in them any more.
+	var gone []uint32
+	for id, sl := range s.slots {
+		if _, ok := slots[id]; !ok {
+			gone = append(gone, sl)
+		}
+	}
+	s.rules, s.slots, s.free = slices.Clone(rules), slots, free
+	if err := s.save(); err != nil {
+		return err
+	}
+	return s.release(gone)
+}
+
+// write writes family f's compiled tables c as generation g.
+func (s *flowState) write(g uint32, f int, c *flowFamily) error {
+	key := g*2 + uint32(f)
+	for i, r := range c.rows {
+		if err := s.maps.Rows.Update(key*uint32(s.lay.rows)+uint32(i), r, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write FlowSpec rows: %w", err)
+		}
+	}
+	if n := len(c.rules); n > 0 {
+		keys := make([]uint32, n)
+		for i := range keys {
+			keys[i] = key*uint32(s.lay.max) + uint32(i)
+		}
+		if _, err := s.maps.Rules.BatchUpdate(keys, c.rules, nil); err != nil {
+			return fmt.Errorf("write FlowSpec rules: %w", err)
+		}
+	}
+	// The prefixes: the generation's old entries out, the new ones in.
+	trie := s.maps.Pfx4
+	if f == 1 {
+		trie = s.maps.Pfx6
+	}
+	old := s.written[g][f]
+	s.written[g][f] = append(slices.Clone(old), c.prefixs...)
+	for _, e := range old {
+		if err := trie.Delete(flowTrieKey(g, e)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clear FlowSpec prefix %s: %w", e.prefix, err)
+		}
+	}
+	for _, e := range c.prefixs {
+		if err := trie.Update(flowTrieKey(g, e), e.row, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write FlowSpec prefix %s: %w", e.prefix, err)
+		}
+	}
+	s.written[g][f] = c.prefixs
+	if err := s.maps.Tables.Update(key, unsafe.Slice((*byte)(unsafe.Pointer(&c.table)), unsafe.Sizeof(c.table)), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write FlowSpec table: %w", err)
+	}
+	return nil
+}
+
+// flowTrieKey is e's key in generation g.
+func flowTrieKey(g uint32, e flowPrefixEntry) any {
+	tag := uint8(g)<<1 | e.dir
+	a := e.prefix.Addr()
+	if a.Is4() {
+		return xdpDropLpmV4Key{Prefixlen: uint32(8 + e.prefix.Bits()), Dir: tag, Addr: a.As4()}
+	}
+	return xdpDropLpmV6Key{Prefixlen: uint32(8 + e.prefix.Bits()), Dir: tag, Addr: a.As16()}
+}
+
+// release zeroes the slots let go, in the cells and every interface's
+// counters, and frees them.
+func (s *flowState) release(gone []uint32) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	zeros := make([]xdpDropFsCount, cpus)
+	for _, sl := range gone {
+		if err := s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("zero FlowSpec cell: %w", err)
+		}
+		for m := range s.counters {
+			if err := m.Update(sl, zeros, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("zero FlowSpec counters: %w", err)
+			}
+		}
+	}
+	s.free = append(s.free, gone...)
+	return nil
+}
+
+// Rules returns the set in force, in order (after a handover, the one
+// handed over).
+func (t *FlowTable) Rules() []FlowRule {
+	s, err := t.state()
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.rules)
+}
+
+// Memory is the kernel memory the FlowSpec maps take, as the kernel
+// accounts it (the programs' counters aside).
+func (t *FlowTable) Memory() (uint64, error) {
+	s, err := t.state()
+	if err != nil {
+		return 0, err
+	}
+	var total uint64
+	for _, m := range s.maps.ordered() {
+		n, err := mapMemory(m)
+		if err != nil {
+			return 0, fmt.Errorf("read FlowSpec map info: %w", err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// setFlowSpec sets the FlowSpec constants and sizes its maps; without
+// FlowSpec the maps are made as small as they can be.
+func setFlowSpec(spec *ebpf.CollectionSpec, policy Policy) error {
+	if !policy.Bans.On {
+		return nil
+	}
+	if err := policy.FlowSpec.check(); err != nil {
+		return err
+	}
+	lay := newFlowLayout(policy.FlowSpec.max())
+	on := policy.FlowSpec.On
+	if err := spec.Variables[xdpDropVarFlowspecOn].Set(boolByte(on)); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecOn, err)
+	}
+	if err := spec.Variables[xdpDropVarFlowspecWords].Set(uint32(lay.words)); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecWords, err)
+	}
+	if !on {
+		// Not read: the verifier removes the code when flowspec_on is 0.
+		for _, name := range []string{xdpDropMapFlowspecTables, xdpDropMapFlowspecRules, xdpDropMapFlowspecCells, xdpDropMapFlowspecCounters, xdpDropMapFlowspecScratch} {
+			m := spec.Maps[name]
+			m.Key, m.Value = nil, nil
+			m.KeySize, m.ValueSize, m.MaxEntries = 4, 8, 1
+		}
+		return nil
+	}
+	spec.Maps[xdpDropMapFlowspecRows].ValueSize = uint32(8 * lay.words)
+	spec.Maps[xdpDropMapFlowspecRows].MaxEntries = uint32(4 * lay.rows)
+	spec.Maps[xdpDropMapFlowspecRules].MaxEntries = uint32(4 * lay.max)
+	spec.Maps[xdpDropMapFlowspecPfx4].MaxEntries = uint32(4 * lay.max)
+	spec.Maps[xdpDropMapFlowspecPfx6].MaxEntries = uint32(4 * lay.max)
+	spec.Maps[xdpDropMapFlowspecCells].MaxEntries = uint32(lay.slots())
+	spec.Maps[xdpDropMapFlowspecCounters].MaxEntries = uint32(lay.slots())
+	return nil
+}
+
+// flowFingerprint names the layout of the FlowSpec maps.
+func (in *Instance) flowFingerprint() string {
+	return fmt.Sprintf("%s %d", in.bansFingerprint(), in.policy.FlowSpec.max())
+}
+
+// FlowSpec is the FlowSpec table of the program's instance (Instance.FlowSpec):
+// for a program of Load, which has an instance of its own.
+func (p *Program) FlowSpec() *FlowTable { return p.in.FlowSpec() }
