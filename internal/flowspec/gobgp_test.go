@@ -54,3 +54,150 @@ func TestGobgpdAnnounceWithdraw(t *testing.T) {
 	a.waitRules(t, time.Second, 0)
 	require.Empty(t, r.Rules())
 }
+
+func pfx(s string) *bpf.FlowPrefix { return &bpf.FlowPrefix{Prefix: netip.MustParsePrefix(s)} }
+
+// withID sets the rule's ID from its text.
+func withID(r bpf.FlowRule, text string) bpf.FlowRule {
+	r.ID = ruleID(text)
+	return r
+}
+
+// TestGobgpdActionsAndComponents: every action gobgp can send and the
+// components and operators it encodes arrive as exact rules, or refused
+// with their reason and counted.
+func TestGobgpdActionsAndComponents(t *testing.T) {
+	g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+	r, a := startReceiver(t, g, func(c *Config) {
+		c.OnlyLocalDestinations = true
+		c.LocalPrefixes = func() []netip.Prefix {
+			l := []netip.Prefix{netip.MustParsePrefix("2001:db8::10/64")}
+			for i := 10; i <= 17; i++ {
+				l = append(l, netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 24))
+			}
+			return l
+		}
+	})
+	waitUp(t, r, 15*time.Second, g)
+
+	cases := []struct {
+		family, rule string
+		text         string
+		want         bpf.FlowRule // without ID
+		refused      string
+	}{
+		{"ipv4-flowspec", "match destination 192.0.2.10/32 then rate-limit 1000",
+			"destination 192.0.2.10/32 then rate-limit 1000 bytes",
+			bpf.FlowRule{Dst: pfx("192.0.2.10/32"), Action: bpf.FlowLimit, Rate: 1000, RateBytes: true}, ""},
+		{"ipv4-flowspec", "match destination 192.0.2.11/32 then discard action sample",
+			"destination 192.0.2.11/32 then discard sample",
+			bpf.FlowRule{Dst: pfx("192.0.2.11/32"), Action: bpf.FlowDrop, Sample: true}, ""},
+		{"ipv4-flowspec", "match destination 192.0.2.12/32 then action terminal",
+			"destination 192.0.2.12/32 then continue",
+			bpf.FlowRule{Dst: pfx("192.0.2.12/32"), Continue: true}, ""},
+		{"ipv4-flowspec", "match destination 192.0.2.17/32 then action sample-terminal",
+			"destination 192.0.2.17/32 then sample continue",
+			bpf.FlowRule{Dst: pfx("192.0.2.17/32"), Sample: true, Continue: true}, ""},
+		{"ipv4-flowspec", "match destination 192.0.2.13/32 then redirect 65000:100",
+			"destination 192.0.2.13/32 then redirect 65000:100",
+			bpf.FlowRule{Dst: pfx("192.0.2.13/32")}, ReasonAction},
+		{"ipv4-flowspec", "match destination 192.0.2.14/32 then discard mark 10",
+			"destination 192.0.2.14/32 then discard mark 10",
+			bpf.FlowRule{Dst: pfx("192.0.2.14/32"), Action: bpf.FlowDrop}, ReasonAction},
+		{"ipv4-flowspec", "match destination 192.0.2.15/32 destination-port >=1024&<=2048 ==80 tcp-flags =S !A fragment =is-fragment dscp ==46 then discard",
+			"destination 192.0.2.15/32 destination-port >=1024&<=2048 ==80 tcp-flags =S !A dscp ==46 fragment =is-fragment then discard",
+			bpf.FlowRule{Dst: pfx("192.0.2.15/32"),
+				DstPort:  bpf.FlowComponent{{Op: bpf.FlowGT | bpf.FlowEQ, Value: 1024}, {Op: bpf.FlowAnd | bpf.FlowLT | bpf.FlowEQ, Value: 2048}, {Op: bpf.FlowEQ, Value: 80}},
+				TCPFlags: bpf.FlowComponent{{Op: bpf.FlowMatch, Value: 0x02}, {Op: bpf.FlowNot, Value: 0x10}},
+				DSCP:     bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 46}},
+				Fragment: bpf.FlowComponent{{Op: bpf.FlowMatch, Value: bpf.FlowFragIsF}},
+				Action:   bpf.FlowDrop}, ""},
+		{"ipv4-flowspec", "match destination 192.0.2.16/32 protocol icmp icmp-type ==8 icmp-code ==0 source 198.51.100.0/24 port !=53 packet-length <100 then discard",
+			"destination 192.0.2.16/32 source 198.51.100.0/24 protocol ==1 port !=53 icmp-type ==8 icmp-code ==0 packet-length <100 then discard",
+			bpf.FlowRule{Dst: pfx("192.0.2.16/32"), Src: pfx("198.51.100.0/24"),
+				Proto:        bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 1}},
+				Port:         bpf.FlowComponent{{Op: bpf.FlowLT | bpf.FlowGT, Value: 53}},
+				ICMPType:     bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 8}},
+				ICMPCode:     bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 0}},
+				PacketLength: bpf.FlowComponent{{Op: bpf.FlowLT, Value: 100}},
+				Action:       bpf.FlowDrop}, ""},
+		{"ipv4-flowspec", "match destination 198.51.100.1/32 protocol udp then discard",
+			"destination 198.51.100.1/32 protocol ==17 then discard",
+			bpf.FlowRule{Dst: pfx("198.51.100.1/32"), Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 17}}, Action: bpf.FlowDrop}, ReasonOnlyLocal},
+		{"ipv4-flowspec", "match protocol udp source-port ==19 then discard",
+			"protocol ==17 source-port ==19 then discard",
+			bpf.FlowRule{Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 17}}, SrcPort: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 19}}, Action: bpf.FlowDrop}, ""},
+		{"ipv6-flowspec", "match destination 2001:db8::10/128 protocol tcp destination-port ==80 then discard",
+			"ipv6 destination 2001:db8::10/128 protocol ==6 destination-port ==80 then discard",
+			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8::10/128"), Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}},
+				DstPort: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 80}}, Action: bpf.FlowDrop}, ""},
+		{"ipv6-flowspec", "match destination 2001:db8::/64 16 protocol tcp label ==5 then discard",
+			"ipv6 destination 0:db8::/64 offset 16 protocol ==6 label ==5 then discard",
+			bpf.FlowRule{IPv6: true, Dst: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("0:db8::/64"), Offset: 16},
+				Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, FlowLabel: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 5}}, Action: bpf.FlowDrop}, ""},
+		{"ipv6-flowspec", "match destination 2001:db8:1::1/128 then discard",
+			"ipv6 destination 2001:db8:1::1/128 then discard",
+			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8:1::1/128"), Action: bpf.FlowDrop}, ReasonOnlyLocal},
+	}
+	for _, c := range cases {
+		g.cli(append([]string{"global", "rib", "-a", c.family, "add"}, fields(c.rule)...)...)
+	}
+	waitFor(t, 2*time.Second, "every rule received", func() bool { return len(r.Rules()) == len(cases) })
+	states := map[string]RuleState{}
+	for _, s := range r.Rules() {
+		states[s.Text] = s
+	}
+	var accepted, refusedAction, refusedLocal int
+	for _, c := range cases {
+		s, ok := states[c.text]
+		require.True(t, ok, "rule %q not received as %q; got %v", c.rule, c.text, r.Rules())
+		require.Equal(t, withID(c.want, c.text), s.Rule, c.text)
+		require.Equal(t, c.refused, s.Refused, c.text)
+		switch c.refused {
+		case "":
+			accepted++
+		case ReasonAction:
+			refusedAction++
+		case ReasonOnlyLocal:
+			refusedLocal++
+		}
+	}
+	set := a.waitRules(t, time.Second, accepted)
+	for i := 1; i < len(set); i++ {
+		x, y := &received{rule: set[i-1], comps: encodeComponents(&set[i-1])}, &received{rule: set[i], comps: encodeComponents(&set[i])}
+		require.Negative(t, compareRules(x, y), "applied out of order: %s before %s", set[i-1].ID, set[i].ID)
+	}
+	ps := r.Peers()[0]
+	require.Equal(t, len(cases), ps.Received)
+	require.Equal(t, accepted, ps.Accepted)
+	require.Equal(t, map[string]int{ReasonAction: refusedAction, ReasonOnlyLocal: refusedLocal}, ps.Refused)
+}
+
+// TestGobgpdMaxRules: past max_rules in a family the newest rule is
+// refused; a withdrawal makes room for it.
+func TestGobgpdMaxRules(t *testing.T) {
+	g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+	r, a := startReceiver(t, g, func(c *Config) { c.MaxRules = 2 })
+	waitUp(t, r, 15*time.Second, g)
+	add := func(op, dst string) {
+		g.cli("global", "rib", "-a", "ipv4-flowspec", op, "match", "destination", dst, "then", "discard")
+	}
+	add("add", "192.0.2.1/32")
+	a.waitRules(t, time.Second, 1)
+	add("add", "192.0.2.2/32")
+	a.waitRules(t, time.Second, 2)
+	add("add", "192.0.2.3/32")
+	waitFor(t, time.Second, "third rule received", func() bool { return len(r.Rules()) == 3 })
+	st := r.Rules()
+	require.Equal(t, "destination 192.0.2.3/32 then discard", st[2].Text)
+	require.Equal(t, ReasonMaxRules, st[2].Refused)
+	require.Len(t, a.last(), 2)
+	require.Equal(t, map[string]int{ReasonMaxRules: 1}, r.Peers()[0].Refused)
+
+	add("del", "192.0.2.1/32")
+	waitFor(t, time.Second, "the refused rule accepted", func() bool {
+		set := a.last()
+		return len(set) == 2 && set[0].Dst.Prefix.String() == "192.0.2.2/32" && set[1].Dst.Prefix.String() == "192.0.2.3/32"
+	})
+	require.Empty(t, r.Peers()[0].Refused)
+}
