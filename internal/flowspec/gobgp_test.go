@@ -4,6 +4,7 @@ package flowspec
 
 import (
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,4 +201,79 @@ func TestGobgpdMaxRules(t *testing.T) {
 		return len(set) == 2 && set[0].Dst.Prefix.String() == "192.0.2.2/32" && set[1].Dst.Prefix.String() == "192.0.2.3/32"
 	})
 	require.Empty(t, r.Peers()[0].Refused)
+}
+
+// TestGobgpdSessionDown: without graceful restart a session that ends
+// withdraws its rules at once (the peer killed), and a peer that goes
+// silent withdraws them after the hold time.
+func TestGobgpdSessionDown(t *testing.T) {
+	for _, how := range []string{"killed", "silent"} {
+		t.Run(how, func(t *testing.T) {
+			g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true, holdTime: 3})
+			r, a := startReceiver(t, g, func(c *Config) { c.HoldTime = 3 * time.Second })
+			waitUp(t, r, 15*time.Second, g)
+			g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)...)
+			a.waitRules(t, time.Second, 1)
+			if how == "killed" {
+				g.kill()
+				a.waitRules(t, time.Second, 0)
+			} else {
+				g.signal(syscall.SIGSTOP)
+				// The hold time (3 s) runs from the last keepalive.
+				a.waitRules(t, 5*time.Second, 0)
+			}
+			require.False(t, r.Peers()[0].Up)
+			require.Empty(t, r.Rules())
+		})
+	}
+}
+
+// TestGobgpdGracefulRestart: with graceful restart negotiated, the rules of
+// a peer whose session ends stay while its restart timer runs, then go.
+func TestGobgpdGracefulRestart(t *testing.T) {
+	const restart = 4 // seconds, gobgpd's restart time
+	g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true, gracefulSec: restart})
+	r, a := startReceiver(t, g, nil)
+	waitUp(t, r, 15*time.Second, g)
+	g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)...)
+	a.waitRules(t, time.Second, 1)
+
+	g.kill()
+	waitFor(t, 2*time.Second, "peer down", func() bool { return !r.Peers()[0].Up })
+	require.Len(t, a.last(), 1, "the rule stays while the restart timer runs")
+	time.Sleep(time.Second)
+	require.Len(t, a.last(), 1, "the rule stays while the restart timer runs")
+	require.Len(t, r.Rules(), 1)
+	a.waitRules(t, (restart+2)*time.Second, 0)
+}
+
+// TestGobgpdPassive: a passive peer: gobgpd connects to the receiver.
+func TestGobgpdPassive(t *testing.T) {
+	port := freePort(t, "127.0.0.1")
+	g := startGobgpd(t, "127.0.0.2", false, gobgpNeighbor{addr: "127.0.0.1", as: 65001, remotePort: port})
+	r, a := startReceiver(t, g, func(c *Config) {
+		c.Peers = []Peer{{Address: netip.MustParseAddr("127.0.0.2"), Port: port, PeerAS: 65000, Passive: true}}
+	})
+	waitUp(t, r, 15*time.Second, g)
+	g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)...)
+	require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.waitRules(t, time.Second, 1))
+}
+
+// TestGobgpdPassword: a TCP MD5 password on both sides makes the session;
+// a different one keeps it from being made (the segments are dropped).
+func TestGobgpdPassword(t *testing.T) {
+	t.Run("same", func(t *testing.T) {
+		g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true, password: "s3cret"})
+		r, a := startReceiver(t, g, func(c *Config) { c.Peers[0].Password = "s3cret" })
+		waitUp(t, r, 15*time.Second, g)
+		g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)...)
+		require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.waitRules(t, time.Second, 1))
+	})
+	t.Run("different", func(t *testing.T) {
+		g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true, password: "s3cret"})
+		r, _ := startReceiver(t, g, func(c *Config) { c.Peers[0].Password = "other" })
+		time.Sleep(4 * time.Second)
+		require.False(t, r.Peers()[0].Up)
+		require.NotEqual(t, "established", r.Peers()[0].State)
+	})
 }
