@@ -626,7 +626,12 @@ func (r *Receiver) decodePath(p *api.Path, prefix string, ipv6 bool) *received {
 	if err != nil {
 		return malformed(prefix, ipv6, err)
 	}
-	return decode(nlri, attrs, r.cfg.Sampling)
+	rec := decode(nlri, attrs, r.cfg.Sampling)
+	if rec.refused == ReasonMalformed {
+		// Named by GoBGP's text, which shows what could not be decoded.
+		return malformed(prefix, ipv6, errors.New(rec.detail))
+	}
+	return rec
 }
 
 // malformed stands for an NLRI GoBGP kept but could not decode (RFC 7606
