@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -193,13 +194,20 @@ func fields(s string) []string { return strings.Fields(s) }
 
 // applied records what the receiver applies.
 type applied struct {
-	mu    sync.Mutex
-	sets  [][]bpf.FlowRule
-	calls int
-	fail  error
+	mu         sync.Mutex
+	sets       [][]bpf.FlowRule
+	calls      int
+	fail       error
+	inflight   atomic.Int32
+	concurrent atomic.Bool
 }
 
 func (a *applied) apply(rules []bpf.FlowRule) error {
+	if a.inflight.Add(1) > 1 {
+		a.concurrent.Store(true)
+	}
+	defer a.inflight.Add(-1)
+	time.Sleep(time.Millisecond) // as an engine's update takes a while
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calls++

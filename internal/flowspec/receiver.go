@@ -351,11 +351,13 @@ func (r *Receiver) Stop() {
 	})
 }
 
-// Adopt takes rules handed over by a predecessor: they stay in force
-// (behind the rules received, within max_rules) until every peer has sent
-// End-of-RIB for each family it negotiated or the hold/graceful-restart
-// deadline passes, then are dropped unless re-announced. The engine
-// already enforces them: Adopt does not call apply.
+// Adopt takes rules handed over by a predecessor (call it right after
+// Start): they stay in force (behind the rules received, within max_rules)
+// until every peer has sent End-of-RIB for each family it negotiated, or
+// the deadline passes (the longer of the hold time and the restart time
+// after Start: a peer without graceful restart sends no End-of-RIB), then
+// are dropped unless re-announced. The engine already enforces them:
+// Adopt does not call apply.
 func (r *Receiver) Adopt(rules []bpf.FlowRule) {
 	r.mu.Lock()
 	r.adopted = append([]bpf.FlowRule(nil), rules...)
@@ -574,6 +576,7 @@ type entry struct {
 	rec    *received
 	peer   netip.Addr // of the best path
 	seq    uint64     // first seen
+	age    time.Time  // when GoBGP received the best path
 	reason string
 }
 
@@ -607,7 +610,7 @@ func (r *Receiver) readTable() (map[string]*entry, map[netip.Addr]*peerTally) {
 				if !p.Best {
 					continue
 				}
-				entries[key] = &entry{key: key, rec: r.decodePath(p, d.Prefix, ipv6), peer: a}
+				entries[key] = &entry{key: key, rec: r.decodePath(p, d.Prefix, ipv6), peer: a, age: p.GetAge().AsTime()}
 			}
 		})
 		if err != nil {
@@ -673,14 +676,27 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 			delete(r.logged, k)
 		}
 	}
+	// Rules new since the last time are numbered in the order received.
+	var fresh []*entry
+	for k, e := range entries {
+		if _, ok := r.seq[k]; !ok {
+			fresh = append(fresh, e)
+		}
+	}
+	sort.Slice(fresh, func(i, j int) bool {
+		if !fresh[i].age.Equal(fresh[j].age) {
+			return fresh[i].age.Before(fresh[j].age)
+		}
+		return compareRules(fresh[i].rec, fresh[j].rec) < 0
+	})
+	for _, e := range fresh {
+		r.nextSeq++
+		r.seq[e.key] = r.nextSeq
+	}
 	var candidates [2][]*entry
 	var refusedBy [2][]*entry
 	ids := map[string]bool{}
 	for k, e := range entries {
-		if _, ok := r.seq[k]; !ok {
-			r.nextSeq++
-			r.seq[k] = r.nextSeq
-		}
 		e.seq = r.seq[k]
 		e.reason = e.rec.refused
 		if e.reason == "" && r.cfg.OnlyLocalDestinations && !coversLocal(e.rec.rule.Dst, local) {
