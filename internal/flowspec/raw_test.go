@@ -243,6 +243,20 @@ func TestRawUpdates(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{ReasonAction: 2, ReasonMalformed: 3}, r.Peers()[0].Refused)
 
+	// Two NLRIs alike but for a value's width (one octet, two): one rule
+	// (GoBGP keys its table by the NLRI's text: the second replaces the first).
+	p.announce(1, [][8]byte{discardEC}, nlri(dst4("192.0.2.12", 32), num(3, 0x01, 6)))
+	p.announce(1, [][8]byte{discardEC}, nlri(dst4("192.0.2.12", 32), []byte{3, 0x91, 0, 6}))
+	waitFor(t, time.Second, "both received", func() bool { return r.Peers()[0].Received == 11 })
+	set = a.waitRules(t, time.Second, 6)
+	n := 0
+	for _, s := range r.Rules() {
+		if s.Text == "destination 192.0.2.12/32 protocol ==6 then discard" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n)
+
 	// A component type twice: GoBGP does not treat it as withdraw; it
 	// resets the session (NOTIFICATION code 0), which withdraws the
 	// peer's rules, and the rule is never seen.

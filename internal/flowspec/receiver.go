@@ -713,6 +713,7 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 	for fam := range candidates {
 		c := candidates[fam]
 		sort.Slice(c, func(i, j int) bool { return c[i].seq < c[j].seq })
+		c = dedupe(c)
 		if len(c) > r.cfg.MaxRules {
 			for _, e := range c[r.cfg.MaxRules:] {
 				e.reason, e.rec.detail = ReasonMaxRules, fmt.Sprintf("more than max_rules (%d) in its family", r.cfg.MaxRules)
@@ -752,6 +753,21 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 		}
 	}
 	return accepted, refused
+}
+
+// dedupe keeps the first of rules alike (NLRIs that differ only in how
+// they encode a value, e.g. a port in one octet or two): one is enforced,
+// under one ID.
+func dedupe(c []*entry) []*entry {
+	seen := map[string]bool{}
+	out := c[:0]
+	for _, e := range c {
+		if !seen[e.rec.rule.ID] {
+			seen[e.rec.rule.ID] = true
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // logRefusal logs a rule's refusal once (again only if its reason changes).
