@@ -8,6 +8,18 @@
 // the receiver tracks MaxRules accepted ones per family and at most
 // 4×MaxRules refused ones per family (the oldest refused dropped first
 // from Rules(); they stay refused).
+//
+// Malformed NLRIs (RFC 7606): GoBGP treats an UPDATE with a malformed
+// attribute as a withdrawal (its treat-as-withdraw is on), sorts
+// components sent out of order before anyone sees them, and resets the
+// session (NOTIFICATION, code 0) for an NLRI with a component type twice,
+// which withdraws that peer's rules. An NLRI GoBGP keeps but that does not
+// decode, or holds a component type its family does not have, is refused
+// here as malformed: never enforced.
+//
+// IPv6 prefix offsets are read as GoBGP encodes them (the whole prefix
+// after the offset octet, as draft-ietf-idr-flow-spec-v6-06), which
+// RFC 8956 speakers encode differently when the offset is not 0.
 package flowspec
 
 import (
