@@ -83,3 +83,23 @@ func BanMapMemory(max int) uint64 {
 	}
 	return 3<<20 + 16<<10 + uint64(max+MaxBanAllow)*(184+200)
 }
+
+// FlowSpecMemory is the most kernel memory the FlowSpec maps of an
+// instance take for maxRules a family (0 is FlowMaxRules), before anything
+// is loaded, and the counters of one interface on one CPU (perCPU): the
+// class tables of both generations and families (4 x 534 KiB, whatever
+// the rules), the rows (16 per rule and 64 a generation and family, a
+// word per 64 rules each), the rules, the cells, the prefix tries at their
+// most and the handover records (two 1 KiB chunks per slot at most).
+func FlowSpecMemory(maxRules int) (shared, perCPU uint64) {
+	lay := newFlowLayout(maxRules)
+	const tableSize = uint64(unsafe.Sizeof(xdpDropFsTable{}))
+	shared = 4*tableSize +
+		uint64(4*lay.rows*lay.words*8) +
+		uint64(4*lay.max)*uint64(unsafe.Sizeof(xdpDropFsRule{})) +
+		uint64(lay.slots())*uint64(unsafe.Sizeof(xdpDropFsCell{})) +
+		uint64(4*lay.max)*(trieEntryV4+trieEntryV6) +
+		uint64(lay.slots())*2*(1024+64)
+	perCPU = uint64(lay.slots())*uint64(unsafe.Sizeof(xdpDropFsCount{})) + uint64(unsafe.Sizeof(xdpDropFsScratch{}))
+	return shared, perCPU
+}

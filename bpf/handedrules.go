@@ -59,8 +59,73 @@ func (in *Instance) RuleMapsToHand() (fds []int, describe string) {
 		if fd, d, ok := in.bans.historyToHand(); ok {
 			fds, describe = append(fds, fd), describe+d
 		}
+		if f := in.bans.flow; f != nil {
+			// Last of all: the FlowSpec rules in force go on in the successor.
+			for _, m := range f.maps.ordered() {
+				fds = append(fds, m.FD())
+			}
+			describe += flowMark + in.flowFingerprint()
+		}
 	}
 	return fds, describe
+}
+
+// flowMark separates the FlowSpec maps' description from the rest.
+const flowMark = "|flowspec:"
+
+// takeFlow takes the FlowSpec maps' descriptors at the end of h's, and
+// their description, off h; none when h has none.
+func takeFlow(h *HandedRules) (fds []int, fp string, ok bool) {
+	rest, fp, ok := cutLast(h.describe, flowMark)
+	if !ok {
+		return nil, "", false
+	}
+	h.describe = rest
+	n := min(flowMapCount, len(h.fds))
+	fds = h.fds[len(h.fds)-n:]
+	h.fds = h.fds[:len(h.fds)-n]
+	return fds, fp, true
+}
+
+// adoptFlow makes the handed FlowSpec maps t's when they fit, rebuilding
+// the set in force from them; else t loads its own, empty. It owns fds.
+func (in *Instance) adoptFlow(t *BanTable, spec *ebpf.CollectionSpec, fds []int, fp string) error {
+	lay := newFlowLayout(in.policy.FlowSpec.max())
+	if len(fds) == flowMapCount && fp == in.flowFingerprint() {
+		if ms, err := mapsOfFDs(fds); err == nil {
+			m := &flowMaps{Ctl: ms[0], Tables: ms[1], Rows: ms[2], Rules: ms[3], Pfx4: ms[4], Pfx6: ms[5], Cells: ms[6], Scratch: ms[7], saved: ms[8]}
+			err = nil
+			for name, mm := range m.byName() {
+				if err == nil {
+					err = spec.Maps[name].Compatible(mm)
+				}
+			}
+			if err == nil {
+				var s *flowState
+				if s, err = flowStateOf(m, lay); err == nil {
+					if err = s.rebuild(); err == nil {
+						t.flow = s
+						return nil
+					}
+					s.close()
+					m = nil
+				}
+			}
+			if m != nil {
+				m.Close()
+			}
+		}
+	} else {
+		for _, fd := range fds {
+			closeFD(fd)
+		}
+	}
+	s, err := newFlowState(spec, lay)
+	if err != nil {
+		return err
+	}
+	t.flow = s
+	return nil
 }
 
 // bansMark separates the ban maps' description from the rule maps'.
@@ -95,7 +160,14 @@ func takeBans(h *HandedRules) (fds []int, fp string, ok bool) {
 // adoptBans makes the handed ban maps the instance's ban table when they
 // fit: the bans in force then go on without a gap. It owns fds, and says
 // why not otherwise.
-func (in *Instance) adoptBans(fds []int, fp string) (adopted bool, why string) {
+func (in *Instance) adoptBans(fds []int, fp string, flowFDs []int, flowFP string) (adopted bool, why string) {
+	closeFlow := func() {
+		for _, fd := range flowFDs {
+			closeFD(fd)
+		}
+		flowFDs = nil
+	}
+	defer closeFlow()
 	if len(fds) < banMapCount {
 		for _, fd := range fds {
 			closeFD(fd)
@@ -131,7 +203,12 @@ func (in *Instance) adoptBans(fds []int, fp string) (adopted bool, why string) {
 		}
 		if err == nil {
 			t := newBanTable(m, in.policy.Bans.max())
-			if err = t.rebuild(); err == nil {
+			if err = t.rebuild(); err == nil && in.policy.FlowSpec.On {
+				ffds := flowFDs
+				flowFDs = nil
+				err = in.adoptFlow(t, spec, ffds, flowFP)
+			}
+			if err == nil {
 				in.bans = t
 				return true, ""
 			}
@@ -178,6 +255,7 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer h.close()
+	flowFDs, flowFP, _ := takeFlow(h)
 	histFD, hasHistory := takeHistory(h)
 	banFDs, fp, hasBans := takeBans(h)
 	rules, whyRules := false, ""
@@ -188,10 +266,13 @@ func (in *Instance) AdoptRules(h *HandedRules) (adopted bool, why string) {
 		if hasHistory {
 			closeFD(histFD)
 		}
+		for _, fd := range flowFDs {
+			closeFD(fd)
+		}
 		return rules, whyRules
 	}
 	// After the rules: their layout is the handed one when adopted.
-	bans, whyBans := in.adoptBans(banFDs, fp)
+	bans, whyBans := in.adoptBans(banFDs, fp, flowFDs, flowFP)
 	if hasHistory {
 		if bans && whyBans == "" {
 			in.bans.adoptHistory(histFD)
