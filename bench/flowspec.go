@@ -382,9 +382,15 @@ func flowStack(e *env, cfg flowSpecConfig) ([]flowStackRow, []string, error) {
 				ns: median(perFrame[k]), bare: median(b), ratio: median(ratios),
 				mfps: median(mfps[k]), softirqd: median(softShare[k]),
 			}
+			// A frame no rule matches against the same hook without
+			// rules (both pass it on); one the last rule drops against
+			// bare XDP_DROP (both drop it).
 			if n, ok := noneOf[c.kind]; ok && c.rules > 0 {
 				z := perFrame[key{n, flowMiss}]
 				row.none = median(z)
+				if what == flowLast {
+					z = b
+				}
 				for i := range perFrame[k] {
 					row.delta = append(row.delta, perFrame[k][i]-z[i])
 				}
@@ -606,7 +612,11 @@ func (r *report) printFlowSpec(w io.Writer) {
 		vs := fmt.Sprintf("%.2f× bare", s.ratio)
 		if s.rules > 0 {
 			base += fmt.Sprintf("; the same without rules %.0f ns", s.none)
-			vs += fmt.Sprintf("; %+.0f ns over no rules (trials %+.0f…%+.0f)", median(s.delta), slices.Min(s.delta), slices.Max(s.delta))
+			over := "the same without rules"
+			if s.what == flowLast {
+				over = "bare XDP_DROP"
+			}
+			vs += fmt.Sprintf("; %+.0f ns over %s (trials %+.0f…%+.0f)", median(s.delta), over, slices.Min(s.delta), slices.Max(s.delta))
 		}
 		fmt.Fprintf(w, "| through the stack, %s | IPv4/UDP 482 B, %s%s, AF_PACKET into the veth | %.0f ns CPU a frame (%.2f Mframes/s; ksoftirqd %.0f %%) | %s | %s | — | — |\n",
 			s.name, s.what, flowStackWhere(s.kind), s.ns, s.mfps, 100*s.softirqd, base, vs)
@@ -639,7 +649,8 @@ func (r *report) printFlowSpecNotes(w io.Writer) {
 			"(e.g. ip daddr 198.18.4.0 udp sport 123 ip length >= 400 drop), in a netdev ingress chain on the veth and in an inet prerouting chain; "+
 			"CPU time per frame = the sending thread's (bound to one CPU; it runs the receive path in its softirq, which this kernel's accounting, without IRQ time accounting, gives to the task) "+
 			"+ that CPU's ksoftirqd's, to the nanosecond (CLOCK_THREAD_CPUTIME_ID, /proc/<pid>/schedstat); a frame nothing drops is dropped by a blackhole route; "+
-			"ratio = median over trials of the configuration / bare XDP_DROP in the same trial; the delta is paired by trial with the same hook without rules.\n")
+			"ratio = median over trials of the configuration / bare XDP_DROP in the same trial; the delta is paired by trial: a frame no rule matches with the same hook without rules (both pass it on), one the last rule drops with bare XDP_DROP (both drop it); "+
+			"on a veth, native XDP copies every frame the stack sent into a page with XDP headroom before the program runs (veth_convert_skb_to_xdp_buff, skb_pp_cow_data: an AF_PACKET skb has less headroom than XDP needs), a cost of veth, not of a NIC driver's XDP, that bare XDP_DROP and the engine pay and nftables does not.\n")
 	}
 	for _, n := range r.flowSpecNotes {
 		fmt.Fprintf(w, "  %s\n", n)
