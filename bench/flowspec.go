@@ -242,10 +242,9 @@ func flowStack(e *env, cfg flowSpecConfig) ([]flowStackRow, []string, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, nil, fmt.Errorf("nft not found (Debian: apt-get install nftables): the nftables side needs it")
 	}
-	gen, err := txgen.New()
-	if err != nil {
-		return nil, nil, err
-	}
+	// AF_PACKET wherever live frames are granted too: the frames must
+	// come to the veth as the stack's, for nftables as for XDP.
+	gen := txgen.NewPacket()
 	defer gen.Close()
 	if err := e.flowStackSetup(); err != nil {
 		return nil, nil, err
