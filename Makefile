@@ -68,7 +68,7 @@ e2e: ## End to end with real Telegraf, InfluxDB, Prometheus and Alertmanager in 
 	bash test/e2e/run.sh
 
 .PHONY: bench
-bench: ## Benchmark against a bare XDP_DROP program, the program before rules and before sampling, a key-by-key map read and one interface, and detection's time to ban; prints a markdown table (root, about six minutes; one section: go run ./bench -only detect, see BENCHMARKS.md)
+bench: ## Benchmark against a bare XDP_DROP program, the program before rules and before sampling, a key-by-key map read and one interface, detection's time to ban, and FlowSpec rules against the same rules in nftables (needs nft); prints a markdown table (root, about eight minutes; one section: go run ./bench -only flowspec, see BENCHMARKS.md)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./bench && $(GO) run ./bench
 
 .PHONY: lint

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ type config struct {
 	throughput throughputConfig
 	gather     gatherConfig
 	memory     memoryConfig
+	flowSpec   flowSpecConfig
 	// prefixSwaps is how many times the prefix file section swaps a
 	// 100,000-prefix file in.
 	prefixSwaps int
@@ -42,7 +44,7 @@ type config struct {
 
 func run() int {
 	quick := flag.Bool("quick", false, "fewer rounds and trials: a smoke test, not a measurement")
-	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, throughput, gather or memory")
+	only := flag.String("only", "", "run one section: perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, flowspec, throughput, gather or memory")
 	flag.Parse()
 
 	cfg := config{
@@ -52,6 +54,7 @@ func run() int {
 		gather:      gatherConfig{ifaces: []int{1, 16, 64}, samples: 300},
 		memory:      memoryConfig{trials: 3, gathers: 3},
 		prefixSwaps: 9,
+		flowSpec:    flowSpecConfig{testRun: perPacketConfig{rounds: 200, repeat: 1 << 14, copies: 2}, trials: 7, frames: 100_000},
 		quick:       *quick,
 	}
 	if *quick {
@@ -61,11 +64,12 @@ func run() int {
 		cfg.gather.samples = 30
 		cfg.memory.trials = 1
 		cfg.prefixSwaps = 3
+		cfg.flowSpec = flowSpecConfig{testRun: perPacketConfig{rounds: 10, repeat: 1 << 12, copies: 1}, trials: 2, frames: 10_000}
 	}
 	switch *only {
-	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "bans", "detect", "throughput", "gather", "memory":
+	case "", "perpacket", "prerules", "rules", "limit", "prefixfile", "sampling", "bans", "detect", "flowspec", "throughput", "gather", "memory":
 	default:
-		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, throughput, gather or memory\n", *only)
+		fmt.Fprintf(os.Stderr, "bench: -only %q: use perpacket, prerules, rules, limit, prefixfile, sampling, bans, detect, flowspec, throughput, gather or memory\n", *only)
 		return 2
 	}
 	if os.Geteuid() != 0 {
@@ -73,6 +77,13 @@ func run() int {
 		return 1
 	}
 
+	if *only == "" || *only == "flowspec" {
+		// Fail before the run, not after the sections before it.
+		if _, err := exec.LookPath("nft"); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: the flowspec section compares with nftables and needs nft (Debian: apt-get install nftables); without it, run the other sections one by one with -only")
+			return 1
+		}
+	}
 	start := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -193,6 +204,20 @@ func measure(ctx context.Context, e *env, cfg config, only string) (*report, err
 			return nil, fmt.Errorf("detect: %w", err)
 		}
 		rep.detect = &d
+	}
+	if want("flowspec") {
+		fc := cfg.flowSpec
+		status("flowspec: the engine with 0, 64 and %d rules against bare, %d rounds of %d runs; through the stack against the same rules as nftables rules, %d trials of %d frames", bpf.FlowMaxRules, fc.testRun.rounds, fc.testRun.repeat, fc.trials, fc.frames)
+		rows, notes, err := flowTestRun(e, fc.testRun)
+		if err != nil {
+			return nil, fmt.Errorf("flowspec: %w", err)
+		}
+		rep.flowTestRun, rep.flowSpecNotes = rows, notes
+		stack, notes, err := flowStack(e, fc)
+		if err != nil {
+			return nil, fmt.Errorf("flowspec through the stack: %w", err)
+		}
+		rep.flowStack, rep.flowSpecNotes = stack, append(rep.flowSpecNotes, notes...)
 	}
 	if want("throughput") {
 		status("throughput: %d trials of %d frames per program and mode", cfg.throughput.trials, cfg.throughput.frames)

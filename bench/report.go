@@ -51,6 +51,9 @@ type report struct {
 	banSync         *banSync
 	bansNotes       []string
 	detect          *detectResult
+	flowTestRun     []flowTestRunRow
+	flowStack       []flowStackRow
+	flowSpecNotes   []string
 	prefixFile      []prefixFileResult // 1 interface, then 8
 	memory          []memoryResult     // 1 interface, then 64
 	kernelMem       *kernelMemResult
@@ -112,6 +115,7 @@ func (r *report) print(w io.Writer) {
 	r.printSampling(w)
 	r.printBans(w)
 	r.printDetect(w)
+	r.printFlowSpec(w)
 	for _, t := range r.throughput {
 		target, ok := "—", "—"
 		if t.mode == "native" {
@@ -232,6 +236,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
 	r.printDetectNotes(w)
+	r.printFlowSpecNotes(w)
 	fmt.Fprintf(w, "Namespace %s, deleted. Total time %s.\n", r.namespace, round(r.took))
 }
 

@@ -58,6 +58,11 @@ func New() (*Generator, error) { return newGenerator(false) }
 // signal interrupted, sending more than asked.
 func NewCounting() (*Generator, error) { return newGenerator(true) }
 
+// NewPacket makes a generator that sends by AF_PACKET whatever the kernel
+// grants: frames that go through the receiving veth's stack as any the
+// host sends do (live frames reach a veth without XDP only with GRO on).
+func NewPacket() *Generator { return &Generator{transport: Packet} }
+
 func newGenerator(counting bool) (*Generator, error) {
 	t, err := Choose()
 	if err != nil {

@@ -216,3 +216,16 @@ func TestSendTwoNamespaces(t *testing.T) {
 	require.NoError(t, b.Do(func() error { return gen.Send(b.PeerIdx, udp, 1) }))
 	require.Equal(t, uint64(601), rb.count(t))
 }
+
+// TestNewPacket: NewPacket sends by AF_PACKET, also where live frames are
+// granted, and sends exactly what it is asked to.
+func TestNewPacket(t *testing.T) {
+	ns := testns.New(t)
+	gen := txgen.NewPacket()
+	defer gen.Close()
+	require.Equal(t, txgen.Packet, gen.Transport())
+	r := attachReceiver(t, ns, 0)
+	udp := frames.Ether(frames.EtherIPv4, frames.IPv4(frames.ProtoUDP, 0, frames.UDP(18)))
+	require.NoError(t, ns.Do(func() error { return gen.Send(ns.PeerIdx, udp, 1000) }))
+	require.Equal(t, uint64(1000), r.count(t))
+}
