@@ -259,12 +259,9 @@ func (x *XDPDrop) flowPoints(acc telegraf.Accumulator, snap *Snapshot) {
 			}
 		}
 	}
-	text := func(r *bpf.FlowRule) string {
-		if t, ok := texts[r.ID]; ok {
-			return t
-		}
-		return flowspec.Text(r)
-	}
+	// A rule handed over has its text once the receiver has decided on it
+	// (within 100 ms of Adopt); a point before that has none.
+	text := func(r *bpf.FlowRule) string { return texts[r.ID] }
 	var errs []error
 	snap.FlowSpec, errs = x.flow.series.points(snap.FlowSpec, inForce, text, reads)
 	for _, err := range errs {

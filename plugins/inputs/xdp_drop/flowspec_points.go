@@ -1,6 +1,8 @@
 package xdp_drop
 
 import (
+	"slices"
+
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -128,10 +130,15 @@ func (f *flowSeries) points(out []FlowSpecSeries, inForce []bpf.FlowRule, text f
 			now[rule.ID] = s
 			out = append(out, s)
 		}
-		for id, s := range f.last[r.name] {
-			if _, ok := now[id]; ok {
-				continue
+		var gone []string
+		for id := range f.last[r.name] {
+			if _, ok := now[id]; !ok {
+				gone = append(gone, id)
 			}
+		}
+		slices.Sort(gone)
+		for _, id := range gone {
+			s := f.last[r.name][id]
 			if c, ok := r.counts[id]; ok {
 				s.Packets, s.Bytes, s.DroppedPackets, s.DroppedBytes = c.Packets, c.Bytes, c.DroppedPackets, c.DroppedBytes
 			}
