@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,7 @@ func (x *XDPDrop) startFlowSpec(acc telegraf.Accumulator) {
 
 // flowLog passes the receiver's log lines to Telegraf's, with its level.
 func (x *XDPDrop) flowLog(level byte, msg string) {
+	msg = strings.TrimPrefix(msg, "flowspec: ")
 	switch level {
 	case 'E':
 		x.Log.Errorf("flowspec: %s", msg)
