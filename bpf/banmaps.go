@@ -27,7 +27,11 @@ func (t *BanTable) release() error {
 	if t.history != nil {
 		t.history.Close()
 	}
-	return t.maps.Close()
+	var err error
+	if t.flow != nil {
+		err = t.flow.close()
+	}
+	return errors.Join(err, t.maps.Close())
 }
 
 // ContinueBans makes the ban table of prev, when it has one loaded, in's
@@ -45,6 +49,9 @@ func (in *Instance) ContinueBans(prev *Instance) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if t == nil || in.bans != nil || !in.policy.Bans.On || in.policy.Bans.max() != t.max {
+		return
+	}
+	if (t.flow != nil) != in.policy.FlowSpec.On || t.flow != nil && t.flow.lay != newFlowLayout(in.policy.FlowSpec.max()) {
 		return
 	}
 	t.mu.Lock()
@@ -110,7 +117,14 @@ func (in *Instance) bansLocked() (*BanTable, error) {
 	if err := spec.LoadAndAssign(m, nil); err != nil {
 		return nil, loadError(err)
 	}
-	in.bans = newBanTable(m, in.policy.Bans.max())
+	t := newBanTable(m, in.policy.Bans.max())
+	if in.policy.FlowSpec.On {
+		if t.flow, err = newFlowState(spec, newFlowLayout(in.policy.FlowSpec.max())); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	in.bans = t
 	return in.bans, nil
 }
 
@@ -297,14 +311,15 @@ func (p *Program) addBanMaps(in *Instance, spec *ebpf.CollectionSpec, replace ma
 		p.banCounters = m
 	}
 	replace[xdpDropMapBanCounters] = p.banCounters
-	return nil
+	return p.addFlowMaps(in, spec, replace)
 }
 
 func (p *Program) closeBanCounters() error {
+	err := p.closeFlowCounters()
 	if p.banCounters == nil {
-		return nil
+		return err
 	}
-	err := p.banCounters.Close()
+	err = errors.Join(err, p.banCounters.Close())
 	p.banCounters = nil
 	return err
 }

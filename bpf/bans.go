@@ -61,6 +61,8 @@ type BanTable struct {
 	// history is the ban history (banhistory.go); nil until a ban is
 	// remembered or one is handed over.
 	history *ebpf.Map
+	// flow is the FlowSpec tables loaded with the ban maps; nil without FlowSpec.
+	flow *flowState
 }
 
 func newBanTable(m *banMaps, max int) *BanTable {

@@ -21,6 +21,7 @@ const FDsPerInterface = 4
 // its three sampling maps, and the reader of its ring (an epoll descriptor
 // and two event descriptors that wake it).
 func (p Policy) FDs() int {
+	p = withFlowSpec(p)
 	n := FDsPerInterface
 	if len(p.Rules) > 0 || p.Bans.On {
 		n++
@@ -31,6 +32,9 @@ func (p Policy) FDs() int {
 	if p.Sample.On() {
 		n += 6
 	}
+	if p.FlowSpec.On {
+		n++ // the FlowSpec counters
+	}
 	return n
 }
 
@@ -38,6 +42,7 @@ func (p Policy) FDs() int {
 // for all its interfaces: the rule maps, when it has rules, the limiter's
 // cells with limit rules, and the ban maps with bans.
 func (p Policy) SharedFDs() int {
+	p = withFlowSpec(p)
 	n := 0
 	switch {
 	case p.hasLimits():
@@ -48,6 +53,9 @@ func (p Policy) SharedFDs() int {
 	if p.Bans.On {
 		n += banMapCount
 	}
+	if p.FlowSpec.On {
+		n += flowMapCount + 2 // and the grace map with its inner map
+	}
 	return n
 }
 
@@ -55,7 +63,7 @@ func (p Policy) SharedFDs() int {
 // the seven rule maps (rule counters and the limiter's cells among them),
 // which it closes again when no rule uses them, the three sampling maps
 // and the ban counters.
-const loadFDs = FDsPerInterface + 7 + 3 + 1
+const loadFDs = FDsPerInterface + 7 + 3 + 1 + flowMapCount + 1
 
 // errOutOfFDs returns an error wrapping EMFILE when fewer descriptors are
 // left under RLIMIT_NOFILE than a load needs, or nil. A load that failed

@@ -27,6 +27,7 @@ type Instance struct {
 // NewInstance returns the instance of policy. It touches no kernel state:
 // the rules are compiled, and their maps loaded, by the first program.
 func NewInstance(policy Policy) *Instance {
+	policy = withFlowSpec(policy)
 	return &Instance{policy: policy, fingerprint: policy.fingerprint()}
 }
 

@@ -45,6 +45,29 @@ type Policy struct {
 	// Bans drops sources banned for a time (Instance.Bans), before the
 	// rules and the protocol policy.
 	Bans BansConfig
+	// FlowSpec enforces FlowSpec rules (Instance.FlowSpec) after the bans,
+	// before the rules; it turns bans on (with a Max of 1024) when they are
+	// off, since its code is in the programs with bans.
+	FlowSpec FlowSpecConfig
+}
+
+// FlowSpecConfig turns the FlowSpec engine on.
+type FlowSpecConfig struct {
+	On bool
+	// MaxRules is the most rules a family holds, 1 to FlowMaxRules; 0 is FlowMaxRules.
+	MaxRules int
+}
+
+// flowBansMax is the bans' Max of an instance that has FlowSpec without
+// bans: the ban maps carry the FlowSpec code, and this few bans cost little.
+const flowBansMax = 1024
+
+// withFlowSpec is policy with the bans FlowSpec needs turned on.
+func withFlowSpec(policy Policy) Policy {
+	if policy.FlowSpec.On && !policy.Bans.On {
+		policy.Bans = BansConfig{On: true, Max: flowBansMax}
+	}
+	return policy
 }
 
 // QueueSlots is the number of per-queue counter blocks with PerQueue: 64
@@ -165,6 +188,10 @@ func (p Policy) fingerprint() string {
 	// whether a banned frame is counted a drop.
 	if p.Bans.On {
 		fmt.Fprintf(h, "bans %v\n", p.Bans.DryRun)
+	}
+	// FlowSpec adds code, and its drops are counted under their classes.
+	if p.FlowSpec.On {
+		fmt.Fprintf(h, "flowspec %d\n", p.FlowSpec.MaxRules)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

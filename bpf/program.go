@@ -37,6 +37,8 @@ type Program struct {
 	samples *sampleMaps
 	// banCounters is the program's ban_counters, nil without bans.
 	banCounters *ebpf.Map
+	// flowCounters is the program's flowspec_counters, nil without FlowSpec.
+	flowCounters *ebpf.Map
 }
 
 // ID is the kernel's id of the loaded program, as ip link and bpftool show it.

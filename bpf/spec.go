@@ -58,6 +58,9 @@ func specFor(parsed *ebpf.CollectionSpec, policy Policy, rules *ruleTables) (*eb
 	if err := setBanSpec(spec, policy); err != nil {
 		return nil, err
 	}
+	if err := setFlowSpec(spec, policy); err != nil {
+		return nil, err
+	}
 	return spec, nil
 }
 

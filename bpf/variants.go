@@ -90,7 +90,7 @@ func featuresOf(policy Policy) Features {
 	if policy.hasLimits() {
 		f |= FeatureLimit
 	}
-	if policy.Bans.On {
+	if withFlowSpec(policy).Bans.On {
 		f |= FeatureBans
 	}
 	return f

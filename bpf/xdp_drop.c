@@ -673,6 +673,8 @@ enum ban_probe_result {
 /* ban_lookup's flags: the family, and that the frame is exempt from limit claims. */
 #define BAN_LOOKUP_V6 0x1
 #define BAN_LOOKUP_EXEMPT 0x2
+/* What ban_lookup gives for an allowed source: no ban, and FlowSpec skips it too. */
+#define BAN_IS_ALLOWED 0x10
 
 /* The time bans' ends and rates are read against. */
 static __always_inline __u64 ban_now(void)
@@ -811,6 +813,8 @@ static __always_inline int ban_lookup_inline(__u32 a0, __u32 a1, __u32 a2, __u32
 	} else {
 		r = ban_probe_bits(*(volatile __u64 *)&b->bits[0], 0, addr, 0, &now, &ban, exempt);
 	}
+	if (r == BAN_ALLOWED)
+		return BAN_IS_ALLOWED;
 	return r == BAN_FOUND ? ban : 0;
 }
 
@@ -928,6 +932,30 @@ __noinline int ban_exempt(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos, 
 	return ban_lookup(iph->saddr, 0, 0, 0, BAN_LOOKUP_EXEMPT);
 }
 
+#include "flowspec.h"
+
+/*
+ * Counts a frame FlowSpec dropped (would_drop in a dry run) as a drop of
+ * its class: in c when that is its class's action, else under other[class]
+ * of the rule block, as count_ban does.
+ */
+static __always_inline void count_flowspec_drop(struct counter_block *c, __u32 *key, __u32 class, __u64 len)
+{
+	struct rule_block *rc;
+	struct counter *cc;
+
+	if (verdicts[class] & ACTION_DROP) {
+		cc = &c->class[class];
+	} else {
+		rc = bpf_map_lookup_elem(&rule_counters, key);
+		if (!rc)
+			return;
+		cc = &rc->other[class];
+	}
+	cc->packets++;
+	cc->bytes += len;
+}
+
 /*
  * Counts a frame of class class the ban of origin + 1 ban (BAN_OVER_LIMIT aside) decided, under its origin and
  * action, and under its class as a drop (in c when that is its class's
@@ -972,7 +1000,7 @@ static __always_inline int count_ban(struct counter_block *c, __u32 *key, __u32 
 static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const int rules, const int sample,
 				      const int limits, const int bans)
 {
-	int ban = 0;
+	int ban = 0, allowed = 0, fs = 0;
 	__u32 l3, pos;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -1000,8 +1028,16 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 		/* Only frames a limit claim would drop get there, and only TCP ones pay for the socket lookup. */
 		if (ban & BAN_OVER_LIMIT)
 			ban = ban_exempt(ctx, class, l3, pos, ban);
+		if (ban == BAN_IS_ALLOWED) {
+			allowed = 1;
+			ban = 0;
+		}
+		/* FlowSpec after the bans: not for an allowed source, nor a frame a ban drops. */
+		if (flowspec_on && !allowed && !(ban && !ban_dry_run))
+			fs = flowspec_verdict(ctx, class, l3, pos,
+					      frags ? bpf_xdp_get_buff_len(ctx) : (__u64)(data_end - data));
 	}
-	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run))
+	if (rules && class < CLASS_IPV4_TRUNCATED && !(ban && !ban_dry_run) && !(fs & FS_VERDICT_DROP))
 		ruled = rule_verdict(&cur, data_end, class);
 	if (frags)
 		len = bpf_xdp_get_buff_len(ctx);
@@ -1021,20 +1057,28 @@ static __always_inline int frame_path(struct xdp_md *ctx, const int frags, const
 			sample_frame(ctx, class, dry_run ? ACTION_DROP : ACTION_DROP | VERDICT_DROP, len);
 		return dry_run ? XDP_PASS : XDP_DROP;
 	}
+	if (bans && (fs & FS_VERDICT_DROP)) {
+		count_flowspec_drop(c, &key, class, len);
+		if (sample)
+			fs_sample(ctx, class, dry_run ? ACTION_DROP : ACTION_DROP | VERDICT_DROP, len,
+				  fs & FS_VERDICT_SAMPLE);
+		return dry_run ? XDP_PASS : XDP_DROP;
+	}
 	if (limits && (ruled & VERDICT_LIMIT))
 		ruled = limit_decide(&cur, class, ruled);
 	if (ruled) {
 		int act = count_ruled(c, &key, class, ruled, len, limits);
 
 		if (sample)
-			sample_frame(ctx, class, limits ? ruled & ~(VERDICT_LIMIT | VERDICT_LIMITED) : ruled, len);
+			fs_sample(ctx, class, limits ? ruled & ~(VERDICT_LIMIT | VERDICT_LIMITED) : ruled, len,
+				  fs & FS_VERDICT_SAMPLE);
 		return act;
 	}
 	/* Its class's action: the counter's address needs no verdict. */
 	c->class[class].packets++;
 	c->class[class].bytes += len;
 	if (sample)
-		sample_frame(ctx, class, verdicts[class], len);
+		fs_sample(ctx, class, verdicts[class], len, fs & FS_VERDICT_SAMPLE);
 	if (verdicts[class] & VERDICT_DROP)
 		return XDP_DROP;
 	return XDP_PASS;

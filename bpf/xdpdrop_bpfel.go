@@ -98,6 +98,129 @@ type xdpDropCounterBlock struct {
 	Class [518]xdpDropCounter
 }
 
+type xdpDropFlowspecBits uint32
+
+const (
+	xdpDropFlowspecBitsFS_ACT_ACCEPT      xdpDropFlowspecBits = 0
+	xdpDropFlowspecBitsFS_ACT_DROP        xdpDropFlowspecBits = 1
+	xdpDropFlowspecBitsFS_ACT_LIMIT       xdpDropFlowspecBits = 2
+	xdpDropFlowspecBitsFS_RULE_CONTINUE   xdpDropFlowspecBits = 1
+	xdpDropFlowspecBitsFS_RULE_SAMPLE     xdpDropFlowspecBits = 2
+	xdpDropFlowspecBitsFS_RULE_DST_OFFSET xdpDropFlowspecBits = 4
+	xdpDropFlowspecBitsFS_RULE_SRC_OFFSET xdpDropFlowspecBits = 8
+	xdpDropFlowspecBitsFS_RULE_BYTES      xdpDropFlowspecBits = 16
+	xdpDropFlowspecBitsFS_VERDICT_MATCH   xdpDropFlowspecBits = 1
+	xdpDropFlowspecBitsFS_VERDICT_DROP    xdpDropFlowspecBits = 2
+	xdpDropFlowspecBitsFS_VERDICT_SAMPLE  xdpDropFlowspecBits = 4
+	xdpDropFlowspecBitsFS_FRAG_DF         xdpDropFlowspecBits = 1
+	xdpDropFlowspecBitsFS_FRAG_ISF        xdpDropFlowspecBits = 2
+	xdpDropFlowspecBitsFS_FRAG_FF         xdpDropFlowspecBits = 4
+	xdpDropFlowspecBitsFS_FRAG_LF         xdpDropFlowspecBits = 8
+)
+
+type xdpDropFlowspecDims uint32
+
+const (
+	xdpDropFlowspecDimsFS_DIM_PROTO     xdpDropFlowspecDims = 0
+	xdpDropFlowspecDimsFS_DIM_PORT      xdpDropFlowspecDims = 1
+	xdpDropFlowspecDimsFS_DIM_DPORT     xdpDropFlowspecDims = 2
+	xdpDropFlowspecDimsFS_DIM_SPORT     xdpDropFlowspecDims = 3
+	xdpDropFlowspecDimsFS_DIM_ICMP_TYPE xdpDropFlowspecDims = 4
+	xdpDropFlowspecDimsFS_DIM_ICMP_CODE xdpDropFlowspecDims = 5
+	xdpDropFlowspecDimsFS_DIM_TCP_FLAGS xdpDropFlowspecDims = 6
+	xdpDropFlowspecDimsFS_DIM_LENGTH    xdpDropFlowspecDims = 7
+	xdpDropFlowspecDimsFS_DIM_DSCP      xdpDropFlowspecDims = 8
+	xdpDropFlowspecDimsFS_DIM_FRAG      xdpDropFlowspecDims = 9
+	xdpDropFlowspecDimsFS_DIM_LABEL     xdpDropFlowspecDims = 10
+	xdpDropFlowspecDimsFS_DIM_DST       xdpDropFlowspecDims = 11
+	xdpDropFlowspecDimsFS_DIM_SRC       xdpDropFlowspecDims = 12
+	xdpDropFlowspecDimsFS_DIMS          xdpDropFlowspecDims = 13
+)
+
+type xdpDropFlowspecLimits uint32
+
+const (
+	xdpDropFlowspecLimitsFS_WORDS_MAX   xdpDropFlowspecLimits = 16
+	xdpDropFlowspecLimitsFS_CHAIN       xdpDropFlowspecLimits = 8
+	xdpDropFlowspecLimitsFS_SCAN        xdpDropFlowspecLimits = 64
+	xdpDropFlowspecLimitsFS_LABELS      xdpDropFlowspecLimits = 2048
+	xdpDropFlowspecLimitsFS_GENS        xdpDropFlowspecLimits = 2
+	xdpDropFlowspecLimitsFS_IPV6EXT_MAX xdpDropFlowspecLimits = 8
+)
+
+type xdpDropFsCell struct {
+	_   structs.HostLayout
+	Tat uint64
+	Pad [7]uint64
+}
+
+type xdpDropFsCount struct {
+	_              structs.HostLayout
+	Packets        uint64
+	Bytes          uint64
+	DroppedPackets uint64
+	DroppedBytes   uint64
+}
+
+type xdpDropFsRule struct {
+	_       structs.HostLayout
+	Slot    uint32
+	Action  uint8
+	Flags   uint8
+	Pad     uint16
+	Cost    uint64
+	Tau     uint64
+	DstMask [4]uint32
+	DstPat  [4]uint32
+	SrcMask [4]uint32
+	SrcPat  [4]uint32
+}
+
+type xdpDropFsScratch struct {
+	_        structs.HostLayout
+	Acc      [16]uint64
+	Saddr    [4]uint32
+	Daddr    [4]uint32
+	Label    uint32
+	W        uint32
+	Chain    uint32
+	Sport    uint16
+	Dport    uint16
+	Length   uint16
+	TcpFlags uint16
+	Proto    uint8
+	HasPorts uint8
+	HasIcmp  uint8
+	HasTcp   uint8
+	IcmpType uint8
+	IcmpCode uint8
+	Dscp     uint8
+	Frag     uint8
+	_        [4]byte
+}
+
+type xdpDropFsTable struct {
+	_          structs.HostLayout
+	Dims       uint32
+	RuleBase   uint32
+	Base       [13]uint32
+	Absent     [13]uint32
+	Nlabels    uint32
+	Proto      [256]uint16
+	Port       [65536]uint16
+	Dport      [65536]uint16
+	Sport      [65536]uint16
+	Length     [65536]uint16
+	IcmpType   [256]uint16
+	IcmpCode   [256]uint16
+	TcpFlags   [4096]uint16
+	Dscp       [64]uint16
+	Frag       [16]uint16
+	LabelClass [2049]uint16
+	Pad        uint16
+	LabelBound [2048]uint32
+}
+
 type xdpDropLimitLimits uint32
 
 const (
@@ -247,6 +370,15 @@ const (
 	xdpDropMapBanV4                         = "ban_v4"
 	xdpDropMapBanV6                         = "ban_v6"
 	xdpDropMapCounters                      = "counters"
+	xdpDropMapFlowspecCells                 = "flowspec_cells"
+	xdpDropMapFlowspecCounters              = "flowspec_counters"
+	xdpDropMapFlowspecCtl                   = "flowspec_ctl"
+	xdpDropMapFlowspecPfx4                  = "flowspec_pfx4"
+	xdpDropMapFlowspecPfx6                  = "flowspec_pfx6"
+	xdpDropMapFlowspecRows                  = "flowspec_rows"
+	xdpDropMapFlowspecRules                 = "flowspec_rules"
+	xdpDropMapFlowspecScratch               = "flowspec_scratch"
+	xdpDropMapFlowspecTables                = "flowspec_tables"
 	xdpDropMapLimitState                    = "limit_state"
 	xdpDropMapPortsMap                      = "ports_map"
 	xdpDropMapPrefixBuckets                 = "prefix_buckets"
@@ -287,6 +419,11 @@ const (
 	xdpDropVarBanLimit                      = "ban_limit"
 	xdpDropVarClassCount                    = "class_count"
 	xdpDropVarDryRun                        = "dry_run"
+	xdpDropVarFlowspecBit                   = "flowspec_bit"
+	xdpDropVarFlowspecDim                   = "flowspec_dim"
+	xdpDropVarFlowspecLimit                 = "flowspec_limit"
+	xdpDropVarFlowspecOn                    = "flowspec_on"
+	xdpDropVarFlowspecWords                 = "flowspec_words"
 	xdpDropVarLimitCells                    = "limit_cells"
 	xdpDropVarLimitFakeClock                = "limit_fake_clock"
 	xdpDropVarLimitParams                   = "limit_params"
@@ -387,22 +524,31 @@ type xdpDropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpDropMapSpecs struct {
-	BanBloom      *ebpf.MapSpec `ebpf:"ban_bloom"`
-	BanBuckets    *ebpf.MapSpec `ebpf:"ban_buckets"`
-	BanCounters   *ebpf.MapSpec `ebpf:"ban_counters"`
-	BanV4         *ebpf.MapSpec `ebpf:"ban_v4"`
-	BanV6         *ebpf.MapSpec `ebpf:"ban_v6"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	LimitState    *ebpf.MapSpec `ebpf:"limit_state"`
-	PortsMap      *ebpf.MapSpec `ebpf:"ports_map"`
-	PrefixBuckets *ebpf.MapSpec `ebpf:"prefix_buckets"`
-	PrefixExact   *ebpf.MapSpec `ebpf:"prefix_exact"`
-	PrefixV4      *ebpf.MapSpec `ebpf:"prefix_v4"`
-	PrefixV6      *ebpf.MapSpec `ebpf:"prefix_v6"`
-	RuleCounters  *ebpf.MapSpec `ebpf:"rule_counters"`
-	SampleBuckets *ebpf.MapSpec `ebpf:"sample_buckets"`
-	SampleStates  *ebpf.MapSpec `ebpf:"sample_states"`
-	Samples       *ebpf.MapSpec `ebpf:"samples"`
+	BanBloom         *ebpf.MapSpec `ebpf:"ban_bloom"`
+	BanBuckets       *ebpf.MapSpec `ebpf:"ban_buckets"`
+	BanCounters      *ebpf.MapSpec `ebpf:"ban_counters"`
+	BanV4            *ebpf.MapSpec `ebpf:"ban_v4"`
+	BanV6            *ebpf.MapSpec `ebpf:"ban_v6"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	FlowspecCells    *ebpf.MapSpec `ebpf:"flowspec_cells"`
+	FlowspecCounters *ebpf.MapSpec `ebpf:"flowspec_counters"`
+	FlowspecCtl      *ebpf.MapSpec `ebpf:"flowspec_ctl"`
+	FlowspecPfx4     *ebpf.MapSpec `ebpf:"flowspec_pfx4"`
+	FlowspecPfx6     *ebpf.MapSpec `ebpf:"flowspec_pfx6"`
+	FlowspecRows     *ebpf.MapSpec `ebpf:"flowspec_rows"`
+	FlowspecRules    *ebpf.MapSpec `ebpf:"flowspec_rules"`
+	FlowspecScratch  *ebpf.MapSpec `ebpf:"flowspec_scratch"`
+	FlowspecTables   *ebpf.MapSpec `ebpf:"flowspec_tables"`
+	LimitState       *ebpf.MapSpec `ebpf:"limit_state"`
+	PortsMap         *ebpf.MapSpec `ebpf:"ports_map"`
+	PrefixBuckets    *ebpf.MapSpec `ebpf:"prefix_buckets"`
+	PrefixExact      *ebpf.MapSpec `ebpf:"prefix_exact"`
+	PrefixV4         *ebpf.MapSpec `ebpf:"prefix_v4"`
+	PrefixV6         *ebpf.MapSpec `ebpf:"prefix_v6"`
+	RuleCounters     *ebpf.MapSpec `ebpf:"rule_counters"`
+	SampleBuckets    *ebpf.MapSpec `ebpf:"sample_buckets"`
+	SampleStates     *ebpf.MapSpec `ebpf:"sample_states"`
+	Samples          *ebpf.MapSpec `ebpf:"samples"`
 }
 
 // xdpDropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -415,6 +561,11 @@ type xdpDropVariableSpecs struct {
 	BanLimit          *ebpf.VariableSpec `ebpf:"ban_limit"`
 	ClassCount        *ebpf.VariableSpec `ebpf:"class_count"`
 	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
+	FlowspecBit       *ebpf.VariableSpec `ebpf:"flowspec_bit"`
+	FlowspecDim       *ebpf.VariableSpec `ebpf:"flowspec_dim"`
+	FlowspecLimit     *ebpf.VariableSpec `ebpf:"flowspec_limit"`
+	FlowspecOn        *ebpf.VariableSpec `ebpf:"flowspec_on"`
+	FlowspecWords     *ebpf.VariableSpec `ebpf:"flowspec_words"`
 	LimitCells        *ebpf.VariableSpec `ebpf:"limit_cells"`
 	LimitFakeClock    *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
 	LimitParams       *ebpf.VariableSpec `ebpf:"limit_params"`
@@ -463,22 +614,31 @@ func (o *xdpDropObjects) Close() error {
 //
 // It can be passed to loadXdpDropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpDropMaps struct {
-	BanBloom      *ebpf.Map `ebpf:"ban_bloom"`
-	BanBuckets    *ebpf.Map `ebpf:"ban_buckets"`
-	BanCounters   *ebpf.Map `ebpf:"ban_counters"`
-	BanV4         *ebpf.Map `ebpf:"ban_v4"`
-	BanV6         *ebpf.Map `ebpf:"ban_v6"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	LimitState    *ebpf.Map `ebpf:"limit_state"`
-	PortsMap      *ebpf.Map `ebpf:"ports_map"`
-	PrefixBuckets *ebpf.Map `ebpf:"prefix_buckets"`
-	PrefixExact   *ebpf.Map `ebpf:"prefix_exact"`
-	PrefixV4      *ebpf.Map `ebpf:"prefix_v4"`
-	PrefixV6      *ebpf.Map `ebpf:"prefix_v6"`
-	RuleCounters  *ebpf.Map `ebpf:"rule_counters"`
-	SampleBuckets *ebpf.Map `ebpf:"sample_buckets"`
-	SampleStates  *ebpf.Map `ebpf:"sample_states"`
-	Samples       *ebpf.Map `ebpf:"samples"`
+	BanBloom         *ebpf.Map `ebpf:"ban_bloom"`
+	BanBuckets       *ebpf.Map `ebpf:"ban_buckets"`
+	BanCounters      *ebpf.Map `ebpf:"ban_counters"`
+	BanV4            *ebpf.Map `ebpf:"ban_v4"`
+	BanV6            *ebpf.Map `ebpf:"ban_v6"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	FlowspecCells    *ebpf.Map `ebpf:"flowspec_cells"`
+	FlowspecCounters *ebpf.Map `ebpf:"flowspec_counters"`
+	FlowspecCtl      *ebpf.Map `ebpf:"flowspec_ctl"`
+	FlowspecPfx4     *ebpf.Map `ebpf:"flowspec_pfx4"`
+	FlowspecPfx6     *ebpf.Map `ebpf:"flowspec_pfx6"`
+	FlowspecRows     *ebpf.Map `ebpf:"flowspec_rows"`
+	FlowspecRules    *ebpf.Map `ebpf:"flowspec_rules"`
+	FlowspecScratch  *ebpf.Map `ebpf:"flowspec_scratch"`
+	FlowspecTables   *ebpf.Map `ebpf:"flowspec_tables"`
+	LimitState       *ebpf.Map `ebpf:"limit_state"`
+	PortsMap         *ebpf.Map `ebpf:"ports_map"`
+	PrefixBuckets    *ebpf.Map `ebpf:"prefix_buckets"`
+	PrefixExact      *ebpf.Map `ebpf:"prefix_exact"`
+	PrefixV4         *ebpf.Map `ebpf:"prefix_v4"`
+	PrefixV6         *ebpf.Map `ebpf:"prefix_v6"`
+	RuleCounters     *ebpf.Map `ebpf:"rule_counters"`
+	SampleBuckets    *ebpf.Map `ebpf:"sample_buckets"`
+	SampleStates     *ebpf.Map `ebpf:"sample_states"`
+	Samples          *ebpf.Map `ebpf:"samples"`
 }
 
 func (m *xdpDropMaps) Close() error {
@@ -489,6 +649,15 @@ func (m *xdpDropMaps) Close() error {
 		m.BanV4,
 		m.BanV6,
 		m.Counters,
+		m.FlowspecCells,
+		m.FlowspecCounters,
+		m.FlowspecCtl,
+		m.FlowspecPfx4,
+		m.FlowspecPfx6,
+		m.FlowspecRows,
+		m.FlowspecRules,
+		m.FlowspecScratch,
+		m.FlowspecTables,
 		m.LimitState,
 		m.PortsMap,
 		m.PrefixBuckets,
@@ -512,6 +681,11 @@ type xdpDropVariables struct {
 	BanLimit          *ebpf.Variable `ebpf:"ban_limit"`
 	ClassCount        *ebpf.Variable `ebpf:"class_count"`
 	DryRun            *ebpf.Variable `ebpf:"dry_run"`
+	FlowspecBit       *ebpf.Variable `ebpf:"flowspec_bit"`
+	FlowspecDim       *ebpf.Variable `ebpf:"flowspec_dim"`
+	FlowspecLimit     *ebpf.Variable `ebpf:"flowspec_limit"`
+	FlowspecOn        *ebpf.Variable `ebpf:"flowspec_on"`
+	FlowspecWords     *ebpf.Variable `ebpf:"flowspec_words"`
 	LimitCells        *ebpf.Variable `ebpf:"limit_cells"`
 	LimitFakeClock    *ebpf.Variable `ebpf:"limit_fake_clock"`
 	LimitParams       *ebpf.Variable `ebpf:"limit_params"`
