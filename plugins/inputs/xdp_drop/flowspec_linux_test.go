@@ -157,7 +157,7 @@ func waitFlow(t *testing.T, ns *testns.NS, p *XDPDrop, what string, ok func(map[
 // udpFrame is a UDP frame of length bytes in all, from src:sport to
 // dst:dport.
 func udpFrame(src, dst string, sport, dport uint16, length int) []byte {
-	l4 := frames.Ports(frames.UDP(length-14-20), sport, dport)
+	l4 := frames.Ports(frames.UDP(length-14-20-8), sport, dport)
 	return frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, l4), netip.MustParseAddr(src), netip.MustParseAddr(dst)))
 }
 
