@@ -93,7 +93,7 @@ func peerLabel(n int, address string) string {
 // nil settings without the table. A view reads no password: it starts no
 // session.
 func (x *XDPDrop) initFlowSpec(policy *bpf.Policy) error {
-	x.flowOpts = nil
+	x.flow.opts = nil
 	if x.FlowSpec == nil {
 		return nil
 	}
@@ -103,7 +103,7 @@ func (x *XDPDrop) initFlowSpec(policy *bpf.Policy) error {
 		return err
 	}
 	policy.FlowSpec = bpf.FlowSpecConfig{On: true, MaxRules: s.maxRules}
-	x.flowOpts = s
+	x.flow.opts = s
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 // rule table it applies the accepted rules to, the namespace's addresses
 // it accepts destinations in, and the rules' series.
 type flowSpec struct {
+	opts     *flowSpecSettings // nil without [flowspec]
 	receiver *flowspec.Receiver
 	table    flowApplier
 	local    atomic.Pointer[[]netip.Prefix]
@@ -89,7 +90,7 @@ func (a *flowApplier) inForce() []bpf.FlowRule {
 // which the receiver keeps in force until its peers have sent theirs). A
 // console view starts no session: the running instance holds them.
 func (x *XDPDrop) startFlowSpec(acc telegraf.Accumulator) {
-	s := x.flowOpts
+	s := x.flow.opts
 	if s == nil || s.view {
 		return
 	}
@@ -155,7 +156,7 @@ func (x *XDPDrop) flowLog(level byte, msg string) {
 // useFlowSpec, at every gather, reads the namespace's addresses again
 // and points the rule sets at the table of the instance attached now.
 func (x *XDPDrop) useFlowSpec(acc telegraf.Accumulator) {
-	if x.flowOpts == nil || x.flowOpts.view || x.flow.receiver == nil {
+	if x.flow.opts == nil || x.flow.opts.view || x.flow.receiver == nil {
 		return
 	}
 	x.refreshLocal(acc)
@@ -243,10 +244,10 @@ func (l *links) readFlow() []flowRead {
 
 // flowPoints adds the rules' and the peers' points to snap.
 func (x *XDPDrop) flowPoints(acc telegraf.Accumulator, snap *Snapshot) {
-	if x.flowOpts == nil {
+	if x.flow.opts == nil {
 		return
 	}
-	if x.flowOpts.view {
+	if x.flow.opts.view {
 		// Another instance's rules and sessions: its own points say them.
 		snap.FlowViewed = true
 		return

@@ -29,7 +29,7 @@ func flowConfigPlugin() *XDPDrop {
 func TestFlowSpecConfigValid(t *testing.T) {
 	p := flowConfigPlugin()
 	require.NoError(t, p.Init())
-	s := p.flowOpts
+	s := p.flow.opts
 	require.Equal(t, uint32(65001), s.localAS)
 	require.Equal(t, netip.MustParseAddr("192.0.2.10"), s.routerID)
 	require.Equal(t, bpf.FlowMaxRules, s.maxRules)
@@ -45,9 +45,9 @@ func TestFlowSpecConfigValid(t *testing.T) {
 	p.FlowSpec.MaxRules, p.FlowSpec.OnlyLocalDestinations = ptr(int64(64)), ptr(false)
 	p.FlowSpec.Peers = append(p.FlowSpec.Peers, FlowSpecPeer{Address: "2001:db8::1", Port: ptr(int64(1179)), PeerAS: 4200000000, Passive: true, PasswordFile: key})
 	require.NoError(t, p.Init())
-	require.Equal(t, 64, p.flowOpts.maxRules)
-	require.False(t, p.flowOpts.onlyLocal)
-	require.Equal(t, flowSpecPeer{address: netip.MustParseAddr("2001:db8::1"), port: 1179, peerAS: 4200000000, passive: true, password: "s3cret key", keyFrom: key}, p.flowOpts.peers[1])
+	require.Equal(t, 64, p.flow.opts.maxRules)
+	require.False(t, p.flow.opts.onlyLocal)
+	require.Equal(t, flowSpecPeer{address: netip.MustParseAddr("2001:db8::1"), port: 1179, peerAS: 4200000000, passive: true, password: "s3cret key", keyFrom: key}, p.flow.opts.peers[1])
 	require.Equal(t, bpf.FlowSpecConfig{On: true, MaxRules: 64}, p.links.policy.FlowSpec)
 	plan := p.planFlowSpec()
 	require.Equal(t, 2, plan.Peers[1].N)
@@ -58,7 +58,7 @@ func TestFlowSpecConfigValid(t *testing.T) {
 	p.FlowSpec.Peers[0].PasswordFile = filepath.Join(dir, "absent")
 	p.Run.Observe, p.Run.ReadOnly = true, true
 	require.NoError(t, p.Init())
-	require.True(t, p.flowOpts.view)
+	require.True(t, p.flow.opts.view)
 }
 
 // TestFlowSpecConfigRefused: each bad value is refused by Init with an

@@ -25,7 +25,7 @@ type PlannedPeer struct {
 
 // planFlowSpec is the flowspec part of the plan; nil without [flowspec].
 func (x *XDPDrop) planFlowSpec() *PlannedFlowSpec {
-	s := x.flowOpts
+	s := x.flow.opts
 	if s == nil {
 		return nil
 	}

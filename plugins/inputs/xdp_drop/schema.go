@@ -111,16 +111,11 @@ const (
 	FieldVerified = "verified"
 	FieldLimitPPS = "limit_pps"
 
-	// xdp_drop_flowspec: the rule's canonical text, and of the frames it
-	// matched (packets, bytes) those it dropped (would have, in a dry run).
+	// xdp_drop_flowspec: the rule's text; of its frames, those it dropped.
 	FieldRuleText       = "rule_text"
 	FieldDroppedPackets = "dropped_packets"
 	FieldDroppedBytes   = "dropped_bytes"
-	// xdp_drop_flowspec_peer: the session's state (idle, connect, active,
-	// opensent, openconfirm, established), whether it is established and
-	// for how long, the rules received from the peer, those accepted and
-	// refused (in all, and by reason: FieldRefusedPrefix + a reason of
-	// FlowRefusals), and the seconds since its last UPDATE (-1: none yet).
+	// xdp_drop_flowspec_peer (docs/metrics.md); refused_<a FlowRefusals reason>.
 	FieldState         = "state"
 	FieldUp            = "up"
 	FieldUptimeS       = "uptime_s"
@@ -134,12 +129,8 @@ const (
 // of xdp_drop_flowspec_peer (refused_<reason>), present at zero too.
 var FlowRefusals = []string{"only_local_destinations", "max_rules", "action", "unsupported", "malformed"}
 
-// Values of the action tag of xdp_drop_flowspec (bpf.FlowAction).
-const (
-	FlowActionDrop   = "drop"
-	FlowActionLimit  = "limit"
-	FlowActionAccept = "accept" // no traffic action: counted (and sampled) only
-)
+// Values of the action tag of xdp_drop_flowspec; accept: no traffic action.
+const FlowActionDrop, FlowActionLimit, FlowActionAccept = "drop", "limit", "accept"
 
 // Values of the event tag.
 const (
@@ -181,10 +172,8 @@ type Snapshot struct {
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
 	Events []BanEvent   // MeasurementBanEvent
-	// FlowSpec and FlowPeers, with [flowspec]: MeasurementFlowSpec and
-	// MeasurementFlowSpecPeer; FlowViewed says a console view read the
-	// rules' counters from another instance's programs, whose sessions
-	// and rule texts it cannot see.
+	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer; FlowViewed:
+	// a console view, which sees no other instance's sessions and rules.
 	FlowSpec   []FlowSpecSeries
 	FlowPeers  []FlowPeerSeries
 	FlowViewed bool

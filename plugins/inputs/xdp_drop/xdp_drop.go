@@ -70,11 +70,10 @@ type XDPDrop struct {
 	// files, which the plugin reads, and what the points and -check show.
 	bans    *bans.Bans
 	banOpts *bansSettings
-	// flowOpts are the flowspec options as parsed, nil without
-	// [flowspec]; flow runs the BGP receiver from Start to Stop.
-	flowOpts *flowSpecSettings
-	flow     flowSpec
-	mu       sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
+	// flow owns [flowspec]: its options as parsed (nil without the
+	// table) and, from Start to Stop, the BGP receiver.
+	flow flowSpec
+	mu   sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
 }
 
 // RunOptions are what the binary sets for a run, not options of the config.

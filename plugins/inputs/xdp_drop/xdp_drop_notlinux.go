@@ -31,4 +31,4 @@ func (*links) planInterfaces() ([]PlannedInterface, []string, error) { return ni
 
 func (*links) planPins() error { return nil }
 
-type flowSpec struct{}
+type flowSpec struct{ opts *flowSpecSettings }
