@@ -59,6 +59,7 @@ func check(path string, out io.Writer, log *levelWriter, probeLAPI bool) int {
 	}
 	warnPlan(log, conf, plugin, plan)
 	printPlan(out, path, plugin, plan, cpus)
+	printFlowSpec(out, conf, plan.FlowSpec)
 	if probeLAPI && !checkLAPI(plugin, out) {
 		return 1
 	}
@@ -167,6 +168,34 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 	}
 	w.line("kernel memory, at most: %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
 		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+banMaps+uint64(present)*perIface), plural(present, "interface"))
+}
+
+// printFlowSpec writes [flowspec]: the speaker and each peer, on the
+// lines of the config that set them. No session is started.
+func printFlowSpec(out io.Writer, conf *loadedConfig, f *xdp_drop.PlannedFlowSpec) {
+	if f == nil {
+		return
+	}
+	w := &planWriter{out: out}
+	at := func(key string) string {
+		if line := conf.lines.line(0, key); line > 0 {
+			return fmt.Sprintf(" (line %d)", line)
+		}
+		return ""
+	}
+	w.line("flowspec%s: BGP speaker AS %d, router_id %s; at most %s rules per family, only_local_destinations %t; no session started (-check)",
+		at("flowspec"), f.LocalAS, f.RouterID, quote.Thousands(uint64(f.MaxRules)), f.OnlyLocalDestinations)
+	for _, p := range f.Peers {
+		how := "connects out (listens on no port)"
+		if p.Passive {
+			how = fmt.Sprintf("passive: waits for it to connect to port %d", p.Port)
+		}
+		md5 := "no TCP MD5"
+		if p.KeyFrom != "" {
+			md5 = "TCP MD5 key from " + quote.Value(p.KeyFrom)
+		}
+		w.line("  peer %d%s: %s port %d, AS %d, %s, %s", p.N, at(fmt.Sprintf("flowspec.peer[%d]", p.N)), p.Address, p.Port, p.PeerAS, how, md5)
+	}
 }
 
 // printBans writes [bans]: the feed, the allow list, detection.

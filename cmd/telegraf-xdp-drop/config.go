@@ -32,6 +32,8 @@ var tableKeys = map[string][]string{
 	"bans":          tomlKeys(reflect.TypeFor[xdp_drop.BansConfig]()),
 	"bans.crowdsec": tomlKeys(reflect.TypeFor[xdp_drop.CrowdSecConfig]()),
 	"bans.detect":   tomlKeys(reflect.TypeFor[xdp_drop.DetectConfig]()),
+	"flowspec":      tomlKeys(reflect.TypeFor[xdp_drop.FlowSpecConfig]()),
+	"flowspec.peer": tomlKeys(reflect.TypeFor[xdp_drop.FlowSpecPeer]()),
 }
 
 // options and ruleOptions list the keys of [[inputs.xdp_drop]] and of a
@@ -133,7 +135,7 @@ func unknownKey(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitive,
 		return &xdp_drop.OptionError{Rule: n, Key: key[3], Err: fmt.Errorf("%s: unknown key %s; a rule takes %s", label, quote.Value(key[3]), ruleOptions)}
 	}
 	if table, ok := subTable(key); ok {
-		return &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s; [inputs.xdp_drop.%s] takes %s", quote.Value(key.String()), table, strings.Join(tableKeys[table], ", "))}
+		return &xdp_drop.OptionError{Key: tableKey(md, key), Err: fmt.Errorf("unknown option %s; [inputs.xdp_drop.%s] takes %s", quote.Value(key.String()), table, strings.Join(tableKeys[table], ", "))}
 	}
 	return &xdp_drop.OptionError{Key: key[2], Err: fmt.Errorf("unknown option %s; [[inputs.xdp_drop]] takes %s", quote.Value(key.String()), options)}
 }
@@ -223,7 +225,7 @@ func checkKeyCase(md toml.MetaData, rules []xdp_drop.Rule, section toml.Primitiv
 		}
 		if table, ok := subTable(key); ok {
 			if want, ok := foldMatch(tableKeys[table], key[len(key)-1]); ok {
-				refuse(key, &xdp_drop.OptionError{Key: strings.Join(key[2:], "."), Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key.String()), why, quote.Value(want))})
+				refuse(key, &xdp_drop.OptionError{Key: tableKey(md, key), Err: fmt.Errorf("unknown option %s (%s); did you mean %s?", quote.Value(key.String()), why, quote.Value(want))})
 			}
 			continue
 		}
@@ -246,6 +248,28 @@ func subTable(key toml.Key) (string, bool) {
 	table := strings.Join(key[2:len(key)-1], ".")
 	_, ok := tableKeys[table]
 	return table, ok
+}
+
+// tableKey is the option key of a sub-table's key, by its dotted path;
+// a FlowSpec peer's names the peer that holds it, "flowspec.peer[2].port",
+// for its line: the peer tables come in md's keys in their order, each
+// before its own keys. (Decoding the peers here would mark their keys
+// decoded, and hide the unknown ones.)
+func tableKey(md toml.MetaData, key toml.Key) string {
+	path := strings.Join(key[2:], ".")
+	if len(key) != 5 || key[2] != "flowspec" || key[3] != "peer" {
+		return path
+	}
+	n := 0
+	for _, k := range md.Keys() {
+		switch {
+		case slices.Equal(k, key[:4]):
+			n++
+		case slices.Equal(k, key) && n > 0:
+			return fmt.Sprintf("flowspec.peer[%d].%s", n, key[4])
+		}
+	}
+	return path
 }
 
 // under reports whether key is one of keys or under one of them.

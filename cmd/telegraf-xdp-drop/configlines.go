@@ -93,6 +93,15 @@ func parseConfigLines(doc string) *configLines {
 	if bans, ok := s.Fields["bans"].(*ast.Table); ok {
 		sub("bans.", bans)
 	}
+	if fs, ok := s.Fields["flowspec"].(*ast.Table); ok {
+		sub("flowspec.", fs)
+		// Each peer by its position, as errors name it: "flowspec.peer[2].port".
+		peers, _ := fs.Fields["peer"].([]*ast.Table)
+		for i, p := range peers {
+			c.options[fmt.Sprintf("flowspec.peer[%d]", i+1)] = p.Line
+			sub(fmt.Sprintf("flowspec.peer[%d].", i+1), p)
+		}
+	}
 	rules, _ := s.Fields["rule"].([]*ast.Table)
 	for _, r := range rules {
 		rl := ruleLines{table: r.Line, keys: map[string]int{}}

@@ -32,6 +32,28 @@ type statusReport struct {
 	// Bans, with [bans]: per interface and origin, the bans in force read
 	// from the instance's ban maps and the frames they decided.
 	Bans []banStatus `json:"bans,omitempty"`
+	// FlowSpec, with [flowspec]: the rules in force and the peers when the
+	// view can read them; else where they are shown.
+	FlowSpec *flowSpecStatus `json:"flowspec,omitempty"`
+}
+
+type flowSpecStatus struct {
+	Rules []flowRuleStatus `json:"rules"`
+	Peers []string         `json:"peers"`
+	// Note says where the rules and peers are shown when -status, which
+	// starts no BGP session, cannot read them.
+	Note string `json:"note,omitempty"`
+}
+
+type flowRuleStatus struct {
+	Interface      string `json:"interface"`
+	Rule           string `json:"rule"`
+	Action         string `json:"action"`
+	Text           string `json:"rule_text"`
+	Packets        uint64 `json:"packets"`
+	Bytes          uint64 `json:"bytes"`
+	DroppedPackets uint64 `json:"dropped_packets"`
+	DroppedBytes   uint64 `json:"dropped_bytes"`
 }
 
 type banStatus struct {
@@ -202,6 +224,9 @@ func newStatusReport(configFile string, plugin *xdp_drop.XDPDrop, snap xdp_drop.
 		}
 		r.Rules = append(r.Rules, rs)
 	}
+	if plugin.FlowSpec != nil {
+		r.FlowSpec = newFlowSpecStatus(snap)
+	}
 	for _, s := range snap.Bans {
 		r.Bans = append(r.Bans, banStatus{Interface: s.Interface, Origin: s.Origin, Action: s.Action,
 			InForce: s.Active, Packets: s.Packets, Bytes: s.Bytes, Error: s.Error})
@@ -257,6 +282,7 @@ func renderStatus(r statusReport) string {
 	}
 	w.Flush()
 	renderBanStatus(&b, r.Bans)
+	renderFlowSpecStatus(&b, r.FlowSpec)
 	if len(r.Rules) == 0 {
 		b.WriteString("\nno rules: the drop list decides every frame\n")
 		return trimLines(b.String())
@@ -403,5 +429,44 @@ func renderBanStatus(b *strings.Builder, bans []banStatus) {
 		if s.Error != "" {
 			fmt.Fprintf(b, "bans %s on %s: %s\n", s.Origin, s.Interface, s.Error)
 		}
+	}
+}
+
+// newFlowSpecStatus is the FlowSpec part of the report.
+func newFlowSpecStatus(snap xdp_drop.Snapshot) *flowSpecStatus {
+	f := &flowSpecStatus{Rules: []flowRuleStatus{}, Peers: []string{}}
+	if snap.FlowViewed {
+		f.Note = flowSpecViewed
+		return f
+	}
+	for _, s := range snap.FlowSpec {
+		f.Rules = append(f.Rules, flowRuleStatus{Interface: s.Interface, Rule: s.Rule, Action: s.Action, Text: s.Text,
+			Packets: s.Packets, Bytes: s.Bytes, DroppedPackets: s.DroppedPackets, DroppedBytes: s.DroppedBytes})
+	}
+	for _, p := range snap.FlowPeers {
+		f.Peers = append(f.Peers, peerText(p))
+	}
+	return f
+}
+
+// renderFlowSpecStatus writes the FlowSpec rules in force and the peers,
+// or where they are shown.
+func renderFlowSpecStatus(b *strings.Builder, f *flowSpecStatus) {
+	if f == nil {
+		return
+	}
+	b.WriteString("\n")
+	if f.Note != "" {
+		b.WriteString(f.Note + "\n")
+		return
+	}
+	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "FLOWSPEC RULE\tINTERFACE\tACTION\tPACKETS\tDROPPED\tTEXT")
+	for _, r := range f.Rules {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Rule, r.Interface, r.Action, number(r.Packets, 26), number(r.DroppedPackets, 26), r.Text)
+	}
+	w.Flush()
+	for _, p := range f.Peers {
+		b.WriteString(p + "\n")
 	}
 }

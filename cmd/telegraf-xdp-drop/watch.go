@@ -192,6 +192,7 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 	}
 	renderRules(&t, snap.Rules, h, seconds, rated)
 	renderBans(&t, snap.Bans, h, seconds, rated, now)
+	renderFlowSpec(&t, snap, h, seconds, rated)
 	renderTop(&t, snap.Top, seconds)
 	for _, l := range snap.Links {
 		b.WriteString(linkText(l) + "\n")

@@ -37,6 +37,8 @@ RULE_RULES=$ROOT/examples/prometheus/xdp_drop_rule.rules.yml
 RULE_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_rule.rules.test.yml
 BAN_RULES=$ROOT/examples/prometheus/xdp_drop_ban.rules.yml
 BAN_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_ban.rules.test.yml
+FLOW_RULES=$ROOT/examples/prometheus/xdp_drop_flowspec.rules.yml
+FLOW_RULES_TEST=$ROOT/examples/prometheus/xdp_drop_flowspec.rules.test.yml
 RULE_DROP=udp-from-40000 # e2e drop rule: the mix's UDP (source port 40000), which DROP drops anyway
 RULE_NEVER=never         # e2e rule that matches nothing: zero counts; its prefix comes from a file
 RULE_LIMIT=sctp-ceiling  # e2e limit rule: SCTP to port 9, which only sendlimit sends, at the end
@@ -177,6 +179,9 @@ promtool check rules "$RULE_RULES" >/dev/null || fail "promtool check rules $RUL
 promtool check rules "$BAN_RULES" >/dev/null || fail "promtool check rules $BAN_RULES"
 (cd "$(dirname "$BAN_RULES_TEST")" && promtool test rules "$(basename "$BAN_RULES_TEST")") >/dev/null ||
 	fail "promtool test rules $BAN_RULES_TEST"
+promtool check rules "$FLOW_RULES" >/dev/null || fail "promtool check rules $FLOW_RULES"
+(cd "$(dirname "$FLOW_RULES_TEST")" && promtool test rules "$(basename "$FLOW_RULES_TEST")") >/dev/null ||
+	fail "promtool test rules $FLOW_RULES_TEST"
 jq -e '.panels | length > 0' "$DASHBOARD" >/dev/null || fail "$DASHBOARD is not a dashboard in valid JSON"
 note "promtool: rules valid, unit tests pass; dashboard JSON valid"
 

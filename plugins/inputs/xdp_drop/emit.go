@@ -31,6 +31,12 @@ func emitSnapshot(acc telegraf.Accumulator, snap *Snapshot) {
 	for i := range snap.Events {
 		e.add(MeasurementBanEvent, &snap.Events[i])
 	}
+	for i := range snap.FlowSpec {
+		e.add(MeasurementFlowSpec, &snap.FlowSpec[i])
+	}
+	for i := range snap.FlowPeers {
+		e.add(MeasurementFlowSpecPeer, &snap.FlowPeers[i])
+	}
 	// Last: a reader of the output can take them to end the gather.
 	for i := range snap.Links {
 		e.add(MeasurementLink, &snap.Links[i])

@@ -19,6 +19,8 @@ type Plan struct {
 	Pins error
 	// Bans is [bans] as read; nil without it.
 	Bans *PlannedBans
+	// FlowSpec is [flowspec] as read; nil without it.
+	FlowSpec *PlannedFlowSpec
 }
 
 // PlannedInterface is an interface of the plan.
@@ -53,6 +55,7 @@ func (x *XDPDrop) Plan() (Plan, error) {
 	plan.Footprint = fp
 	plan.Pins = x.links.planPins()
 	plan.Bans = x.planBans()
+	plan.FlowSpec = x.planFlowSpec()
 	plan.Interfaces, plan.Unmatched, err = x.links.planInterfaces()
 	return plan, err
 }

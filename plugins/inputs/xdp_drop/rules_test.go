@@ -205,11 +205,16 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 			line = "  [[inputs.xdp_drop.rule]]" + rest
 		} else if rest, ok := strings.CutPrefix(line, "  # [inputs.xdp_drop.bans"); ok {
 			line = "  [inputs.xdp_drop.bans" + rest
+		} else if rest, ok := strings.CutPrefix(line, "  # [inputs.xdp_drop.flowspec"); ok {
+			line = "  [inputs.xdp_drop.flowspec" + rest
 		} else if rest, ok := strings.CutPrefix(line, "  #   "); ok {
 			line = "    " + rest
 		}
 		if strings.HasPrefix(line, "  drop = ") {
 			line = `  drop = ["udp"]`
+		}
+		if strings.Contains(line, "password_file = ") {
+			continue // the sample's key file is not here
 		}
 		if strings.Contains(line, "api_key_file = ") {
 			line = `      api_key = "k3y"` // the sample's file is not here
@@ -237,6 +242,8 @@ func TestDocumentedRulesAreValid(t *testing.T) {
 		require.GreaterOrEqual(t, len(p.links.policy.Rules), 2, "example %d", i)
 		if i == len(examples)-1 {
 			require.NotNil(t, p.bans, "sample.conf's bans table, uncommented, is valid")
+			require.NotNil(t, p.flow.opts, "and its flowspec table")
+			require.Len(t, p.flow.opts.peers, 1)
 		}
 	}
 }

@@ -25,6 +25,11 @@ const (
 	// MeasurementBanEvent holds one point per ban, expiry or refusal of
 	// a detection, at most maxBanEvents a gather.
 	MeasurementBanEvent = "xdp_drop_ban_event"
+	// MeasurementFlowSpec holds one point per FlowSpec rule in force and
+	// interface, and a last one for a rule withdrawn since the gather before.
+	MeasurementFlowSpec = "xdp_drop_flowspec"
+	// MeasurementFlowSpecPeer holds one point per FlowSpec BGP peer.
+	MeasurementFlowSpecPeer = "xdp_drop_flowspec_peer"
 
 	TagInterface = "interface"
 	TagFamily    = "family"
@@ -37,6 +42,7 @@ const (
 	TagRank      = "rank"   // xdp_drop_top: 1 is the heaviest
 	TagOrigin    = "origin" // xdp_drop_ban: what fed the bans
 	TagEvent     = "event"  // xdp_drop_ban_event: ban, expire or refused
+	TagPeer      = "peer"   // xdp_drop_flowspec_peer: the peer's address
 
 	FieldPackets   = "packets"
 	FieldBytes     = "bytes"
@@ -104,7 +110,27 @@ const (
 	// second (limit_pps; 0 for a drop).
 	FieldVerified = "verified"
 	FieldLimitPPS = "limit_pps"
+
+	// xdp_drop_flowspec: the rule's text; of its frames, those it dropped.
+	FieldRuleText       = "rule_text"
+	FieldDroppedPackets = "dropped_packets"
+	FieldDroppedBytes   = "dropped_bytes"
+	// xdp_drop_flowspec_peer (docs/metrics.md); refused_<a FlowRefusals reason>.
+	FieldState         = "state"
+	FieldUp            = "up"
+	FieldUptimeS       = "uptime_s"
+	FieldReceived      = "received"
+	FieldAccepted      = "accepted"
+	FieldRefusedPrefix = "refused_"
+	FieldLastUpdateS   = "last_update_s"
 )
+
+// FlowRefusals are the reasons a FlowSpec rule is refused, each a field
+// of xdp_drop_flowspec_peer (refused_<reason>), present at zero too.
+var FlowRefusals = []string{"only_local_destinations", "max_rules", "action", "unsupported", "malformed"}
+
+// Values of the action tag of xdp_drop_flowspec; accept: no traffic action.
+const FlowActionDrop, FlowActionLimit, FlowActionAccept = "drop", "limit", "accept"
 
 // Values of the event tag.
 const (
@@ -146,6 +172,11 @@ type Snapshot struct {
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
 	Events []BanEvent   // MeasurementBanEvent
+	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer; FlowViewed:
+	// a console view, which sees no other instance's sessions and rules.
+	FlowSpec   []FlowSpecSeries
+	FlowPeers  []FlowPeerSeries
+	FlowViewed bool
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it

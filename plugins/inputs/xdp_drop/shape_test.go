@@ -13,8 +13,10 @@ import (
 
 // maxRuntimeFields bounds the fields of XDPDrop that no config option
 // fills: the plugin wires owners (links, sampling, prefix lists, …) and
-// keeps their state in them, not beside its options.
-const maxRuntimeFields = 8
+// keeps their state in them, not beside its options: Log, Run, the lock,
+// and one owner per part (prefix lists, links, sampling, bans with their
+// options, FlowSpec).
+const maxRuntimeFields = 9
 
 // maxFileLines bounds a hand-written file of the plugin: one type and its
 // life, or one idea, per file.

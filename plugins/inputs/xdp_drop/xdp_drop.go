@@ -52,6 +52,8 @@ type XDPDrop struct {
 	Rules              []Rule      `toml:"rule"`
 	// Bans (bans.go): timed bans fed by CrowdSec; nil without the table.
 	Bans *BansConfig `toml:"bans"`
+	// FlowSpec (flowspec.go): rules BGP peers announce; nil without the table.
+	FlowSpec *FlowSpecConfig `toml:"flowspec"`
 
 	Log telegraf.Logger `toml:"-"`
 	// Run is what the binary sets for its run; no option of the config.
@@ -68,7 +70,10 @@ type XDPDrop struct {
 	// files, which the plugin reads, and what the points and -check show.
 	bans    *bans.Bans
 	banOpts *bansSettings
-	mu      sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
+	// flow owns [flowspec]: its options as parsed (nil without the
+	// table) and, from Start to Stop, the BGP receiver.
+	flow flowSpec
+	mu   sync.Mutex // held by Start, Reconcile, Snapshot, Stop and the readers of state
 }
 
 // RunOptions are what the binary sets for a run, not options of the config.
@@ -135,7 +140,7 @@ func (x *XDPDrop) Init() error {
 	default:
 		fail("mode", fmt.Errorf(`mode = %s is not a mode; use "native" (default), "generic", "offload" or "auto"`, quote.Value(x.Mode)))
 	}
-	policy, err := parsePolicy(x.Drop, x.Rules, x.Bans != nil)
+	policy, err := parsePolicy(x.Drop, x.Rules, x.Bans != nil || x.FlowSpec != nil)
 	errs = append(errs, Errors(err)...)
 	policy.DryRun = x.DryRun
 	policy.PerQueue = x.PerQueue
@@ -145,6 +150,7 @@ func (x *XDPDrop) Init() error {
 		errs = append(errs, Errors(x.files.Load(x.Rules, &policy, x.Run.ReadOnly, x.Log))...)
 	}
 	errs = append(errs, Errors(x.initBans(&policy))...)
+	errs = append(errs, Errors(x.initFlowSpec(&policy))...)
 	x.links.policy = policy
 	x.links.standing = standingClasses(policy)
 	fail("namespace", namespace{name: x.Namespace}.check())

@@ -11,6 +11,7 @@ func (x *XDPDrop) Start(acc telegraf.Accumulator) error {
 	defer x.mu.Unlock()
 	x.links.start(acc)
 	x.useBans(acc)
+	x.startFlowSpec(acc)
 	return nil
 }
 
@@ -33,6 +34,7 @@ func (x *XDPDrop) Reconcile(acc telegraf.Accumulator) {
 	defer x.mu.Unlock()
 	x.links.reconcile(acc)
 	x.useBans(acc)
+	x.useFlowSpec(acc)
 }
 
 // Snapshot reads the counters of every attached interface (after what the
@@ -47,6 +49,7 @@ func (x *XDPDrop) Snapshot(acc telegraf.Accumulator) Snapshot {
 		snap.Bans = x.banOpts.banPoints(snap.Bans, x.bans, x.links.readBans())
 		snap.Events = banEvents(snap.Events, x.bans.TakeEvents(nil))
 	}
+	x.flowPoints(acc, &snap)
 	return snap
 }
 
@@ -59,4 +62,5 @@ func (x *XDPDrop) Stop() {
 	defer x.mu.Unlock()
 	x.bans.Stop()
 	x.links.stop()
+	x.stopFlowSpec()
 }

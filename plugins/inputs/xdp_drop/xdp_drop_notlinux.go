@@ -30,3 +30,5 @@ type kernelSide struct{}
 func (*links) planInterfaces() ([]PlannedInterface, []string, error) { return nil, nil, errNotLinux }
 
 func (*links) planPins() error { return nil }
+
+type flowSpec struct{ opts *flowSpecSettings }

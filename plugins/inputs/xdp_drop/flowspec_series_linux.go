@@ -1,0 +1,85 @@
+//go:build linux
+
+package xdp_drop
+
+import (
+	"slices"
+
+	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
+)
+
+// flowRead is what one attached interface's FlowSpec counters read at a
+// gather, by rule ID.
+type flowRead struct {
+	name   string
+	counts map[string]bpf.FlowCount
+	err    error
+}
+
+// flowSeries keeps, per interface, the rules the last gather emitted, so
+// that a rule withdrawn since has one last point, then none: the series
+// stay bounded by the rules in force.
+type flowSeries struct {
+	last map[string]map[string]FlowSpecSeries
+}
+
+// flowActionTag is the action tag of a rule: what it does with the
+// frames it matches; a rule with no traffic action (sample only) accepts.
+func flowActionTag(r *bpf.FlowRule) string {
+	switch r.Action {
+	case bpf.FlowDrop:
+		return FlowActionDrop
+	case bpf.FlowLimit:
+		return FlowActionLimit
+	}
+	return FlowActionAccept
+}
+
+// points appends the point of every rule in force (in enforcement order)
+// on every interface read, zero counts included, then the last point of
+// each rule the interface's gather before had and that is gone. text
+// gives a rule's canonical text by its ID. An interface whose counters do
+// not read has no points; its error is returned for the gather's.
+func (f *flowSeries) points(out []FlowSpecSeries, inForce []bpf.FlowRule, text func(*bpf.FlowRule) string, reads []flowRead) ([]FlowSpecSeries, []error) {
+	var errs []error
+	next := make(map[string]map[string]FlowSpecSeries, len(reads))
+	for _, r := range reads {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			if prev, ok := f.last[r.name]; ok {
+				next[r.name] = prev // still owed their last point
+			}
+			continue
+		}
+		iface := quote.Tag(r.name)
+		now := make(map[string]FlowSpecSeries, len(inForce))
+		for i := range inForce {
+			rule := &inForce[i]
+			c := r.counts[rule.ID]
+			s := FlowSpecSeries{
+				Interface: iface, Rule: quote.Tag(rule.ID), Action: flowActionTag(rule), Text: quote.Line(text(rule)),
+				Packets: c.Packets, Bytes: c.Bytes, DroppedPackets: c.DroppedPackets, DroppedBytes: c.DroppedBytes,
+			}
+			now[rule.ID] = s
+			out = append(out, s)
+		}
+		var gone []string
+		for id := range f.last[r.name] {
+			if _, ok := now[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		slices.Sort(gone)
+		for _, id := range gone {
+			s := f.last[r.name][id]
+			if c, ok := r.counts[id]; ok {
+				s.Packets, s.Bytes, s.DroppedPackets, s.DroppedBytes = c.Packets, c.Bytes, c.DroppedPackets, c.DroppedBytes
+			}
+			out = append(out, s)
+		}
+		next[r.name] = now
+	}
+	f.last = next
+	return out, errs
+}
