@@ -724,3 +724,113 @@ check_ban_queries() {
 	note "  (former query, not asserted) 'Frames dropped by bans' on time(10s) buckets: $(influx_totals "SELECT sum(\"inc\") FROM (SELECT \"d\" AS \"inc\" FROM (SELECT difference(last(\"packets\")) AS \"d\", moving_average(last(\"packets\"), 2) + difference(last(\"packets\")) / 2 AS \"c\" FROM \"xdp_drop_ban\" WHERE \"action\" = 'drop' AND time > now() - 1h GROUP BY time(10s), * fill(none)) WHERE \"d\" >= 0), (SELECT \"c\" AS \"inc\" FROM (SELECT difference(last(\"packets\")) AS \"d\", moving_average(last(\"packets\"), 2) + difference(last(\"packets\")) / 2 AS \"c\" FROM \"xdp_drop_ban\" WHERE \"action\" = 'drop' AND time > now() - 1h GROUP BY time(10s), * fill(none)) WHERE \"d\" < 0) GROUP BY \"origin\"" '[.tags.origin, .values[0][1]]')"
 	((ok)) || fail "a shipped ban query's total differs from the frames banned or the plugin's counts"
 }
+
+# flowspec_point SINCE_MS: "packets bytes rule_text" of $DEV's last
+# xdp_drop_flowspec point since SINCE_MS (the run's one rule).
+flowspec_point() {
+	influx_query "SELECT last(\"packets\") AS \"packets\", \"bytes\", \"rule_text\" FROM \"xdp_drop_flowspec\"
+		WHERE \"interface\" = '$DEV' AND time >= ${1}ms" |
+		jq -r '.results[0].series[0].values[0] // empty | .[1:] | map(tostring) | join(" ")'
+}
+# flowspec_peer SINCE_MS: "up state accepted" of the last xdp_drop_flowspec_peer point since SINCE_MS.
+flowspec_peer() {
+	influx_query "SELECT last(\"up\") AS \"up\", \"state\", \"accepted\" FROM \"xdp_drop_flowspec_peer\" WHERE time >= ${1}ms" |
+		jq -r '.results[0].series[0].values[0] // empty | .[1:] | map(tostring) | join(" ")'
+}
+flowspec_alert() {
+	prom_get /api/v1/alerts | jq -r --arg s "$1" '[.data.alerts[] | select(.labels.alertname == "XDPDropFlowSpecPeerDown" and .state == $s) | .labels.peer] | unique | join(",")'
+}
+
+# flowspec_under_traffic: [flowspec] on, peering with Debian's gobgpd as the
+# route server on a loopback port of the run's namespace: a rule announced
+# there (the NTP reflection signature, to an address of the host) counts
+# exactly the frames it matches, in InfluxDB and Prometheus; withdrawn, its
+# series ends; gobgpd killed, the shipped peer-down alert
+# fires and reaches Alertmanager.
+flowspec_under_traffic() {
+	log "flowspec: gobgpd announces a rule; its frames counted; the peer goes down"
+	local t0 t got want rule
+	t0=$(now_ms)
+	nsx ip addr add "$FS_HOST/32" dev lo
+	cat >"$WORK/gobgpd.toml" <<-EOF
+		[global.config]
+		  as = 65000
+		  router-id = "127.0.0.2"
+		  port = $FS_PORT
+		  local-address-list = ["127.0.0.2"]
+		[[neighbors]]
+		  [neighbors.config]
+		    neighbor-address = "127.0.0.1"
+		    peer-as = 65001
+		  [neighbors.transport.config]
+		    passive-mode = true
+		  [[neighbors.afi-safis]]
+		    [neighbors.afi-safis.config]
+		      afi-safi-name = "ipv4-flowspec"
+	EOF
+	nsx gobgpd -f "$WORK/gobgpd.toml" -t toml --api-hosts "127.0.0.1:$FS_API" >"$LOGS/gobgpd.log" 2>&1 &
+	FS_GOBGPD=$!
+	cat >>"$WORK/xdp_drop.conf" <<-EOF
+
+		  [inputs.xdp_drop.flowspec]
+		    local_as = 65001
+		    router_id = "192.0.2.10"
+		    [[inputs.xdp_drop.flowspec.peer]]
+		      address = "127.0.0.2"
+		      port = $FS_PORT
+		      peer_as = 65000
+	EOF
+	T_FLOWSPEC=$(now_ms)
+	restart_plugin TERM
+	peer_up() { [ "$(flowspec_peer "$T_FLOWSPEC" | cut -d' ' -f1-2)" = "true established" ]; }
+	wait_until 30 peer_up || fail "flowspec: no xdp_drop_flowspec_peer point with the session up: '$(flowspec_peer "$T_FLOWSPEC")'; gobgpd: $(tail -n 5 "$LOGS/gobgpd.log")"
+	note "flowspec: gobgpd (Debian $(gobgpd --version 2>&1 | head -n 1)) on 127.0.0.2:$FS_PORT, session up $(since_ms "$t0") ms after it started"
+
+	t=$(now_ms)
+	nsx gobgp -p "$FS_API" global rib -a ipv4-flowspec add match destination "$FS_HOST/32" protocol udp source-port '==123' packet-length '>=400' then discard ||
+		fail "flowspec: gobgp could not add the rule"
+	rule_in() { [ -n "$(flowspec_point "$t")" ]; }
+	wait_until 10 rule_in || fail "flowspec: the rule announced has no xdp_drop_flowspec point"
+	rule=$(flowspec_point "$t" | cut -d' ' -f3-)
+	note "flowspec: rule in force, reported $(since_ms "$t") ms after gobgp announced it: $rule"
+	nsx "$WORK/bin/sendflow" -netns "$NS" -iface "$PEER" -dst "$FS_HOST" -count 150 >"$WORK/flow.json" || fail "sendflow failed"
+	want="$(jq -r '"\(.packets) \(.bytes)"' "$WORK/flow.json")"
+	counted() { [ "$(flowspec_point "$t" | cut -d' ' -f1-2)" = "$want" ]; }
+	wait_until 20 counted || fail "flowspec: xdp_drop_flowspec packets bytes '$(flowspec_point "$t" | cut -d' ' -f1-2)', want '$want' (and $(jq .others "$WORK/flow.json") frames it must not match)"
+	prom_flow() {
+		prom_get /api/v1/query --data-urlencode "query=sum(xdp_drop_flowspec_packets{interface=\"$DEV\"}) + 0 * sum(xdp_drop_flowspec_bytes{interface=\"$DEV\"})" |
+			jq -r '.data.result[0].value[1] // empty'
+	}
+	prom_counted() { [ "$(prom_flow)" = "${want%% *}" ]; }
+	wait_until 20 prom_counted || fail "flowspec: Prometheus xdp_drop_flowspec_packets '$(prom_flow)', want ${want%% *}"
+	note "flowspec: InfluxDB and Prometheus: the rule matched $want (packets bytes) of $(jq '.packets + .others' "$WORK/flow.json") frames sent, exactly"
+
+	# Withdrawn: the rule's series ends (a last point, then none), and
+	# frames sent after it are matched by nothing.
+	t=$(now_ms)
+	nsx gobgp -p "$FS_API" global rib -a ipv4-flowspec del match destination "$FS_HOST/32" protocol udp source-port '==123' packet-length '>=400' then discard ||
+		fail "flowspec: gobgp could not withdraw the rule"
+	peer_empty() { [ "$(flowspec_peer "$t" | cut -d' ' -f3)" = 0 ]; }
+	wait_until 10 peer_empty || fail "flowspec: the peer's point still counts accepted rules after the withdrawal: '$(flowspec_peer "$t")'"
+	local t_gone
+	t_gone=$(now_ms)
+	wait_until 10 link_point_since "$t_gone" || fail "flowspec: no gather after the withdrawal"
+	nsx "$WORK/bin/sendflow" -netns "$NS" -iface "$PEER" -dst "$FS_HOST" -count 150 >/dev/null || fail "sendflow failed"
+	t_gone=$(now_ms)
+	wait_until 10 link_point_since "$t_gone" || fail "flowspec: no gather after the frames sent past the withdrawal"
+	[ -z "$(flowspec_point "$t_gone")" ] || fail "flowspec: the rule withdrawn still has points: '$(flowspec_point "$t_gone")'"
+	[ "$(flowspec_point "$t" | cut -d' ' -f1-2)" = "$want" ] || fail "flowspec: the withdrawn rule's last point '$(flowspec_point "$t")', want '$want'"
+	note "flowspec: withdrawn: accepted 0 at the peer, the rule's last point $want, no point after; 150 more frames matched by nothing"
+
+	t=$(now_ms)
+	kill -KILL "$FS_GOBGPD"
+	wait "$FS_GOBGPD" 2>/dev/null || true
+	peer_down() { [ "$(flowspec_peer "$t" | cut -d' ' -f1)" = false ]; }
+	wait_until 20 peer_down || fail "flowspec: the peer's point still says up after gobgpd was killed: '$(flowspec_peer "$t")'"
+	fs_firing() { [ "$(flowspec_alert firing)" = 127.0.0.2 ]; }
+	wait_until 100 fs_firing || fail "flowspec: XDPDropFlowSpecPeerDown not firing for 127.0.0.2 (firing: '$(flowspec_alert firing)', pending: '$(flowspec_alert pending)')"
+	note "flowspec: gobgpd killed: the peer's point down, XDPDropFlowSpecPeerDown firing $(since_ms "$t") ms later"
+	fs_in_am() { prom_get /api/v1/query --data-urlencode 'query=ALERTS' >/dev/null && nsx curl -sSf http://127.0.0.1:9093/api/v2/alerts | jq -e '[.[] | select(.labels.alertname == "XDPDropFlowSpecPeerDown")] | length > 0' >/dev/null; }
+	wait_until 30 fs_in_am || fail "flowspec: Alertmanager has no XDPDropFlowSpecPeerDown"
+	note "flowspec: XDPDropFlowSpecPeerDown active in Alertmanager; done in $(since_ms "$t0") ms"
+}

@@ -43,6 +43,9 @@ RULE_DROP=udp-from-40000 # e2e drop rule: the mix's UDP (source port 40000), whi
 RULE_NEVER=never         # e2e rule that matches nothing: zero counts; its prefix comes from a file
 RULE_LIMIT=sctp-ceiling  # e2e limit rule: SCTP to port 9, which only sendlimit sends, at the end
 LIMIT_BURST=50           # its burst; its rate is 1 frame/s, per rule
+FS_HOST=198.51.100.10    # the host address (on lo) the run's FlowSpec rule names
+FS_PORT=1790             # gobgpd's BGP port, on 127.0.0.2 in the run's namespace
+FS_API=50051             # gobgpd's gRPC port (the gobgp CLI), on 127.0.0.1 there
 EXECD_SNIPPET=$ROOT/examples/telegraf.d/xdp_drop.conf
 QUERIES=$ROOT/examples/influxdb/queries.md
 DASHBOARD=$ROOT/examples/grafana/xdp_drop.json
@@ -147,7 +150,7 @@ trap 'exit 143' TERM
 # ---------------------------------------------------------------- tools
 log "dependencies"
 need=()
-for pkg in influxdb influxdb-client prometheus prometheus-alertmanager iproute2 curl jq; do
+for pkg in influxdb influxdb-client prometheus prometheus-alertmanager iproute2 curl jq gobgpd; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -216,6 +219,7 @@ go build -o "$WORK/bin/udpstream" ./test/e2e/udpstream
 go build -o "$WORK/bin/sendlimit" ./test/e2e/sendlimit
 go build -o "$WORK/bin/sendban" ./test/e2e/sendban
 go build -o "$WORK/bin/lapifeed" ./test/e2e/lapifeed
+go build -o "$WORK/bin/sendflow" ./test/e2e/sendflow
 
 # ---------------------------------------------------------------- namespace
 log "network namespace"
@@ -326,6 +330,7 @@ diff <(grep -vE '^ +for: ' "$RULES") <(grep -vE '^ +for: ' "$WORK/prometheus/xdp
 sed -E "s/^( +for: ).*/\1$ALERT_FOR/" "$RULE_RULES" >"$WORK/prometheus/xdp_drop_rule.rules.yml"
 # The ban rules have no for: (they compare the age of the last sync); as shipped.
 cp "$BAN_RULES" "$WORK/prometheus/xdp_drop_ban.rules.yml"
+sed -E "s/^( +for: ).*/\1$ALERT_FOR/" "$FLOW_RULES" >"$WORK/prometheus/xdp_drop_flowspec.rules.yml"
 cat >"$WORK/prometheus/threshold.rules.yml" <<EOF
 groups:
   - name: xdp_drop_e2e_threshold
@@ -343,6 +348,7 @@ rule_files:
   - $WORK/prometheus/xdp_drop.rules.yml
   - $WORK/prometheus/xdp_drop_rule.rules.yml
   - $WORK/prometheus/xdp_drop_ban.rules.yml
+  - $WORK/prometheus/xdp_drop_flowspec.rules.yml
   - $WORK/prometheus/threshold.rules.yml
 alerting:
   alertmanagers:
@@ -863,6 +869,7 @@ restarts_under_traffic
 bans_under_traffic
 check_totals
 interface_error_then_clear
+flowspec_under_traffic
 
 # ================================================================ dry run
 # lp_counts FILE: "interface family protocol action packets bytes" per
