@@ -768,7 +768,8 @@ flowspec_under_traffic() {
 		    [neighbors.afi-safis.config]
 		      afi-safi-name = "ipv4-flowspec"
 	EOF
-	nsx gobgpd -f "$WORK/gobgpd.toml" -t toml --api-hosts "127.0.0.1:$FS_API" >"$LOGS/gobgpd.log" 2>&1 &
+	# Not through nsx: $! must be gobgpd itself (ip netns exec execs it), not a subshell.
+	ip netns exec "$NS" gobgpd -f "$WORK/gobgpd.toml" -t toml --api-hosts "127.0.0.1:$FS_API" >"$LOGS/gobgpd.log" 2>&1 &
 	FS_GOBGPD=$!
 	cat >>"$WORK/xdp_drop.conf" <<-EOF
 
@@ -823,6 +824,7 @@ flowspec_under_traffic() {
 	note "flowspec: withdrawn: accepted 0 at the peer, the rule's last point $want, no point after; 150 more frames matched by nothing"
 
 	t=$(now_ms)
+	[ "$(ps -o comm= -p "$FS_GOBGPD")" = gobgpd ] || fail "flowspec: pid $FS_GOBGPD is $(ps -o comm= -p "$FS_GOBGPD"), not gobgpd"
 	kill -KILL "$FS_GOBGPD"
 	wait "$FS_GOBGPD" 2>/dev/null || true
 	peer_down() { [ "$(flowspec_peer "$t" | cut -d' ' -f1)" = false ]; }
