@@ -150,6 +150,8 @@ func compileFlowFamily(lay flowLayout, rules []FlowRule, slots []uint32, v6 bool
 	}
 	a := &rowAlloc{lay: lay, base: rowBase}
 	t.RuleBase = ruleBase
+	// The words of a row the kernel walks: those the set's rules take.
+	t.Words = uint32(min(lay.words, max(1, (len(rules)+63)/64)))
 	t.Dims = 1 << xdpDropFlowspecDimsFS_DIM_PROTO
 	for _, d := range flowDims {
 		if d.dim == flowDimLabel && !v6 {
