@@ -12,8 +12,8 @@
  * component in every row); a frame without the field (no ports, no ICMP,
  * no TCP header) takes the dimension's absent row, of the rules without
  * the component only. The rows of the dimensions some rule uses are ANDed:
- * the cost is one lookup and flowspec_words ANDs a dimension, whatever the
- * number of rules. The bits left are the rules that match, applied in
+ * the cost is one lookup and fs_table.words ANDs (the set's) a dimension,
+ * whatever the terms. The bits left are the rules that match, applied in
  * order: the first, and while each has Continue the next, at most FS_CHAIN.
  *
  * Every table is there twice, by generation: user space writes the one not
