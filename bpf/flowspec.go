@@ -100,6 +100,9 @@ type FlowRule struct {
 	ID string
 	// IPv6 is the family (the AFI the NLRI came in).
 	IPv6 bool
+	// Text is the rule's canonical text (the receiver's), kept with the
+	// set in force and handed over with it; the engine does not read it.
+	Text string
 
 	Dst, Src     *FlowPrefix   // types 1, 2
 	Proto        FlowComponent // type 3: IP protocol (IPv6: the upper-layer next header)

@@ -12,8 +12,8 @@
  * component in every row); a frame without the field (no ports, no ICMP,
  * no TCP header) takes the dimension's absent row, of the rules without
  * the component only. The rows of the dimensions some rule uses are ANDed:
- * the cost is one lookup and flowspec_words ANDs a dimension, whatever the
- * number of rules. The bits left are the rules that match, applied in
+ * the cost is one lookup and fs_table.words ANDs (the set's) a dimension,
+ * whatever the terms. The bits left are the rules that match, applied in
  * order: the first, and while each has Continue the next, at most FS_CHAIN.
  *
  * Every table is there twice, by generation: user space writes the one not
@@ -80,6 +80,8 @@ enum flowspec_bits {
 struct fs_table {
 	__u32 dims;              /* bit d: dimension d is looked up; 0: no rule */
 	__u32 rule_base;         /* flowspec_rules index of rule 0 */
+	__u32 words;             /* words of a row the set uses: its rules / 64, rounded up, 1 to flowspec_words */
+	__u32 pad0;
 	__u32 base[FS_DIMS];     /* flowspec_rows index of class 0 */
 	__u32 absent[FS_DIMS];   /* the row of a frame without the field; prefixes: of an address no prefix holds */
 	__u32 nlabels;           /* label_bound entries */
@@ -194,6 +196,7 @@ struct {
  */
 struct fs_scratch {
 	__u64 acc[FS_WORDS_MAX];
+	__u32 row_a[FS_DIMS + 3], row_b[FS_DIMS + 3]; /* by dimension: the rows to AND (b ORed with a: either port) */
 	__u32 saddr[4], daddr[4]; /* network order */
 	__u32 label;
 	__u32 w, chain;
@@ -216,44 +219,42 @@ struct {
 	__uint(max_entries, 1);
 } flowspec_counters SEC(".maps");
 
-/* ANDs row idx into the accumulator; whether a bit is left. */
-#define FS_AND(idx, words) ({ __u32 _i = (idx); fs_rows(_i, _i, FS_ROW_AND); })
-
-/* What fs_rows does with the accumulator. */
-enum fs_row_op {
-	FS_ROW_COPY = 0, /* acc = row a */
-	FS_ROW_AND,      /* acc &= row a */
-	FS_ROW_AND_OR,   /* acc &= row a | row b (either port) */
-};
-
 /*
- * Applies rows a (and b) of flowspec_rows to this CPU's accumulator by op;
- * returns whether a bit is left. A function of its own, checked once by
- * the verifier, not once per dimension and path.
+ * ANDs the rows sc->row_a[d] | sc->row_b[d] of the dimensions d in mask
+ * into the accumulator, words words of each (copied, not ANDed, for the
+ * first when copy); whether a bit is left. Inlined: no call a dimension.
  */
-__noinline int fs_rows(__u32 a, __u32 b, __u32 op)
+static __always_inline int fs_and(struct fs_scratch *sc, __u32 mask, __u32 words, int copy)
 {
-	__u32 words = flowspec_words, zero = 0, w;
-	struct fs_scratch *sc = bpf_map_lookup_elem(&flowspec_scratch, &zero);
-	__u64 *ra = bpf_map_lookup_elem(&flowspec_rows, &a);
-	__u64 *rb = bpf_map_lookup_elem(&flowspec_rows, &b);
-	__u64 nz = 0, v;
+	__u32 fsw = flowspec_words, d, w, a, b;
+	__u64 *ra, *rb, nz, v;
 
-	if (!sc || !ra || !rb)
-		return 0;
 #pragma clang loop unroll(disable)
-	for (w = 0; w < FS_WORDS_MAX; w++) {
-		if (w >= words)
-			break;
-		v = ra[w];
-		if (op == FS_ROW_AND_OR)
-			v |= rb[w];
-		if (op != FS_ROW_COPY)
-			v &= sc->acc[w];
-		sc->acc[w] = v;
-		nz |= v;
+	for (d = 0; d < FS_DIMS; d++) {
+		if (!(mask & (1 << d)))
+			continue;
+		a = sc->row_a[d];
+		b = sc->row_b[d];
+		ra = bpf_map_lookup_elem(&flowspec_rows, &a);
+		rb = bpf_map_lookup_elem(&flowspec_rows, &b);
+		if (!ra || !rb)
+			return 0;
+		nz = 0;
+#pragma clang loop unroll(disable)
+		for (w = 0; w < FS_WORDS_MAX; w++) {
+			if (w >= fsw || w >= words)
+				break;
+			v = ra[w] | rb[w];
+			if (!copy)
+				v &= sc->acc[w];
+			sc->acc[w] = v;
+			nz |= v;
+		}
+		if (!nz)
+			return 0;
+		copy = 0;
 	}
-	return nz != 0;
+	return 1;
 }
 
 /* Whether the address words a match a pattern: (a ^ pat) & mask is 0 in every word. */
@@ -481,64 +482,70 @@ __noinline int fs_parse(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos)
 	return 1;
 }
 
+/* The prefix dimensions, looked up in the tries after the others left a rule. */
+#define FS_PREFIX_DIMS (1 << FS_DIM_DST | 1 << FS_DIM_SRC)
+
 /*
  * The bitmaps of the frame in the scratch, ANDed into its accumulator by
- * table key of generation gen: whether a rule is left. A function of its own.
+ * table key of generation gen: whether a rule is left. The row of every
+ * dimension some rule uses is found first, then they are ANDed in one
+ * loop, words words each (the set's); the prefix tries are looked up only
+ * when the other dimensions left a rule. A function of its own.
  */
 __noinline int fs_classify(__u32 key, __u32 gen)
 {
-	__u32 zero = 0, dims, v6 = key & 1;
+	__u32 zero = 0, dims, v6 = key & 1, words;
 	struct fs_table *t = bpf_map_lookup_elem(&flowspec_tables, &key);
 	struct fs_scratch *sc = bpf_map_lookup_elem(&flowspec_scratch, &zero);
-	__u32 sp, dp;
+	__u32 sp, dp, r;
 
 	if (!t || !sc)
 		return 0;
-	dims = t->dims;
-	if (!dims)
+	dims = t->dims | 1 << FS_DIM_PROTO;
+	words = t->words;
+	if (!t->dims)
 		return 0;
-	/* The protocol's row first, copied: every rule is in some row of it. */
-	if (!fs_rows(t->base[FS_DIM_PROTO] + t->proto[sc->proto], 0, FS_ROW_COPY))
-		return 0;
-	sp = sc->sport;
-	dp = sc->dport;
+	sp = sc->sport & 0xFFFF;
+	dp = sc->dport & 0xFFFF;
+	/* Each dimension's row; row_b is row_a but for either port's. */
+#define FS_ROW(d, idx) do { r = (idx); sc->row_a[d] = r; sc->row_b[d] = r; } while (0)
+	FS_ROW(FS_DIM_PROTO, t->base[FS_DIM_PROTO] + t->proto[sc->proto]);
 	if (dims & (1 << FS_DIM_PORT)) {
 		if (sc->has_ports) {
-			if (!fs_rows(t->base[FS_DIM_PORT] + t->port[sp & 0xFFFF], t->base[FS_DIM_PORT] + t->port[dp & 0xFFFF],
-				     FS_ROW_AND_OR))
-				return 0;
-		} else if (!FS_AND(t->absent[FS_DIM_PORT], 0)) {
-			return 0;
+			sc->row_a[FS_DIM_PORT] = t->base[FS_DIM_PORT] + t->port[sp];
+			sc->row_b[FS_DIM_PORT] = t->base[FS_DIM_PORT] + t->port[dp];
+		} else {
+			FS_ROW(FS_DIM_PORT, t->absent[FS_DIM_PORT]);
 		}
 	}
-	if ((dims & (1 << FS_DIM_DPORT)) &&
-	    !FS_AND(sc->has_ports ? t->base[FS_DIM_DPORT] + t->dport[dp & 0xFFFF] : t->absent[FS_DIM_DPORT], 0))
+	if (dims & (1 << FS_DIM_DPORT))
+		FS_ROW(FS_DIM_DPORT, sc->has_ports ? t->base[FS_DIM_DPORT] + t->dport[dp] : t->absent[FS_DIM_DPORT]);
+	if (dims & (1 << FS_DIM_SPORT))
+		FS_ROW(FS_DIM_SPORT, sc->has_ports ? t->base[FS_DIM_SPORT] + t->sport[sp] : t->absent[FS_DIM_SPORT]);
+	if (dims & (1 << FS_DIM_ICMP_TYPE))
+		FS_ROW(FS_DIM_ICMP_TYPE, sc->has_icmp ? t->base[FS_DIM_ICMP_TYPE] + t->icmp_type[sc->icmp_type] : t->absent[FS_DIM_ICMP_TYPE]);
+	if (dims & (1 << FS_DIM_ICMP_CODE))
+		FS_ROW(FS_DIM_ICMP_CODE, sc->has_icmp ? t->base[FS_DIM_ICMP_CODE] + t->icmp_code[sc->icmp_code] : t->absent[FS_DIM_ICMP_CODE]);
+	if (dims & (1 << FS_DIM_TCP_FLAGS))
+		FS_ROW(FS_DIM_TCP_FLAGS, sc->has_tcp ? t->base[FS_DIM_TCP_FLAGS] + t->tcp_flags[sc->tcp_flags & 0xFFF] : t->absent[FS_DIM_TCP_FLAGS]);
+	if (dims & (1 << FS_DIM_LENGTH))
+		FS_ROW(FS_DIM_LENGTH, t->base[FS_DIM_LENGTH] + t->length[sc->length & 0xFFFF]);
+	if (dims & (1 << FS_DIM_DSCP))
+		FS_ROW(FS_DIM_DSCP, t->base[FS_DIM_DSCP] + t->dscp[sc->dscp & 0x3F]);
+	if (dims & (1 << FS_DIM_FRAG))
+		FS_ROW(FS_DIM_FRAG, t->base[FS_DIM_FRAG] + t->frag[sc->frag & 0xF]);
+	if (dims & (1 << FS_DIM_LABEL))
+		FS_ROW(FS_DIM_LABEL, t->base[FS_DIM_LABEL] + fs_label(key, sc->label));
+	if (!fs_and(sc, dims & ~FS_PREFIX_DIMS, words, 1))
 		return 0;
-	if ((dims & (1 << FS_DIM_SPORT)) &&
-	    !FS_AND(sc->has_ports ? t->base[FS_DIM_SPORT] + t->sport[sp & 0xFFFF] : t->absent[FS_DIM_SPORT], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_ICMP_TYPE)) &&
-	    !FS_AND(sc->has_icmp ? t->base[FS_DIM_ICMP_TYPE] + t->icmp_type[sc->icmp_type] : t->absent[FS_DIM_ICMP_TYPE], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_ICMP_CODE)) &&
-	    !FS_AND(sc->has_icmp ? t->base[FS_DIM_ICMP_CODE] + t->icmp_code[sc->icmp_code] : t->absent[FS_DIM_ICMP_CODE], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_TCP_FLAGS)) &&
-	    !FS_AND(sc->has_tcp ? t->base[FS_DIM_TCP_FLAGS] + t->tcp_flags[sc->tcp_flags & 0xFFF] : t->absent[FS_DIM_TCP_FLAGS], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_LENGTH)) && !FS_AND(t->base[FS_DIM_LENGTH] + t->length[sc->length & 0xFFFF], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_DSCP)) && !FS_AND(t->base[FS_DIM_DSCP] + t->dscp[sc->dscp & 0x3F], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_FRAG)) && !FS_AND(t->base[FS_DIM_FRAG] + t->frag[sc->frag & 0xF], 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_LABEL)) && !FS_AND(t->base[FS_DIM_LABEL] + fs_label(key, sc->label), 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_DST)) && !FS_AND(fs_prefix(sc->daddr, v6, gen, PREFIX_DIR_DST, t->absent[FS_DIM_DST]), 0))
-		return 0;
-	if ((dims & (1 << FS_DIM_SRC)) && !FS_AND(fs_prefix(sc->saddr, v6, gen, PREFIX_DIR_SRC, t->absent[FS_DIM_SRC]), 0))
-		return 0;
-	return 1;
+	if (!(dims & FS_PREFIX_DIMS))
+		return 1;
+	if (dims & (1 << FS_DIM_DST))
+		FS_ROW(FS_DIM_DST, fs_prefix(sc->daddr, v6, gen, PREFIX_DIR_DST, t->absent[FS_DIM_DST]));
+	if (dims & (1 << FS_DIM_SRC))
+		FS_ROW(FS_DIM_SRC, fs_prefix(sc->saddr, v6, gen, PREFIX_DIR_SRC, t->absent[FS_DIM_SRC]));
+#undef FS_ROW
+	return fs_and(sc, dims & FS_PREFIX_DIMS, words, 0);
 }
 
 /*
@@ -550,14 +557,14 @@ __noinline int fs_classify(__u32 key, __u32 gen)
  */
 __noinline int flowspec_verdict(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos, __u32 len)
 {
-	__u32 words = flowspec_words, zero = 0, key, gen, fam = class >= CLASS_IPV6, i, n, w;
+	__u32 fsw = flowspec_words, words, zero = 0, key, gen, fam = class >= CLASS_IPV6, i, n, w;
 	struct fs_scratch *sc;
 	struct fs_table *t;
 	__u64 x, bit;
 	__u32 *ctl;
 	int ret = 0, a;
 
-	if (!flowspec_on || words < 1 || words > FS_WORDS_MAX)
+	if (!flowspec_on || fsw < 1 || fsw > FS_WORDS_MAX)
 		return 0;
 	ctl = bpf_map_lookup_elem(&flowspec_ctl, &zero);
 	if (!ctl)
@@ -567,6 +574,7 @@ __noinline int flowspec_verdict(struct xdp_md *ctx, __u32 class, __u32 l3, __u32
 	t = bpf_map_lookup_elem(&flowspec_tables, &key);
 	if (!t || !t->dims)
 		return 0;
+	words = t->words;
 	if (!fs_parse(ctx, class, l3, pos) || !fs_classify(key, gen))
 		return 0;
 	sc = bpf_map_lookup_elem(&flowspec_scratch, &zero);
@@ -581,7 +589,7 @@ __noinline int flowspec_verdict(struct xdp_md *ctx, __u32 class, __u32 l3, __u32
 		w = *(volatile __u32 *)&sc->w;
 		if (!x) {
 			w++;
-			if (w >= words)
+			if (w >= words || w >= fsw)
 				break;
 			*(volatile __u32 *)&sc->w = w;
 			x = sc->acc[w & (FS_WORDS_MAX - 1)];

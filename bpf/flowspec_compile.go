@@ -105,7 +105,7 @@ type rowAlloc struct {
 
 func (a *rowAlloc) add(b bitset) (uint32, error) {
 	if len(a.rows) >= a.lay.rows {
-		return 0, fmt.Errorf("the FlowSpec rules of a family need more than %d distinct classes of values: split or simplify them", a.lay.rows)
+		return 0, &flowCapacity{what: "distinct classes of values", limit: a.lay.rows}
 	}
 	a.rows = append(a.rows, b)
 	return uint32(len(a.rows) - 1), nil
@@ -133,7 +133,7 @@ func (c *classes) of(b bitset) (uint16, error) {
 	}
 	id := row - c.base
 	if id > math.MaxUint16 {
-		return 0, fmt.Errorf("more than 65536 classes in a FlowSpec dimension")
+		return 0, &flowCapacity{what: "classes of values in a dimension", limit: math.MaxUint16 + 1}
 	}
 	c.byKey[k] = uint16(id)
 	return uint16(id), nil
@@ -150,6 +150,8 @@ func compileFlowFamily(lay flowLayout, rules []FlowRule, slots []uint32, v6 bool
 	}
 	a := &rowAlloc{lay: lay, base: rowBase}
 	t.RuleBase = ruleBase
+	// The words of a row the kernel walks: those the set's rules take.
+	t.Words = uint32(min(lay.words, max(1, (len(rules)+63)/64)))
 	t.Dims = 1 << xdpDropFlowspecDimsFS_DIM_PROTO
 	for _, d := range flowDims {
 		if d.dim == flowDimLabel && !v6 {
@@ -263,7 +265,7 @@ func compileFlowDim(lay flowLayout, a *rowAlloc, t *xdpDropFsTable, d flowDim, r
 	}
 	if d.dim == flowDimLabel {
 		if len(bounds)-1 > flowLabels-1 {
-			return fmt.Errorf("the FlowSpec rules of a family have more than %d flow label boundaries", flowLabels-1)
+			return &flowCapacity{what: "flow label boundaries", limit: flowLabels - 1}
 		}
 		t.Nlabels = uint32(len(bounds) - 1)
 		for k := range t.LabelBound {

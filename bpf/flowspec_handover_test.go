@@ -16,7 +16,7 @@ import (
 // ban maps; its program drops the rule's frames from its first frame, its
 // Rules() are the predecessor's, and a Set through it changes the
 // predecessor's program's verdict too (the same maps); slots kept, so
-// counting goes on.
+// counting goes on. The rules' canonical text travels with them.
 func TestFlowSpecHandedOver(t *testing.T) {
 	testns.RequirePrivileged(t)
 	policy := Policy{FlowSpec: FlowSpecConfig{On: true, MaxRules: 64}}
@@ -26,8 +26,8 @@ func TestFlowSpecHandedOver(t *testing.T) {
 	require.NoError(t, err)
 	defer p.Close()
 	rules := []FlowRule{
-		{ID: "a", Proto: FlowComponent{{Op: FlowEQ, Value: 17}}, Action: FlowDrop},
-		{ID: "b", IPv6: true, Dst: &FlowPrefix{Prefix: netip.MustParsePrefix("::1:0:0/96"), Offset: 64}, Action: FlowDrop},
+		{ID: "a", Text: "protocol ==17 then discard", Proto: FlowComponent{{Op: FlowEQ, Value: 17}}, Action: FlowDrop},
+		{ID: "b", IPv6: true, Text: "destination ::1:0:0/96-64 then discard", Dst: &FlowPrefix{Prefix: netip.MustParsePrefix("::1:0:0/96"), Offset: 64}, Action: FlowDrop},
 	}
 	require.NoError(t, old.FlowSpec().Set(rules))
 	udp := frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, frames.UDP(8)), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("192.0.2.1")))
@@ -41,6 +41,7 @@ func TestFlowSpecHandedOver(t *testing.T) {
 	adopted, why := next.AdoptRules(h)
 	require.True(t, adopted, why)
 	require.Equal(t, rules, next.FlowSpec().Rules())
+	require.Equal(t, "destination ::1:0:0/96-64 then discard", next.FlowSpec().Rules()[1].Text, "the canonical text handed over")
 	q, err := next.loadFresh()
 	require.NoError(t, err)
 	defer q.Close()

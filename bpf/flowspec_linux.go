@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -220,12 +221,33 @@ func (s *flowState) waitGrace() error {
 // a mix, and when Set returns every frame is decided by the new one. It
 // refuses the set whole (the old one stays) when a family has more rules
 // than its max, a rule FlowExpressible refuses, or an ID twice.
+//
+// When a family's rules need more classes of values or flow label
+// boundaries than its tables hold, Set puts in force the longest prefix of
+// the family's rules (the first rules first) that fits, and returns a
+// *FlowCapacityError naming the rules left out; Rules returns the rules in
+// force.
 func (t *FlowTable) Set(rules []FlowRule) error {
 	s, err := t.state()
 	if err != nil {
 		return err
 	}
 	return s.set(rules)
+}
+
+// FlowCapacityError is Set's error when the rules of a family do not all
+// fit the engine's tables: the rules before Refused are in force, Refused
+// (rule IDs, in the set's order) are not.
+type FlowCapacityError struct {
+	// Refused are the IDs of the rules left out, in the set's order.
+	Refused []string
+	// why are the limits passed, by family.
+	why []string
+}
+
+func (e *FlowCapacityError) Error() string {
+	return fmt.Sprintf("%d FlowSpec rules not enforced (the last ones of their family, from %q on): %s; "+
+		"the rules before them are in force", len(e.Refused), e.Refused[0], strings.Join(e.why, "; "))
 }
 
 func (s *flowState) set(rules []FlowRule) error {
@@ -251,17 +273,44 @@ func (s *flowState) set(rules []FlowRule) error {
 	}
 	g := 1 - s.gen
 	var compiled [2]*flowFamily
+	refused := map[string]bool{}
+	var whys []string
 	for f, rs := range fams {
 		sl := make([]uint32, len(rs))
 		for i := range rs {
 			sl[i] = slots[rs[i].ID]
 		}
 		key := g*2 + uint32(f)
-		c, err := compileFlowFamily(s.lay, rs, sl, f == 1, key*uint32(s.lay.rows), key*uint32(s.lay.max))
+		c, n, why, err := fitFlowFamily(s.lay, rs, sl, f == 1, key*uint32(s.lay.rows), key*uint32(s.lay.max))
 		if err != nil {
 			return err
 		}
+		if why != nil {
+			for _, r := range rs[n:] {
+				refused[r.ID] = true
+			}
+			whys = append(whys, fmt.Sprintf("%d of %s: with them the family would need more than %d %s",
+				len(rs)-n, [2]string{"IPv4", "IPv6"}[f], why.limit, why.what))
+		}
 		compiled[f] = c
+	}
+	var capErr *FlowCapacityError
+	if len(refused) > 0 {
+		capErr = &FlowCapacityError{why: whys}
+		kept := make([]FlowRule, 0, len(rules)-len(refused))
+		for i := range rules {
+			id := rules[i].ID
+			if !refused[id] {
+				kept = append(kept, rules[i])
+				continue
+			}
+			capErr.Refused = append(capErr.Refused, id)
+			if _, had := s.slots[id]; !had {
+				free = append(free, slots[id])
+			}
+			delete(slots, id)
+		}
+		rules = kept
 	}
 	for f, c := range compiled {
 		if err := s.write(g, f, c); err != nil {
@@ -286,7 +335,13 @@ func (s *flowState) set(rules []FlowRule) error {
 	if err := s.save(); err != nil {
 		return err
 	}
-	return s.release(gone)
+	if err := s.release(gone); err != nil {
+		return err
+	}
+	if capErr != nil {
+		return capErr
+	}
+	return nil
 }
 
 // write writes family f's compiled tables c as generation g.

@@ -24,8 +24,12 @@ type Footprint struct {
 	// RuleMaps is the most kernel memory the rule maps take, once per
 	// instance; 0 without rules.
 	RuleMaps uint64
+	// FlowSpecMaps is the most kernel memory the FlowSpec maps take, once
+	// per instance (FlowSpecMemory's shared); 0 without FlowSpec.
+	FlowSpecMaps uint64
 	// PerCPU is the counters of one interface on one CPU: the class
-	// counters and, with rules, the rule counters, per queue slot.
+	// counters and, with rules, the rule counters, per queue slot; with
+	// FlowSpec, its counters and scratch (FlowSpecMemory's perCPU).
 	PerCPU uint64
 	// Ring is the sample ring of one interface; 0 without sampling.
 	Ring uint64
@@ -42,6 +46,11 @@ func FootprintOf(policy Policy) (Footprint, error) {
 	f := Footprint{PerCPU: uint64(policy.queueSlots()) * uint64(unsafe.Sizeof(xdpDropCounterBlock{}))}
 	if policy.Sample.On() {
 		f.Ring = uint64(policy.Sample.RingSize())
+	}
+	if policy.FlowSpec.On {
+		shared, perCPU := FlowSpecMemory(policy.FlowSpec.MaxRules)
+		f.FlowSpecMaps = shared
+		f.PerCPU += perCPU
 	}
 	if rules.count == 0 {
 		return f, nil

@@ -179,6 +179,8 @@ type xdpDropFsRule struct {
 type xdpDropFsScratch struct {
 	_        structs.HostLayout
 	Acc      [16]uint64
+	RowA     [16]uint32
+	RowB     [16]uint32
 	Saddr    [4]uint32
 	Daddr    [4]uint32
 	Label    uint32
@@ -203,6 +205,8 @@ type xdpDropFsTable struct {
 	_          structs.HostLayout
 	Dims       uint32
 	RuleBase   uint32
+	Words      uint32
+	Pad0       uint32
 	Base       [13]uint32
 	Absent     [13]uint32
 	Nlabels    uint32

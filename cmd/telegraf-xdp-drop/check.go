@@ -166,8 +166,11 @@ func printPlan(out io.Writer, path string, plugin *xdp_drop.XDPDrop, plan xdp_dr
 		banMaps = b.MapMemory
 		maps += ", ban maps " + bytesText(banMaps)
 	}
+	if fp.FlowSpecMaps > 0 {
+		maps += ", FlowSpec maps " + bytesText(fp.FlowSpecMaps)
+	}
 	w.line("kernel memory, at most: %s; each interface %s (counters, %s per CPU on %s%s); %s for the %s present now",
-		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+banMaps+uint64(present)*perIface), plural(present, "interface"))
+		maps, bytesText(perIface), bytesText(fp.PerCPU), plural(cpus, "CPU"), ring, bytesText(fp.RuleMaps+banMaps+fp.FlowSpecMaps+uint64(present)*perIface), plural(present, "interface"))
 }
 
 // printFlowSpec writes [flowspec]: the speaker and each peer, on the
