@@ -23,7 +23,7 @@ func ntpFlowRule() bpf.FlowRule {
 		PacketLength: bpf.FlowComponent{{Op: bpf.FlowGT | bpf.FlowEQ, Value: 400}},
 		Action:       bpf.FlowDrop,
 	}
-	r.ID = ruleID(ntpText)
+	r.ID, r.Text = ruleID(ntpText), ntpText
 	return r
 }
 
@@ -58,9 +58,9 @@ func TestGobgpdAnnounceWithdraw(t *testing.T) {
 
 func pfx(s string) *bpf.FlowPrefix { return &bpf.FlowPrefix{Prefix: netip.MustParsePrefix(s)} }
 
-// withID sets the rule's ID from its text.
+// withID sets the rule's text and its ID from it.
 func withID(r bpf.FlowRule, text string) bpf.FlowRule {
-	r.ID = ruleID(text)
+	r.ID, r.Text = ruleID(text), text
 	return r
 }
 
@@ -135,7 +135,14 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 		{"ipv6-flowspec", "match destination 2001:db8::/64 16 protocol tcp label ==5 then discard",
 			"ipv6 destination 0:db8::/64 offset 16 protocol ==6 label ==5 then discard",
 			bpf.FlowRule{IPv6: true, Dst: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("0:db8::/64"), Offset: 16},
+				Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, FlowLabel: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 5}}, Action: bpf.FlowDrop}, ReasonUnsupported},
+		{"ipv6-flowspec", "match destination 2001:db8::/64 0 protocol tcp label ==5 then discard",
+			"ipv6 destination 2001:db8::/64 protocol ==6 label ==5 then discard",
+			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8::/64"),
 				Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, FlowLabel: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 5}}, Action: bpf.FlowDrop}, ""},
+		{"ipv6-flowspec", "match source 2001:db8:77::/48 8 then discard",
+			"ipv6 source 1:db8:77::/48 offset 8 then discard",
+			bpf.FlowRule{IPv6: true, Src: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("1:db8:77::/48"), Offset: 8}, Action: bpf.FlowDrop}, ReasonUnsupported},
 		{"ipv6-flowspec", "match destination 2001:db8:1::1/128 then discard",
 			"ipv6 destination 2001:db8:1::1/128 then discard",
 			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8:1::1/128"), Action: bpf.FlowDrop}, ReasonOnlyLocal},
@@ -148,7 +155,7 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 	for _, s := range r.Rules() {
 		states[s.Text] = s
 	}
-	var accepted, refusedAction, refusedLocal int
+	var accepted, refusedAction, refusedLocal, refusedUnsupported int
 	for _, c := range cases {
 		s, ok := states[c.text]
 		require.True(t, ok, "rule %q not received as %q; got %v", c.rule, c.text, r.Rules())
@@ -161,6 +168,8 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 			refusedAction++
 		case ReasonOnlyLocal:
 			refusedLocal++
+		case ReasonUnsupported:
+			refusedUnsupported++
 		}
 	}
 	set := a.waitRules(t, time.Second, accepted)
@@ -171,7 +180,8 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 	ps := r.Peers()[0]
 	require.Equal(t, len(cases), ps.Received)
 	require.Equal(t, accepted, ps.Accepted)
-	require.Equal(t, map[string]int{ReasonAction: refusedAction, ReasonOnlyLocal: refusedLocal}, ps.Refused)
+	require.Equal(t, map[string]int{ReasonAction: refusedAction, ReasonOnlyLocal: refusedLocal, ReasonUnsupported: refusedUnsupported}, ps.Refused)
+	require.Equal(t, 2, refusedUnsupported, "the two rules with an IPv6 prefix offset")
 }
 
 // TestGobgpdMaxRules: past max_rules in a family the newest rule is
