@@ -359,7 +359,9 @@ func (r *Receiver) wake() {
 }
 
 // Stop ends the sessions (a CEASE to each peer) and the receiver; apply is
-// not called once Stop has returned.
+// not called once Stop has returned. GoBGP's Serve loop has no way out
+// (BgpServer.Stop ends the peers and listeners, no context reaches it):
+// each Start/Stop leaves one parked goroutine and its empty BgpServer.
 func (r *Receiver) Stop() {
 	r.stop.Do(func() {
 		close(r.done)
