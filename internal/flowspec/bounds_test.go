@@ -63,8 +63,9 @@ func TestFlood(t *testing.T) {
 }
 
 // TestAdopt: handed-over rules stay in force until the peer's End-of-RIB
-// (sent by a peer with graceful restart), then only the re-announced ones
-// remain; with no peer up they go at the hold/graceful-restart deadline.
+// (sent by a peer with graceful restart), or a quiet second of a peer
+// without, then only the re-announced ones remain; with no peer up they go
+// at the hold/graceful-restart deadline.
 func TestAdopt(t *testing.T) {
 	other := withID(bpf.FlowRule{Dst: pfx("192.0.2.99/32"), Action: bpf.FlowDrop}, "destination 192.0.2.99/32 then discard")
 	t.Run("end-of-rib", func(t *testing.T) {
@@ -85,6 +86,49 @@ func TestAdopt(t *testing.T) {
 			}
 			require.True(t, ids[ntpFlowRule().ID], "a set without the rule in force: %v", set)
 		}
+	})
+	t.Run("quiet", func(t *testing.T) {
+		// No graceful restart: no End-of-RIB. The peer's table counts as
+		// sent once its session is up and a second passes without UPDATEs,
+		// long before the deadline (120 s).
+		g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+		g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)...)
+		r, a := startReceiver(t, g, nil)
+		r.Adopt([]bpf.FlowRule{other, ntpFlowRule()})
+		waitUp(t, r, 15*time.Second, g)
+		up := time.Now()
+		waitFor(t, 5*time.Second, "only the re-announced rule", func() bool {
+			set := a.last()
+			return len(set) == 1 && set[0].ID == ntpFlowRule().ID
+		})
+		t.Logf("adoption ended %v after the session came up", time.Since(up).Round(10*time.Millisecond))
+		require.Equal(t, []RuleState{{Rule: ntpFlowRule(), Text: ntpText, Peer: netip.MustParseAddr("127.0.0.2")}}, r.Rules())
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, set := range a.sets {
+			ids := map[string]bool{}
+			for _, x := range set {
+				ids[x.ID] = true
+			}
+			require.True(t, ids[ntpFlowRule().ID], "a set without the rule in force: %v", set)
+		}
+	})
+	t.Run("text", func(t *testing.T) {
+		// Adopted rules report the text they were handed over with.
+		a := &applied{}
+		r, err := Start(Config{
+			LocalAS: 65001, RouterID: netip.MustParseAddr("192.0.2.1"),
+			Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.5"), Port: freePort(t, "127.0.0.5"), PeerAS: 65000}},
+			Log:   logTo(t),
+		}, a.apply)
+		require.NoError(t, err)
+		t.Cleanup(r.Stop)
+		handed := other
+		handed.Text = "destination 192.0.2.99/32 then discard (handed over)"
+		r.Adopt([]bpf.FlowRule{handed})
+		waitFor(t, 2*time.Second, "the adopted rule listed", func() bool { return len(r.Rules()) == 1 })
+		require.Equal(t, handed.Text, r.Rules()[0].Text)
+		require.Equal(t, handed, r.Rules()[0].Rule)
 	})
 	t.Run("deadline", func(t *testing.T) {
 		a := &applied{}

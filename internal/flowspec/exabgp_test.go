@@ -17,7 +17,8 @@ import (
 )
 
 // TestExaBGPInterop: the NTP rule announced by ExaBGP arrives identical to
-// gobgpd's (components, action, text, ID), and an IPv6 rule with it.
+// gobgpd's (components, action, text, ID), and IPv6 rules with it: one
+// with a prefix offset refused, the ones around it exact.
 func TestExaBGPInterop(t *testing.T) {
 	needBinary(t, "exabgp")
 	const addr = "127.0.0.4"
@@ -48,6 +49,19 @@ func TestExaBGPInterop(t *testing.T) {
         destination-port =80;
       }
       then { rate-limit 5000; }
+    }
+    route offset6 {
+      match {
+        destination-ipv6 2001:db8:0:1::/64/32;
+        next-header udp;
+      }
+      then { discard; }
+    }
+    route zero6 {
+      match {
+        source-ipv6 2001:db8:5::/48/0;
+      }
+      then { discard; }
     }
   }
 }
@@ -82,12 +96,21 @@ func TestExaBGPInterop(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	set := a.waitRules(t, 2*time.Second, 2)
+	set := a.waitRules(t, 2*time.Second, 3)
 	const web6 = "ipv6 destination 2001:db8::10/128 protocol ==6 destination-port ==80 then rate-limit 5000 bytes"
+	const zero6 = "ipv6 source 2001:db8:5::/48 then discard"
+	// ExaBGP 4 encodes an offset as GoBGP reads it (the old draft): the
+	// rule arrives as sent, and is refused (RFC 8956 peers encode it
+	// otherwise); the offset-0 rule sent after it arrives exact.
+	const offset6 = "ipv6 destination 0:0:0:1::/64 offset 32 protocol ==17 then discard"
 	require.Equal(t, []bpf.FlowRule{ntpFlowRule(), withID(bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8::10/128"),
 		Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, DstPort: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 80}},
-		Action: bpf.FlowLimit, Rate: 5000, RateBytes: true}, web6)}, set)
+		Action: bpf.FlowLimit, Rate: 5000, RateBytes: true}, web6),
+		withID(bpf.FlowRule{IPv6: true, Src: pfx("2001:db8:5::/48"), Action: bpf.FlowDrop}, zero6)}, set)
+	waitFor(t, time.Second, "the offset rule", func() bool { return len(r.Rules()) == 4 })
 	st := r.Rules()
-	require.Equal(t, ntpText, st[0].Text)
-	require.Equal(t, web6, st[1].Text)
+	require.Equal(t, []string{ntpText, web6, zero6, offset6}, []string{st[0].Text, st[1].Text, st[2].Text, st[3].Text})
+	require.Equal(t, ReasonUnsupported, st[3].Refused)
+	require.Equal(t, &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("0:0:0:1::/64"), Offset: 32}, st[3].Rule.Dst)
+	require.Equal(t, map[string]int{ReasonUnsupported: 1}, r.Peers()[0].Refused)
 }

@@ -3,7 +3,9 @@
 package flowspec
 
 import (
+	"fmt"
 	"net/netip"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ func ntpFlowRule() bpf.FlowRule {
 		PacketLength: bpf.FlowComponent{{Op: bpf.FlowGT | bpf.FlowEQ, Value: 400}},
 		Action:       bpf.FlowDrop,
 	}
-	r.ID = ruleID(ntpText)
+	r.ID, r.Text = ruleID(ntpText), ntpText
 	return r
 }
 
@@ -58,9 +60,9 @@ func TestGobgpdAnnounceWithdraw(t *testing.T) {
 
 func pfx(s string) *bpf.FlowPrefix { return &bpf.FlowPrefix{Prefix: netip.MustParsePrefix(s)} }
 
-// withID sets the rule's ID from its text.
+// withID sets the rule's text and its ID from it.
 func withID(r bpf.FlowRule, text string) bpf.FlowRule {
-	r.ID = ruleID(text)
+	r.ID, r.Text = ruleID(text), text
 	return r
 }
 
@@ -135,7 +137,14 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 		{"ipv6-flowspec", "match destination 2001:db8::/64 16 protocol tcp label ==5 then discard",
 			"ipv6 destination 0:db8::/64 offset 16 protocol ==6 label ==5 then discard",
 			bpf.FlowRule{IPv6: true, Dst: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("0:db8::/64"), Offset: 16},
+				Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, FlowLabel: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 5}}, Action: bpf.FlowDrop}, ReasonUnsupported},
+		{"ipv6-flowspec", "match destination 2001:db8::/64 0 protocol tcp label ==5 then discard",
+			"ipv6 destination 2001:db8::/64 protocol ==6 label ==5 then discard",
+			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8::/64"),
 				Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, FlowLabel: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 5}}, Action: bpf.FlowDrop}, ""},
+		{"ipv6-flowspec", "match source 2001:db8:77::/48 8 then discard",
+			"ipv6 source 1:db8:77::/48 offset 8 then discard",
+			bpf.FlowRule{IPv6: true, Src: &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("1:db8:77::/48"), Offset: 8}, Action: bpf.FlowDrop}, ReasonUnsupported},
 		{"ipv6-flowspec", "match destination 2001:db8:1::1/128 then discard",
 			"ipv6 destination 2001:db8:1::1/128 then discard",
 			bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8:1::1/128"), Action: bpf.FlowDrop}, ReasonOnlyLocal},
@@ -148,7 +157,7 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 	for _, s := range r.Rules() {
 		states[s.Text] = s
 	}
-	var accepted, refusedAction, refusedLocal int
+	var accepted, refusedAction, refusedLocal, refusedUnsupported int
 	for _, c := range cases {
 		s, ok := states[c.text]
 		require.True(t, ok, "rule %q not received as %q; got %v", c.rule, c.text, r.Rules())
@@ -161,6 +170,8 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 			refusedAction++
 		case ReasonOnlyLocal:
 			refusedLocal++
+		case ReasonUnsupported:
+			refusedUnsupported++
 		}
 	}
 	set := a.waitRules(t, time.Second, accepted)
@@ -171,7 +182,8 @@ func TestGobgpdActionsAndComponents(t *testing.T) {
 	ps := r.Peers()[0]
 	require.Equal(t, len(cases), ps.Received)
 	require.Equal(t, accepted, ps.Accepted)
-	require.Equal(t, map[string]int{ReasonAction: refusedAction, ReasonOnlyLocal: refusedLocal}, ps.Refused)
+	require.Equal(t, map[string]int{ReasonAction: refusedAction, ReasonOnlyLocal: refusedLocal, ReasonUnsupported: refusedUnsupported}, ps.Refused)
+	require.Equal(t, 2, refusedUnsupported, "the two rules with an IPv6 prefix offset")
 }
 
 // TestGobgpdMaxRules: past max_rules in a family the newest rule is
@@ -276,4 +288,121 @@ func TestGobgpdPassword(t *testing.T) {
 		require.False(t, r.Peers()[0].Up)
 		require.NotEqual(t, "established", r.Peers()[0].State)
 	})
+}
+
+// capacityErr is the engine's *bpf.FlowCapacityError as the receiver sees it.
+type capacityErr struct{ ids []string }
+
+func (e *capacityErr) Error() string        { return fmt.Sprintf("no room for %d rules", len(e.ids)) }
+func (e *capacityErr) RefusedIDs() []string { return e.ids }
+
+// TestCapacity: rules the engine has no room for are refused as capacity
+// (counted, in Rules()), the rest stay in force; a withdrawal passes the
+// whole set again and the rule left out gets in.
+func TestCapacity(t *testing.T) {
+	g := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+	var mu sync.Mutex
+	var sets [][]bpf.FlowRule
+	apply := func(rules []bpf.FlowRule) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sets = append(sets, append([]bpf.FlowRule(nil), rules...))
+		if len(rules) <= 2 { // the engine's room
+			return nil
+		}
+		var ids []string
+		for _, x := range rules[2:] {
+			ids = append(ids, x.ID)
+		}
+		return fmt.Errorf("flow table: %w", &capacityErr{ids})
+	}
+	r, err := Start(Config{
+		LocalAS: 65001, RouterID: netip.MustParseAddr("192.0.2.1"),
+		Peers: []Peer{{Address: netip.MustParseAddr(g.addr), Port: g.port, PeerAS: 65000}},
+		Log:   logTo(t),
+	}, apply)
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	waitUp(t, r, 15*time.Second, g)
+	add := func(op, dst string) {
+		g.cli("global", "rib", "-a", "ipv4-flowspec", op, "match", "destination", dst, "then", "discard")
+	}
+	text := func(dst string) string { return "destination " + dst + " then discard" }
+	// Most specific first (§5.1): the /26 is the one the engine leaves out.
+	add("add", "192.0.2.1/32")
+	add("add", "192.0.2.2/32")
+	add("add", "192.0.2.0/26")
+	waitFor(t, 2*time.Second, "the third rule refused", func() bool {
+		st := r.Rules()
+		return len(st) == 3 && st[2].Refused == ReasonCapacity
+	})
+	st := r.Rules()
+	require.Equal(t, []string{text("192.0.2.1/32"), text("192.0.2.2/32"), text("192.0.2.0/26")}, []string{st[0].Text, st[1].Text, st[2].Text})
+	require.Equal(t, []string{"", "", ReasonCapacity}, []string{st[0].Refused, st[1].Refused, st[2].Refused})
+	ps := r.Peers()[0]
+	require.Equal(t, 3, ps.Received)
+	require.Equal(t, 2, ps.Accepted)
+	require.Equal(t, map[string]int{ReasonCapacity: 1}, ps.Refused)
+	mu.Lock()
+	n := len(sets)
+	require.Len(t, sets[n-1], 3, "the whole set is passed")
+	mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	require.Len(t, sets, n, "no retry while the set is unchanged")
+	mu.Unlock()
+
+	add("del", "192.0.2.1/32")
+	waitFor(t, time.Second, "the refused rule in", func() bool {
+		st := r.Rules()
+		return len(st) == 2 && st[0].Refused == "" && st[1].Refused == ""
+	})
+	mu.Lock()
+	last := sets[len(sets)-1]
+	mu.Unlock()
+	require.Equal(t, []string{text("192.0.2.2/32"), text("192.0.2.0/26")}, []string{last[0].Text, last[1].Text})
+	require.Empty(t, r.Peers()[0].Refused)
+	require.Equal(t, 2, r.Peers()[0].Accepted)
+}
+
+// TestTwoPeers: the same NLRI from two peers is one rule; withdrawn by one
+// it stays in force from the other, without a set lacking it; withdrawn
+// by both it goes.
+func TestTwoPeers(t *testing.T) {
+	g1 := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+	g2 := startGobgpd(t, "127.0.0.6", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+	r, a := startReceiver(t, g1, func(c *Config) {
+		c.Peers = append(c.Peers, Peer{Address: netip.MustParseAddr(g2.addr), Port: g2.port, PeerAS: 65000})
+	})
+	waitUp(t, r, 15*time.Second, nil)
+	ntp := append([]string{"global", "rib", "-a", "ipv4-flowspec", "add"}, fields(ntpRule)...)
+	del := append([]string{"global", "rib", "-a", "ipv4-flowspec", "del"}, fields(ntpRule)...)
+	g1.cli(ntp...)
+	g2.cli(ntp...)
+	waitFor(t, 2*time.Second, "both received", func() bool {
+		ps := r.Peers()
+		return ps[0].Received == 1 && ps[1].Received == 1
+	})
+	require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.waitRules(t, time.Second, 1))
+	require.Len(t, r.Rules(), 1)
+	for _, p := range r.Peers() {
+		require.Equal(t, 1, p.Accepted, p.Address)
+	}
+
+	g1.cli(del...)
+	waitFor(t, 2*time.Second, "withdrawn by 127.0.0.2", func() bool { return r.Peers()[0].Received == 0 })
+	time.Sleep(300 * time.Millisecond) // past a debounce: a recomputed set would be applied
+	st := r.Rules()
+	require.Len(t, st, 1)
+	require.Equal(t, netip.MustParseAddr("127.0.0.6"), st[0].Peer)
+	require.Equal(t, 1, r.Peers()[1].Accepted)
+	a.mu.Lock()
+	for _, set := range a.sets {
+		require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, set, "a set without the rule in force")
+	}
+	a.mu.Unlock()
+
+	g2.cli(del...)
+	a.waitRules(t, time.Second, 0)
+	require.Empty(t, r.Rules())
 }

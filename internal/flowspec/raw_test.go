@@ -270,3 +270,66 @@ func TestRawUpdates(t *testing.T) {
 	a.waitRules(t, time.Second, 0)
 	require.Empty(t, r.Rules())
 }
+
+// TestRawIPv6Offset: an IPv6 prefix with a non-zero offset, sent by
+// RFC 8956 (only the pattern's octets), is refused, and so is GoBGP's
+// encoding of it (the whole prefix, as ExaBGP 4 and GoBGP send it); an
+// offset of 0 is accepted exact; a rule in a later UPDATE is unaffected.
+func TestRawIPv6Offset(t *testing.T) {
+	_, port, accept := startRawPeer(t)
+	a := &applied{}
+	r, err := Start(Config{
+		LocalAS: 65001, RouterID: netip.MustParseAddr("192.0.2.1"),
+		Peers: []Peer{{Address: netip.MustParseAddr("127.0.0.3"), Port: port, PeerAS: 65000}},
+		Log:   logTo(t),
+	}, a.apply)
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	p := accept()
+	waitUp(t, r, 10*time.Second, nil)
+	byText := func() map[string]RuleState {
+		m := map[string]RuleState{}
+		for _, s := range r.Rules() {
+			m[s.Text] = s
+		}
+		return m
+	}
+	tcp := num(3, 0x01, 6)
+	dst6 := func(a string, bits, offset int, octets int) []byte {
+		ip := netip.MustParseAddr(a).As16()
+		return append([]byte{1, byte(bits), byte(offset)}, ip[offset/8:offset/8+octets]...)
+	}
+
+	// Offset 0: both encodings alike.
+	p.announce(2, [][8]byte{discardEC}, nlri(dst6("2001:db8::", 64, 0, 8), tcp))
+	zero := "ipv6 destination 2001:db8::/64 protocol ==6 then discard"
+	a.waitRules(t, time.Second, 1)
+	require.Equal(t, withID(bpf.FlowRule{IPv6: true, Dst: pfx("2001:db8::/64"), Proto: bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 6}}, Action: bpf.FlowDrop}, zero), a.last()[0])
+
+	// GoBGP's (and ExaBGP 4's) encoding of 2001:db8:0:1::/64 offset 32:
+	// the prefix's first 8 octets.
+	ip := netip.MustParseAddr("2001:db8:0:1::").As16()
+	p.announce(2, [][8]byte{discardEC}, nlri(append([]byte{1, 64, 32}, ip[:8]...), tcp))
+	draft := "ipv6 destination 0:0:0:1::/64 offset 32 protocol ==6 then discard"
+	waitFor(t, time.Second, draft, func() bool { _, ok := byText()[draft]; return ok })
+	require.Equal(t, ReasonUnsupported, byText()[draft].Refused)
+
+	// RFC 8956's: the 4 octets of bits 32..63. GoBGP reads 8: the
+	// protocol component and the next NLRI's length octet among them,
+	// and the next NLRI from its second octet on (malformed here).
+	p.announce(2, [][8]byte{discardEC}, nlri(dst6("2001:db8:0:1::", 64, 32, 4), tcp), nlri(dst6("2001:db8::99", 128, 0, 16)))
+	misread := "ipv6 destination 0:0:381:613::/64 offset 32 then discard"
+	next := "malformed [unknown:[128 0 32 1 13 184 0 0 0 0 0 0 0 0 0 0 0 153]]"
+	waitFor(t, time.Second, misread, func() bool { _, ok := byText()[misread]; return ok })
+	require.Equal(t, ReasonUnsupported, byText()[misread].Refused)
+	require.Equal(t, ReasonMalformed, byText()[next].Refused)
+
+	// A rule in a later UPDATE is read as sent, and the session stayed up.
+	p.announce(2, [][8]byte{discardEC}, nlri(dst6("2001:db8::7", 128, 0, 16)))
+	later := "ipv6 destination 2001:db8::7/128 then discard"
+	set := a.waitRules(t, time.Second, 2)
+	require.ElementsMatch(t, []string{ruleID(zero), ruleID(later)}, []string{set[0].ID, set[1].ID})
+	require.Equal(t, "", byText()[later].Refused)
+	require.True(t, r.Peers()[0].Up)
+	require.Equal(t, map[string]int{ReasonUnsupported: 2, ReasonMalformed: 1}, r.Peers()[0].Refused)
+}

@@ -17,9 +17,10 @@
 // decode, or holds a component type its family does not have, is refused
 // here as malformed: never enforced.
 //
-// IPv6 prefix offsets are read as GoBGP encodes them (the whole prefix
-// after the offset octet, as draft-ietf-idr-flow-spec-v6-06), which
-// RFC 8956 speakers encode differently when the offset is not 0.
+// IPv6 prefix offsets: GoBGP decodes a prefix component by
+// draft-ietf-idr-flow-spec-v6-06, not RFC 8956, which encodes a non-zero
+// offset differently; a rule with a non-zero offset is refused
+// (unsupported). See offsetRefusal.
 package flowspec
 
 import (
@@ -115,6 +116,7 @@ type Receiver struct {
 	logged      map[string]string
 	lastApplied []bpf.FlowRule
 	applyErr    string
+	capacity    map[string]bool // IDs the engine had no room for in the set in force
 }
 
 type peerCounts struct {
@@ -131,7 +133,11 @@ const debounce = 100 * time.Millisecond
 
 // Start runs the BGP speaker and its peers. apply gets the whole accepted
 // set of both families in RFC 8955 §5.1 order, at most every 100 ms after
-// a change and never concurrently; a failed apply is retried after a second.
+// a change and never concurrently; a failed apply is retried after a
+// second. An error with a RefusedIDs() []string method (the engine's
+// *bpf.FlowCapacityError) is no failure: the set is in force but for the
+// rules it names, which are refused as capacity until the next change of
+// the set, which is passed whole again.
 func Start(cfg Config, apply func(rules []bpf.FlowRule) error) (*Receiver, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -353,7 +359,9 @@ func (r *Receiver) wake() {
 }
 
 // Stop ends the sessions (a CEASE to each peer) and the receiver; apply is
-// not called once Stop has returned.
+// not called once Stop has returned. GoBGP's Serve loop has no way out
+// (BgpServer.Stop ends the peers and listeners, no context reaches it):
+// each Start/Stop leaves one parked goroutine and its empty BgpServer.
 func (r *Receiver) Stop() {
 	r.stop.Do(func() {
 		close(r.done)
@@ -365,11 +373,14 @@ func (r *Receiver) Stop() {
 
 // Adopt takes rules handed over by a predecessor (call it right after
 // Start): they stay in force (behind the rules received, within max_rules)
-// until every peer has sent End-of-RIB for each family it negotiated, or
-// the deadline passes (the longer of the hold time and the restart time
-// after Start: a peer without graceful restart sends no End-of-RIB), then
-// are dropped unless re-announced. The engine already enforces them:
-// Adopt does not call apply.
+// until every peer has sent its initial table, then are dropped unless
+// re-announced. A peer that advertised graceful restart has sent it with
+// End-of-RIB for each family it negotiated; one that did not sends no
+// End-of-RIB, and has sent it once its session is established and no
+// UPDATE has come for a second. A peer whose session is not up holds
+// them until the deadline: the longer of the hold time and the restart
+// time after Start. The engine already enforces them: Adopt does not call
+// apply. Rules() gives them their Text (the predecessor's).
 func (r *Receiver) Adopt(rules []bpf.FlowRule) {
 	r.mu.Lock()
 	r.adopted = append([]bpf.FlowRule(nil), rules...)
@@ -486,13 +497,18 @@ func (r *Receiver) kickAdopted(rules []bpf.FlowRule) {
 	r.mu.Unlock()
 }
 
+// capacityError is what apply returns when the engine applied the set but
+// for the rules it names (its tables full): bpf.FlowCapacityError.
+type capacityError interface{ RefusedIDs() []string }
+
 // refresh reads GoBGP's table, decides each rule, and applies the set.
 // It returns when to run again (0: on the next change only).
 func (r *Receiver) refresh() time.Duration {
 	entries, counts := r.readTable()
-	negotiated := r.negotiated()
+	peers := r.peerSessions()
 	r.mu.Lock()
-	adopting := len(r.adopted) > 0 && !r.adoptOver(negotiated)
+	over, recheck := r.adoptOver(peers)
+	adopting := len(r.adopted) > 0 && !over
 	if !adopting {
 		r.adopted = nil
 	}
@@ -504,6 +520,49 @@ func (r *Receiver) refresh() time.Duration {
 	set := make([]bpf.FlowRule, 0, len(accepted))
 	for _, e := range accepted {
 		set = append(set, e.rec.rule)
+	}
+
+	var retry time.Duration
+	if adopting {
+		retry = recheck
+	}
+	if !reflect.DeepEqual(set, lastApplied) {
+		var capErr capacityError
+		switch err := r.apply(set); {
+		case err == nil:
+			r.applyErr, r.capacity = "", nil
+			lastApplied = set
+		case errors.As(err, &capErr):
+			// In force but for the rules named; the whole set goes again
+			// with the next change, so they get in once there is room.
+			r.applyErr, r.capacity = "", map[string]bool{}
+			for _, id := range capErr.RefusedIDs() {
+				r.capacity[id] = true
+			}
+			lastApplied = set
+		default:
+			if msg := err.Error(); msg != r.applyErr {
+				r.log('E', fmt.Sprintf("flowspec: applying %d rules: %v (retrying)", len(set), err))
+				r.applyErr = msg
+			}
+			retry = time.Second
+		}
+	}
+	if len(r.capacity) > 0 {
+		kept := make([]*entry, 0, len(accepted))
+		for _, e := range accepted {
+			if !r.capacity[e.rec.rule.ID] {
+				kept = append(kept, e)
+				continue
+			}
+			e.reason, e.rec.detail = ReasonCapacity, "the XDP engine's FlowSpec tables are full; it is passed again with the next change of the rule set"
+			r.logRefusal(e)
+			refused = append(refused, e)
+		}
+		accepted = kept
+	}
+	for _, e := range accepted {
+		delete(r.logged, e.key)
 	}
 	for _, pc := range counts {
 		pc.finish(entries)
@@ -521,65 +580,88 @@ func (r *Receiver) refresh() time.Duration {
 	for a, pc := range counts {
 		r.counts[a] = &pc.peerCounts
 	}
-	r.mu.Unlock()
-
-	var retry time.Duration
-	if adopting {
-		retry = time.Until(r.adoptUntil)
-	}
-	if reflect.DeepEqual(set, lastApplied) {
-		return retry
-	}
-	if err := r.apply(set); err != nil {
-		if msg := err.Error(); msg != r.applyErr {
-			r.log('E', fmt.Sprintf("flowspec: applying %d rules: %v (retrying)", len(set), err))
-			r.applyErr = msg
-		}
-		return time.Second
-	}
-	r.applyErr = ""
-	r.mu.Lock()
-	r.lastApplied = set
+	r.lastApplied = lastApplied
 	r.mu.Unlock()
 	return retry
 }
 
-// negotiated lists the families of each established peer.
-func (r *Receiver) negotiated() map[string]map[string]bool {
-	negotiated := map[string]map[string]bool{}
-	_ = r.srv.ListPeer(context.Background(), &api.ListPeerRequest{}, func(p *api.Peer) {
-		fams := map[string]bool{}
-		for _, a := range p.GetAfiSafis() {
-			if st := a.GetState(); st != nil && st.Enabled && st.Family != nil {
-				fams[st.Family.String()] = true
-			}
-		}
-		if p.GetState().GetSessionState() != api.PeerState_ESTABLISHED {
-			fams = nil
-		}
-		negotiated[p.GetConf().GetNeighborAddress()] = fams
-	})
-	return negotiated
+// session is what adoption needs of a peer's session.
+type session struct {
+	established time.Time       // zero: not established
+	families    map[string]bool // negotiated
+	gr          bool            // the peer advertised graceful restart: it sends End-of-RIB
 }
 
-// adoptOver: every peer has sent End-of-RIB for each family it
-// negotiated, or the deadline passed. Called with r.mu held.
-func (r *Receiver) adoptOver(negotiated map[string]map[string]bool) bool {
-	if !time.Now().Before(r.adoptUntil) {
-		return true
-	}
-	for _, p := range r.cfg.Peers {
-		fams := negotiated[p.Address.String()]
-		if fams == nil {
-			return false
-		}
-		for f := range fams {
-			if !r.eor[p.Address][f] {
-				return false
+// peerSessions reads each peer's session from GoBGP.
+func (r *Receiver) peerSessions() map[string]session {
+	out := map[string]session{}
+	_ = r.srv.ListPeer(context.Background(), &api.ListPeerRequest{}, func(p *api.Peer) {
+		var s session
+		if p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			s.established = time.Now()
+			if up := p.GetTimers().GetState().GetUptime(); up != nil {
+				s.established = up.AsTime()
+			}
+			s.families = map[string]bool{}
+			for _, a := range p.GetAfiSafis() {
+				if st := a.GetState(); st != nil && st.Enabled && st.Family != nil {
+					s.families[st.Family.String()] = true
+				}
+			}
+			for _, c := range p.GetState().GetRemoteCap() {
+				if c.MessageIs(&api.GracefulRestartCapability{}) {
+					s.gr = true
+				}
 			}
 		}
+		out[p.GetConf().GetNeighborAddress()] = s
+	})
+	return out
+}
+
+// quiet is how long a peer without graceful restart must have sent no
+// UPDATE, its session established, for its initial table to count as
+// received (it sends no End-of-RIB).
+const quiet = time.Second
+
+// adoptOver: every peer has sent its initial table (End-of-RIB for each
+// family it negotiated, or, a peer without graceful restart, no UPDATE for
+// a second of its session), or the deadline passed. Otherwise it returns
+// when to look again. Called with r.mu held.
+func (r *Receiver) adoptOver(peers map[string]session) (bool, time.Duration) {
+	now := time.Now()
+	if !now.Before(r.adoptUntil) {
+		return true, 0
 	}
-	return true
+	recheck := r.adoptUntil.Sub(now)
+	over := true
+	for _, p := range r.cfg.Peers {
+		s := peers[p.Address.String()]
+		if s.established.IsZero() {
+			over = false
+			continue
+		}
+		eor := true
+		for f := range s.families {
+			eor = eor && r.eor[p.Address][f]
+		}
+		if eor {
+			continue
+		}
+		if !s.gr {
+			last := s.established
+			if u := r.lastUpdate[p.Address]; u.After(last) {
+				last = u
+			}
+			if d := last.Add(quiet).Sub(now); d > 0 {
+				recheck = min(recheck, d)
+			} else {
+				continue
+			}
+		}
+		over = false
+	}
+	return over, recheck
 }
 
 // entry is one NLRI of GoBGP's table, decided.
@@ -654,7 +736,7 @@ func (r *Receiver) decodePath(p *api.Path, prefix string, ipv6 bool) *received {
 func malformed(prefix string, ipv6 bool, err error) *received {
 	rec := &received{refused: ReasonMalformed, detail: err.Error(), text: "malformed " + prefix}
 	rec.rule.IPv6 = ipv6
-	rec.rule.ID = ruleID(rec.text)
+	rec.rule.ID, rec.rule.Text = ruleID(rec.text), rec.text
 	return rec
 }
 
@@ -741,7 +823,11 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 			}
 			ids[a.ID] = true
 			room--
-			c = append(c, &entry{key: "adopted " + a.ID, rec: &received{rule: *a, comps: encodeComponents(a), text: canonicalText(a, nil)}})
+			text := a.Text
+			if text == "" { // handed over by a version that kept no text
+				text = canonicalText(a, nil)
+			}
+			c = append(c, &entry{key: "adopted " + a.ID, rec: &received{rule: *a, comps: encodeComponents(a), text: text}})
 		}
 		sort.SliceStable(c, func(i, j int) bool { return compareRules(c[i].rec, c[j].rec) < 0 })
 		accepted = append(accepted, c...)
@@ -758,11 +844,6 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 	}
 	for _, e := range refusedBy[1] {
 		r.logRefusal(e)
-	}
-	for _, e := range accepted {
-		if e.rec != nil && r.logged[e.key] != "" {
-			delete(r.logged, e.key)
-		}
 	}
 	return accepted, refused
 }

@@ -18,10 +18,13 @@ const (
 	ReasonAction      = "action"
 	ReasonUnsupported = "unsupported"
 	ReasonMalformed   = "malformed"
+	// ReasonCapacity: the engine had no room for the rule (its tables
+	// full); it is passed again with every later change of the set.
+	ReasonCapacity = "capacity"
 )
 
 // Reasons lists every refusal reason key, for callers that report all of them.
-var Reasons = []string{ReasonOnlyLocal, ReasonMaxRules, ReasonAction, ReasonUnsupported, ReasonMalformed}
+var Reasons = []string{ReasonOnlyLocal, ReasonMaxRules, ReasonAction, ReasonUnsupported, ReasonMalformed, ReasonCapacity}
 
 // received is one NLRI with the actions of its best path, decoded.
 type received struct {
@@ -64,6 +67,9 @@ func decode(nlri bgp.AddrPrefixInterface, attrs []bgp.PathAttributeInterface, sa
 	reason, detail := r.decodeActions(attrs, sampling)
 	r.text = canonicalText(&r.rule, r.extra)
 	if r.refused == "" {
+		r.refused, r.detail = offsetRefusal(&r.rule)
+	}
+	if r.refused == "" {
 		r.refused, r.detail = reason, detail
 	}
 	if r.refused == "" {
@@ -71,8 +77,29 @@ func decode(nlri bgp.AddrPrefixInterface, attrs []bgp.PathAttributeInterface, sa
 			r.refused, r.detail = ReasonUnsupported, err.Error()
 		}
 	}
-	r.rule.ID = ruleID(r.text)
+	r.rule.ID, r.rule.Text = ruleID(r.text), r.text
 	return r
+}
+
+// offsetRefusal refuses an IPv6 prefix with a non-zero offset. GoBGP
+// decodes such a component by draft-ietf-idr-flow-spec-v6-06 (the prefix's
+// first ceil(length/8) octets after the offset octet), as ExaBGP 4 and
+// GoBGP encode it; RFC 8956 speakers (routers, ExaBGP 5) send only the
+// ceil((length-offset)/8) octets of the pattern, so GoBGP reads octets of
+// the next component (or of the next NLRI of the UPDATE, which it then
+// reads shifted) into the prefix. Which of the two a peer sent cannot be
+// told from what GoBGP keeps: the rule is refused, never enforced as a
+// pattern it may not be. An offset of 0 encodes alike in both.
+func offsetRefusal(rule *bpf.FlowRule) (string, string) {
+	for _, p := range []struct {
+		name string
+		pfx  *bpf.FlowPrefix
+	}{{"destination", rule.Dst}, {"source", rule.Src}} {
+		if p.pfx != nil && p.pfx.Offset != 0 {
+			return ReasonUnsupported, fmt.Sprintf("IPv6 %s prefix offset %d: the receiver's BGP library decodes offsets by an old draft's encoding, not RFC 8956's, so the pattern may be misread; only offset 0 is accepted", p.name, p.pfx.Offset)
+		}
+	}
+	return "", ""
 }
 
 func (r *received) decodeComponents(comps []bgp.FlowSpecComponentInterface) error {

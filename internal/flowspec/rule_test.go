@@ -58,9 +58,19 @@ func TestDecodeComponents(t *testing.T) {
 		bgp.NewFlowSpecComponent(bgp.FLOW_SPEC_TYPE_LABEL, []*bgp.FlowSpecComponentItem{bgp.NewFlowSpecComponentItem(bgp.DEC_NUM_OP_EQ, 0x12345)}),
 	})
 	r := decode(v6, nil, true)
-	require.Empty(t, r.refused, r.detail)
+	// Decoded whole, for its text, and refused: an offset is not read as
+	// RFC 8956 encodes it.
+	require.Equal(t, ReasonUnsupported, r.refused, r.detail)
+	require.Contains(t, r.detail, "IPv6 destination prefix offset 16")
 	require.Equal(t, &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("0:db8::/64"), Offset: 16}, r.rule.Dst)
 	require.Equal(t, bpf.FlowComponent{{Op: bpf.FlowEQ, Value: 0x12345}}, r.rule.FlowLabel)
+	require.Equal(t, "ipv6 destination 0:db8::/64 offset 16 label ==74565 then accept", r.text)
+	require.Equal(t, r.text, r.rule.Text)
+	v6zero := bgp.NewFlowSpecIPv6Unicast([]bgp.FlowSpecComponentInterface{
+		bgp.NewFlowSpecDestinationPrefix6(bgp.NewIPv6AddrPrefix(64, "2001:db8::"), 0)})
+	r = decode(v6zero, nil, true)
+	require.Empty(t, r.refused, r.detail)
+	require.Equal(t, &bpf.FlowPrefix{Prefix: netip.MustParsePrefix("2001:db8::/64")}, r.rule.Dst)
 
 	mac := bgp.NewFlowSpecIPv4Unicast([]bgp.FlowSpecComponentInterface{bgp.NewFlowSpecSourceMac(net.HardwareAddr{1, 2, 3, 4, 5, 6})})
 	require.Equal(t, ReasonMalformed, decode(mac, nil, true).refused)
