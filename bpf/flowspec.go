@@ -98,13 +98,11 @@ func (a FlowAction) String() string {
 type FlowRule struct {
 	// ID names the rule in counters and points; unique within a set.
 	ID string
-	// Text is the rule's canonical text (the receiver's), kept with it across a handover.
-	Text string
-	// IPv6 is the family (the AFI the NLRI came in).
-	IPv6 bool
 	// Text is the rule's canonical text (the receiver's), kept with the
 	// set in force and handed over with it; the engine does not read it.
 	Text string
+	// IPv6 is the family (the AFI the NLRI came in).
+	IPv6 bool
 
 	Dst, Src     *FlowPrefix   // types 1, 2
 	Proto        FlowComponent // type 3: IP protocol (IPv6: the upper-layer next header)

@@ -62,7 +62,18 @@ func (p *Program) flowCountersMap() (*ebpf.Map, error) {
 	return m, nil
 }
 
-// progMap opens the map of the program named name.
+// kernelObjName is name as the kernel keeps it: at most 15 bytes
+// (BPF_OBJ_NAME_LEN with its NUL), so that flowspec_counters reads back
+// as flowspec_counte.
+func kernelObjName(name string) string {
+	if len(name) > 15 {
+		return name[:15]
+	}
+	return name
+}
+
+// progMap opens the map of the program named name (as the kernel
+// keeps it, kernelObjName).
 func (p *Program) progMap(name string) (*ebpf.Map, error) {
 	info, err := p.objs.Prog.Info()
 	if err != nil {
@@ -74,7 +85,7 @@ func (p *Program) progMap(name string) (*ebpf.Map, error) {
 		if err != nil {
 			continue
 		}
-		if mi, err := m.Info(); err == nil && mi.Name == name {
+		if mi, err := m.Info(); err == nil && mi.Name == kernelObjName(name) {
 			return m, nil
 		}
 		m.Close()

@@ -245,6 +245,10 @@ type FlowCapacityError struct {
 	why []string
 }
 
+// RefusedIDs are the IDs of the rules left out, for the receiver to
+// refuse each with its reason.
+func (e *FlowCapacityError) RefusedIDs() []string { return e.Refused }
+
 func (e *FlowCapacityError) Error() string {
 	return fmt.Sprintf("%d FlowSpec rules not enforced (the last ones of their family, from %q on): %s; "+
 		"the rules before them are in force", len(e.Refused), e.Refused[0], strings.Join(e.why, "; "))

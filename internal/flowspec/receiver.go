@@ -511,6 +511,18 @@ func (r *Receiver) refresh() time.Duration {
 	adopting := len(r.adopted) > 0 && !over
 	if !adopting {
 		r.adopted = nil
+	} else {
+		// A rule handed over that a peer announces again is the peer's
+		// from then on: its withdrawal lifts it at once, even while
+		// adoption lasts for the others.
+		ids := announced(entries)
+		kept := r.adopted[:0:0]
+		for _, a := range r.adopted {
+			if !ids[a.ID] {
+				kept = append(kept, a)
+			}
+		}
+		r.adopted = kept
 	}
 	adopted := r.adopted
 	lastApplied := r.lastApplied
@@ -662,6 +674,17 @@ func (r *Receiver) adoptOver(peers map[string]session) (bool, time.Duration) {
 		over = false
 	}
 	return over, recheck
+}
+
+// announced are the IDs of the rules GoBGP's table holds.
+func announced(entries map[string]*entry) map[string]bool {
+	ids := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if e.rec != nil {
+			ids[e.rec.rule.ID] = true
+		}
+	}
+	return ids
 }
 
 // entry is one NLRI of GoBGP's table, decided.

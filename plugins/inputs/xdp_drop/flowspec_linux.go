@@ -262,9 +262,14 @@ func (x *XDPDrop) flowPoints(acc telegraf.Accumulator, snap *Snapshot) {
 			}
 		}
 	}
-	// A rule handed over has its text once the receiver has decided on it
-	// (within 100 ms of Adopt); a point before that has none.
-	text := func(r *bpf.FlowRule) string { return texts[r.ID] }
+	// The rule's own text, which a rule handed over keeps; the receiver's
+	// for a rule that came without one.
+	text := func(r *bpf.FlowRule) string {
+		if r.Text != "" {
+			return r.Text
+		}
+		return texts[r.ID]
+	}
 	var errs []error
 	snap.FlowSpec, errs = x.flow.series.points(snap.FlowSpec, inForce, text, reads)
 	for _, err := range errs {

@@ -127,7 +127,7 @@ const (
 
 // FlowRefusals are the reasons a FlowSpec rule is refused, each a field
 // of xdp_drop_flowspec_peer (refused_<reason>), present at zero too.
-var FlowRefusals = []string{"only_local_destinations", "max_rules", "action", "unsupported", "malformed"}
+var FlowRefusals = []string{"only_local_destinations", "max_rules", "action", "unsupported", "malformed", "capacity"}
 
 // Values of the action tag of xdp_drop_flowspec; accept: no traffic action.
 const FlowActionDrop, FlowActionLimit, FlowActionAccept = "drop", "limit", "accept"
