@@ -323,6 +323,9 @@ func TestFlowSpecHandover(t *testing.T) {
 	require.Empty(t, acc.Errors)
 	require.Len(t, b.flow.table.inForce(), 1, "the rule handed over is in force from the successor's start")
 	waitUp(t, ns, b)
+	gathered := &testutil.Accumulator{}
+	inNS(t, ns, b, func() error { return b.Gather(gathered) })
+	require.Empty(t, gathered.Errors, "the successor reads the counters of the program it took over")
 	// The successor's receiver has the rule from gobgpd again (its text).
 	flowRule(t, ns, b, ntpRuleText, int(before))
 	require.NoError(t, s.WaitSent(s.Sent()+4000, testns.Hang))
