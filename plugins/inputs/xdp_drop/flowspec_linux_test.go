@@ -102,6 +102,14 @@ func (rs *routeServer) rib(op string, rule ...string) {
 // takes FlowSpec rules from rs; frames no rule drops pass.
 func flowPlugin(t *testing.T, ns *testns.NS, rs *routeServer) *XDPDrop {
 	t.Helper()
+	hostAddr(t, ns)
+	return flowConfig("127.0.0.1", rs.port)
+}
+
+// hostAddr gives the test veth the address 10.9.0.1/24, the rules'
+// destination, and sets it up.
+func hostAddr(t *testing.T, ns *testns.NS) {
+	t.Helper()
 	require.NoError(t, ns.Do(func() error {
 		link, err := ns.Netlink().LinkByName(testns.Dev)
 		if err != nil {
@@ -113,10 +121,15 @@ func flowPlugin(t *testing.T, ns *testns.NS, rs *routeServer) *XDPDrop {
 		}
 		return ns.Netlink().LinkSetUp(link)
 	}))
-	port := int64(rs.port)
+}
+
+// flowConfig is the plugin of flowPlugin without touching the namespace:
+// a successor's, or one whose peer is at address:port.
+func flowConfig(address string, port uint16) *XDPDrop {
+	p := int64(port)
 	return withDefaults(&XDPDrop{
 		Interfaces: []string{testns.Dev}, Log: testutil.Logger{},
-		FlowSpec: &FlowSpecConfig{LocalAS: 65001, RouterID: "10.255.0.2", Peers: []FlowSpecPeer{{Address: "127.0.0.1", Port: &port, PeerAS: 65000}}},
+		FlowSpec: &FlowSpecConfig{LocalAS: 65001, RouterID: "10.255.0.2", Peers: []FlowSpecPeer{{Address: address, Port: &p, PeerAS: 65000}}},
 	})
 }
 
@@ -161,8 +174,8 @@ func udpFrame(src, dst string, sport, dport uint16, length int) []byte {
 	return frames.Ether(frames.EtherIPv4, frames.Addressed(frames.IPv4(frames.ProtoUDP, 0, l4), netip.MustParseAddr(src), netip.MustParseAddr(dst)))
 }
 
-// flowMix is the done-test's mix: NTP replies of 468 and 90 bytes, DNS
-// and TCP, each with the count sent and how many must reach the stack.
+// flowFrames is a kind of frame of a mix (flowMix), with the count sent
+// and how many must reach the stack.
 type flowFrames struct {
 	frame  []byte
 	count  int
@@ -197,6 +210,18 @@ func sendFlowFrames(t *testing.T, ns *testns.NS, kinds ...flowFrames) {
 	}
 }
 
+// flowMix is the done-test's mix from src: 37 NTP replies of 468 bytes
+// (bigPassed of them to reach the stack), 23 of 90 bytes, 11 DNS frames
+// of 468 bytes and 13 TCP frames, the rest to pass.
+func flowMix(src string, bigPassed int) []flowFrames {
+	return []flowFrames{
+		{udpFrame(src, "10.9.0.1", 123, 40000, 468), 37, bigPassed},
+		{udpFrame(src, "10.9.0.1", 123, 40000, 90), 23, 23},
+		{udpFrame(src, "10.9.0.1", 53, 40000, 468), 11, 11},
+		{ipFrame(src, "10.9.0.1", frames.ProtoTCP, 123, 40000), 13, 13},
+	}
+}
+
 const ntpRuleText = "destination 10.9.0.1/32 protocol ==17 source-port ==123 packet-length >=400 then discard"
 
 // TestFlowSpecNTPRule: the done-test at the receiving stack. The
@@ -216,16 +241,8 @@ func TestFlowSpecNTPRule(t *testing.T) {
 	require.Equal(t, "127.0.0.1", peer.Tags()[TagPeer])
 	require.Equal(t, int64(-1), peer.Fields()[FieldLastUpdateS])
 
-	ntpBig := udpFrame("203.0.113.5", "10.9.0.1", 123, 40000, 468)
-	require.Len(t, ntpBig, 468)
-	mix := func(bigPassed int) []flowFrames {
-		return []flowFrames{
-			{ntpBig, 37, bigPassed},
-			{udpFrame("203.0.113.5", "10.9.0.1", 123, 40000, 90), 23, 23},
-			{udpFrame("203.0.113.5", "10.9.0.1", 53, 40000, 468), 11, 11},
-			{ipFrame("203.0.113.5", "10.9.0.1", frames.ProtoTCP, 123, 40000), 13, 13},
-		}
-	}
+	mix := func(bigPassed int) []flowFrames { return flowMix("203.0.113.5", bigPassed) }
+	require.Len(t, mix(0)[0].frame, 468)
 
 	rule := strings.Fields("match destination 10.9.0.1/32 protocol udp source-port ==123 packet-length >=400 then discard")
 	announced := time.Now()
