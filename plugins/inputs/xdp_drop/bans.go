@@ -103,7 +103,7 @@ func (x *XDPDrop) initBans(policy *bpf.Policy) error {
 	}
 	uid := x.files.trustedUID()
 	view := x.Run.Observe || x.Run.ReadOnly
-	set, err := parseBans(x.Bans, x.DryRun, uid, view)
+	set, err := parseBans(x.Bans, x.DryRun, uid, view, x.FlowSpec != nil)
 	if x.Bans.Detect != nil && !view {
 		var derr error
 		set.detect, derr = x.parseDetect(x.Bans.Detect, x.Bans.CrowdSec != nil, uid)
@@ -176,7 +176,7 @@ type bansSettings struct {
 // prefix files and api_key_file) under the trust check for uid (unless
 // trust.NoCheck). Every refusal is an *OptionError naming its option. A
 // view reads no key: it pulls nothing.
-func parseBans(c *BansConfig, dryRun bool, uid int, view bool) (*bansSettings, error) {
+func parseBans(c *BansConfig, dryRun bool, uid int, view, flowSpec bool) (*bansSettings, error) {
 	s := &bansSettings{max: DefaultBansMax, dryRun: dryRun || c.DryRun, pluginDryRun: dryRun, bansDryRun: c.DryRun, view: view}
 	var errs []error
 	fail := func(key string, err error) {
@@ -194,8 +194,10 @@ func parseBans(c *BansConfig, dryRun bool, uid int, view bool) (*bansSettings, e
 		s.max = int(c.Max)
 	}
 	if c.CrowdSec == nil {
-		if c.Detect == nil {
-			fail(keyBans, errors.New("[inputs.xdp_drop.bans] has no feed; add [inputs.xdp_drop.bans.crowdsec] with the url and api_key_file of a CrowdSec LAPI, or [inputs.xdp_drop.bans.detect], or remove the bans table"))
+		// With [flowspec] a table without a feed is the allow-list that
+		// FlowSpec's rules never drop.
+		if c.Detect == nil && !flowSpec {
+			fail(keyBans, errors.New("[inputs.xdp_drop.bans] has no feed; add [inputs.xdp_drop.bans.crowdsec] with the url and api_key_file of a CrowdSec LAPI, or [inputs.xdp_drop.bans.detect], or [inputs.xdp_drop.flowspec] (then allow_prefix is the sources FlowSpec never drops), or remove the bans table"))
 		}
 		return s, errors.Join(errs...)
 	}

@@ -459,30 +459,37 @@ func TestFlowSpecExaBGP(t *testing.T) {
 
 // TestFlowSpecAllowListed: an allow-listed source passes whatever FlowSpec
 // says: the NTP rule's frames from it all reach the stack, and the rule
-// never sees them; another source's are dropped and counted.
+// never sees them; another source's are dropped and counted. The
+// allow-list is [bans]'s, with a feed (a LAPI with no decision) or, with
+// [flowspec], alone.
 func TestFlowSpecAllowListed(t *testing.T) {
-	rs := startRouteServer(t)
-	ns := testns.New(t)
-	p := flowPlugin(t, ns, rs)
-	// The allow-list comes with a feed of bans: a LAPI with none.
-	l := lapi.Start(t)
-	p.Bans = &BansConfig{AllowPrefix: []string{"192.0.2.0/24"},
-		CrowdSec: &CrowdSecConfig{URL: l.URL(), APIKey: l.AddBouncer("xdp-drop-test"), Interval: config.Duration(testBanInterval)}}
-	require.Empty(t, startPlugin(t, ns, p).Errors)
-	waitUp(t, ns, p)
-	rs.rib("add", strings.Fields("match destination 10.9.0.1/32 protocol udp source-port ==123 packet-length >=400 then discard")...)
-	waitInForce(t, p, 1)
-	sendFlowFrames(t, ns,
-		flowFrames{udpFrame("192.0.2.7", "10.9.0.1", 123, 40000, 468), 29, 29},
-		flowFrames{udpFrame("203.0.113.5", "10.9.0.1", 123, 40000, 468), 31, 0},
-		flowFrames{udpFrame("192.0.2.7", "10.9.0.1", 123, 40000, 90), 7, 7},
-	)
-	rules, _ := flowGather(t, ns, p)
-	logLines(t, rules[ntpRuleText])
-	require.Equal(t, map[string]any{
-		FieldRuleText: ntpRuleText, FieldPackets: uint64(31), FieldBytes: uint64(31 * 468),
-		FieldDroppedPackets: uint64(31), FieldDroppedBytes: uint64(31 * 468),
-	}, rules[ntpRuleText].Fields(), "the rule counts the other source's frames alone")
+	for _, feed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "allow_prefix alone", true: "with a feed"}[feed], func(t *testing.T) {
+			rs := startRouteServer(t)
+			ns := testns.New(t)
+			p := flowPlugin(t, ns, rs)
+			p.Bans = &BansConfig{AllowPrefix: []string{"192.0.2.0/24"}}
+			if feed {
+				l := lapi.Start(t)
+				p.Bans.CrowdSec = &CrowdSecConfig{URL: l.URL(), APIKey: l.AddBouncer("xdp-drop-test"), Interval: config.Duration(testBanInterval)}
+			}
+			require.Empty(t, startPlugin(t, ns, p).Errors)
+			waitUp(t, ns, p)
+			rs.rib("add", strings.Fields("match destination 10.9.0.1/32 protocol udp source-port ==123 packet-length >=400 then discard")...)
+			waitInForce(t, p, 1)
+			sendFlowFrames(t, ns,
+				flowFrames{udpFrame("192.0.2.7", "10.9.0.1", 123, 40000, 468), 29, 29},
+				flowFrames{udpFrame("203.0.113.5", "10.9.0.1", 123, 40000, 468), 31, 0},
+				flowFrames{udpFrame("192.0.2.7", "10.9.0.1", 123, 40000, 90), 7, 7},
+			)
+			rules, _ := flowGather(t, ns, p)
+			logLines(t, rules[ntpRuleText])
+			require.Equal(t, map[string]any{
+				FieldRuleText: ntpRuleText, FieldPackets: uint64(31), FieldBytes: uint64(31 * 468),
+				FieldDroppedPackets: uint64(31), FieldDroppedBytes: uint64(31 * 468),
+			}, rules[ntpRuleText].Fields(), "the rule counts the other source's frames alone")
+		})
+	}
 }
 
 // TestFlowSpecDryRun: with dry_run the rule's frames all pass; xdp_drop
