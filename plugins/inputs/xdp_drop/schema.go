@@ -172,11 +172,15 @@ type Snapshot struct {
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
 	Events []BanEvent   // MeasurementBanEvent
-	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer; FlowViewed:
-	// a console view, which sees no other instance's sessions and rules.
-	FlowSpec   []FlowSpecSeries
-	FlowPeers  []FlowPeerSeries
-	FlowViewed bool
+	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer.
+	// FlowViewed: a console view, which starts no session: the rules and
+	// their counters are read from the maps of the running instance's
+	// programs it observes, the peers' states from what that instance
+	// wrote there at its last gather, FlowPeersAt (zero: nothing read).
+	FlowSpec    []FlowSpecSeries
+	FlowPeers   []FlowPeerSeries
+	FlowViewed  bool
+	FlowPeersAt time.Time
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it
