@@ -172,11 +172,9 @@ type Snapshot struct {
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
 	Events []BanEvent   // MeasurementBanEvent
-	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer.
-	// FlowViewed: a console view, which starts no session: the rules and
-	// their counters are read from the maps of the running instance's
-	// programs it observes, the peers' states from what that instance
-	// wrote there at its last gather, FlowPeersAt (zero: nothing read).
+	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer. FlowViewed:
+	// a console view's, read from the running instance's maps; FlowPeersAt:
+	// when it wrote the peers' states there (zero: none read).
 	FlowSpec    []FlowSpecSeries
 	FlowPeers   []FlowPeerSeries
 	FlowViewed  bool
