@@ -211,6 +211,31 @@ struct {
 	__uint(max_entries, 1);
 } flowspec_scratch SEC(".maps");
 
+/*
+ * Written and read by user space only: the set in force, as records by
+ * slot and chunk (handed over with the maps), and the receiver's peers'
+ * states, a record each. A program references them (flowspec_view) only
+ * so that they are among its maps, where a view of the running instance
+ * finds them by the program's map ids. Sized by the loader.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(key_size, 4);
+	__uint(value_size, 8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} flowspec_saved SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(key_size, 4);
+	__uint(value_size, 8);
+	__uint(max_entries, 1);
+} flowspec_peers SEC(".maps");
+
+/* Never set: the branch on it, which the verifier removes, references the maps above. */
+volatile const __u8 flowspec_view SEC(".rodata.bans");
+
 /* The interface's counters, by slot; its own, as counters are. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -565,6 +590,8 @@ __noinline int flowspec_verdict(struct xdp_md *ctx, __u32 class, __u32 l3, __u32
 	int ret = 0, a;
 
 	if (!flowspec_on || fsw < 1 || fsw > FS_WORDS_MAX)
+		return 0;
+	if (flowspec_view && (bpf_map_lookup_elem(&flowspec_saved, &zero) || bpf_map_lookup_elem(&flowspec_peers, &zero)))
 		return 0;
 	ctl = bpf_map_lookup_elem(&flowspec_ctl, &zero);
 	if (!ctl)

@@ -46,15 +46,18 @@ type FlowCount struct {
 type flowMaps struct {
 	Ctl, Tables, Rows, Rules, Pfx4, Pfx6, Cells, Scratch *ebpf.Map
 	// saved holds the set in force (JSON, by slot and chunk), read by a
-	// successor that adopts the maps; no program reads it.
-	saved *ebpf.Map
+	// successor that adopts the maps and by a view (FlowRulesInForce);
+	// peers the receiver's peers' states (WritePeers). No program reads
+	// them: a branch never taken references them, so that they are among
+	// the program's maps.
+	saved, peers *ebpf.Map
 }
 
 // flowMapCount is how many maps flowMaps holds, handed over in ordered's order.
-const flowMapCount = 9
+const flowMapCount = 10
 
 func (m *flowMaps) ordered() []*ebpf.Map {
-	return []*ebpf.Map{m.Ctl, m.Tables, m.Rows, m.Rules, m.Pfx4, m.Pfx6, m.Cells, m.Scratch, m.saved}
+	return []*ebpf.Map{m.Ctl, m.Tables, m.Rows, m.Rules, m.Pfx4, m.Pfx6, m.Cells, m.Scratch, m.saved, m.peers}
 }
 
 // byName are the maps programs use, by their names in the ELF.
@@ -63,6 +66,7 @@ func (m *flowMaps) byName() map[string]*ebpf.Map {
 		xdpDropMapFlowspecCtl: m.Ctl, xdpDropMapFlowspecTables: m.Tables, xdpDropMapFlowspecRows: m.Rows,
 		xdpDropMapFlowspecRules: m.Rules, xdpDropMapFlowspecPfx4: m.Pfx4, xdpDropMapFlowspecPfx6: m.Pfx6,
 		xdpDropMapFlowspecCells: m.Cells, xdpDropMapFlowspecScratch: m.Scratch,
+		xdpDropMapFlowspecSaved: m.saved, xdpDropMapFlowspecPeers: m.peers,
 	}
 }
 
@@ -82,17 +86,12 @@ const flowSavedChunk = 1024
 // flowSavedChunks is the most chunks a rule's record takes.
 const flowSavedChunks = 16
 
-// flowSavedSpec is the map of the saved set, for a layout.
-func flowSavedSpec(lay flowLayout) *ebpf.MapSpec {
-	return &ebpf.MapSpec{
-		Name:       "flowspec_saved",
-		Type:       ebpf.Hash,
-		KeySize:    4,
-		ValueSize:  flowSavedChunk,
-		MaxEntries: uint32(lay.slots() * 4),
-		Flags:      uint32(1), // BPF_F_NO_PREALLOC: memory for the records there only
-	}
-}
+// flowPeerRecord is the bytes of a peer's record in flowspec_peers: the
+// time it was written (unix ns), its length, and that many bytes.
+const flowPeerRecord = 1024
+
+// FlowMaxPeers is the most peer records flowspec_peers holds.
+const FlowMaxPeers = 16
 
 // flowState is the FlowSpec state of a ban table's maps.
 type flowState struct {
@@ -158,17 +157,14 @@ func newFlowState(spec *ebpf.CollectionSpec, lay flowLayout) (*flowState, error)
 		Pfx6    *ebpf.Map `ebpf:"flowspec_pfx6"`
 		Cells   *ebpf.Map `ebpf:"flowspec_cells"`
 		Scratch *ebpf.Map `ebpf:"flowspec_scratch"`
+		Saved   *ebpf.Map `ebpf:"flowspec_saved"`
+		Peers   *ebpf.Map `ebpf:"flowspec_peers"`
 	}
 	if err := spec.LoadAndAssign(&lm, nil); err != nil {
 		return nil, loadError(err)
 	}
-	m := &flowMaps{Ctl: lm.Ctl, Tables: lm.Tables, Rows: lm.Rows, Rules: lm.Rules, Pfx4: lm.Pfx4, Pfx6: lm.Pfx6, Cells: lm.Cells, Scratch: lm.Scratch}
-	saved, err := ebpf.NewMap(flowSavedSpec(lay))
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("create the FlowSpec handover map: %w", err)
-	}
-	m.saved = saved
+	m := &flowMaps{Ctl: lm.Ctl, Tables: lm.Tables, Rows: lm.Rows, Rules: lm.Rules, Pfx4: lm.Pfx4, Pfx6: lm.Pfx6, Cells: lm.Cells, Scratch: lm.Scratch,
+		saved: lm.Saved, peers: lm.Peers}
 	s, err := flowStateOf(m, lay)
 	if err != nil {
 		m.Close()
@@ -487,6 +483,11 @@ func setFlowSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	spec.Maps[xdpDropMapFlowspecPfx6].MaxEntries = uint32(4 * lay.max)
 	spec.Maps[xdpDropMapFlowspecCells].MaxEntries = uint32(lay.slots())
 	spec.Maps[xdpDropMapFlowspecCounters].MaxEntries = uint32(lay.slots())
+	// BPF_F_NO_PREALLOC (in flowspec.h): memory for the records there only.
+	spec.Maps[xdpDropMapFlowspecSaved].ValueSize = flowSavedChunk
+	spec.Maps[xdpDropMapFlowspecSaved].MaxEntries = uint32(lay.slots() * 4)
+	spec.Maps[xdpDropMapFlowspecPeers].ValueSize = flowPeerRecord
+	spec.Maps[xdpDropMapFlowspecPeers].MaxEntries = FlowMaxPeers
 	return nil
 }
 

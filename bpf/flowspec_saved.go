@@ -66,40 +66,15 @@ func (s *flowState) rebuild() error {
 		return fmt.Errorf("read the handed-over FlowSpec generation: %w", err)
 	}
 	s.gen = gen & 1
-	chunks := map[uint32][][]byte{}
-	var k uint32
-	val := make([]byte, flowSavedChunk)
-	it := s.maps.saved.Iterate()
-	for it.Next(&k, &val) {
-		sl, c := k>>4, int(k&15)
-		for len(chunks[sl]) <= c {
-			chunks[sl] = append(chunks[sl], nil)
-		}
-		chunks[sl][c] = slices.Clone(val)
+	saved, slots, err := readSaved(s.maps.saved)
+	if err != nil {
+		return err
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the handed-over FlowSpec rules: %w", err)
-	}
-	var saved []flowSaved
 	used := map[uint32]bool{}
-	for sl, cs := range chunks {
-		full := slices.Concat(cs...)
-		if len(full) < 4 {
-			continue
-		}
-		n := int(binary.LittleEndian.Uint32(full))
-		if n > len(full)-4 {
-			return errors.New("a handed-over FlowSpec rule is cut short")
-		}
-		var r flowSaved
-		if err := json.Unmarshal(full[4:4+n], &r); err != nil {
-			return fmt.Errorf("read a handed-over FlowSpec rule: %w", err)
-		}
-		saved = append(saved, r)
-		s.slots[r.Rule.ID] = sl
+	for id, sl := range slots {
+		s.slots[id] = sl
 		used[sl] = true
 	}
-	sort.Slice(saved, func(i, j int) bool { return saved[i].Order < saved[j].Order })
 	for _, r := range saved {
 		s.rules = append(s.rules, r.Rule)
 	}
@@ -113,7 +88,7 @@ func (s *flowState) rebuild() error {
 	var k4 xdpDropLpmV4Key
 	var k6 xdpDropLpmV6Key
 	var row uint32
-	it = s.maps.Pfx4.Iterate()
+	it := s.maps.Pfx4.Iterate()
 	for it.Next(&k4, &row) {
 		p := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen)-8)
 		s.written[k4.Dir>>1&1][0] = append(s.written[k4.Dir>>1&1][0], flowPrefixEntry{dir: k4.Dir & 1, prefix: p})
@@ -124,4 +99,43 @@ func (s *flowState) rebuild() error {
 		s.written[k6.Dir>>1&1][1] = append(s.written[k6.Dir>>1&1][1], flowPrefixEntry{dir: k6.Dir & 1, prefix: p})
 	}
 	return nil
+}
+
+// readSaved reads the set saved in m: the rules in enforcement order, and
+// each one's slot by ID.
+func readSaved(m *ebpf.Map) ([]flowSaved, map[string]uint32, error) {
+	chunks := map[uint32][][]byte{}
+	var k uint32
+	val := make([]byte, flowSavedChunk)
+	it := m.Iterate()
+	for it.Next(&k, &val) {
+		sl, c := k>>4, int(k&15)
+		for len(chunks[sl]) <= c {
+			chunks[sl] = append(chunks[sl], nil)
+		}
+		chunks[sl][c] = slices.Clone(val)
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the saved FlowSpec rules: %w", err)
+	}
+	var saved []flowSaved
+	slots := map[string]uint32{}
+	for sl, cs := range chunks {
+		full := slices.Concat(cs...)
+		if len(full) < 4 {
+			continue
+		}
+		n := int(binary.LittleEndian.Uint32(full))
+		if n > len(full)-4 {
+			return nil, nil, errors.New("a saved FlowSpec rule is cut short")
+		}
+		var r flowSaved
+		if err := json.Unmarshal(full[4:4+n], &r); err != nil {
+			return nil, nil, fmt.Errorf("read a saved FlowSpec rule: %w", err)
+		}
+		saved = append(saved, r)
+		slots[r.Rule.ID] = sl
+	}
+	sort.Slice(saved, func(i, j int) bool { return saved[i].Order < saved[j].Order })
+	return saved, slots, nil
 }

@@ -99,7 +99,8 @@ func BanMapMemory(max int) uint64 {
 // class tables of both generations and families (4 x 534 KiB, whatever
 // the rules), the rows (16 per rule and 64 a generation and family, a
 // word per 64 rules each), the rules, the cells, the prefix tries at their
-// most and the handover records (two 1 KiB chunks per slot at most).
+// most, the handover records (two 1 KiB chunks per slot at most) and the
+// peers' states (16 records of 1 KiB).
 func FlowSpecMemory(maxRules int) (shared, perCPU uint64) {
 	lay := newFlowLayout(maxRules)
 	const tableSize = uint64(unsafe.Sizeof(xdpDropFsTable{}))
@@ -108,7 +109,8 @@ func FlowSpecMemory(maxRules int) (shared, perCPU uint64) {
 		uint64(4*lay.max)*uint64(unsafe.Sizeof(xdpDropFsRule{})) +
 		uint64(lay.slots())*uint64(unsafe.Sizeof(xdpDropFsCell{})) +
 		uint64(4*lay.max)*(trieEntryV4+trieEntryV6) +
-		uint64(lay.slots())*2*(1024+64)
+		uint64(lay.slots())*2*(1024+64) +
+		FlowMaxPeers*flowPeerRecord // the peers' states, for a view
 	perCPU = uint64(lay.slots())*uint64(unsafe.Sizeof(xdpDropFsCount{})) + uint64(unsafe.Sizeof(xdpDropFsScratch{}))
 	return shared, perCPU
 }

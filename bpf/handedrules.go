@@ -93,7 +93,7 @@ func (in *Instance) adoptFlow(t *BanTable, spec *ebpf.CollectionSpec, fds []int,
 	lay := newFlowLayout(in.policy.FlowSpec.max())
 	if len(fds) == flowMapCount && fp == in.flowFingerprint() {
 		if ms, err := mapsOfFDs(fds); err == nil {
-			m := &flowMaps{Ctl: ms[0], Tables: ms[1], Rows: ms[2], Rules: ms[3], Pfx4: ms[4], Pfx6: ms[5], Cells: ms[6], Scratch: ms[7], saved: ms[8]}
+			m := &flowMaps{Ctl: ms[0], Tables: ms[1], Rows: ms[2], Rules: ms[3], Pfx4: ms[4], Pfx6: ms[5], Cells: ms[6], Scratch: ms[7], saved: ms[8], peers: ms[9]}
 			err = nil
 			for name, mm := range m.byName() {
 				if err == nil {
@@ -104,6 +104,10 @@ func (in *Instance) adoptFlow(t *BanTable, spec *ebpf.CollectionSpec, fds []int,
 				var s *flowState
 				if s, err = flowStateOf(m, lay); err == nil {
 					if err = s.rebuild(); err == nil {
+						// The peers are the stopped instance's: this one writes its own.
+						err = s.clearPeers()
+					}
+					if err == nil {
 						t.flow = s
 						return nil
 					}

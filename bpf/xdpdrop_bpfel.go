@@ -377,10 +377,12 @@ const (
 	xdpDropMapFlowspecCells                 = "flowspec_cells"
 	xdpDropMapFlowspecCounters              = "flowspec_counters"
 	xdpDropMapFlowspecCtl                   = "flowspec_ctl"
+	xdpDropMapFlowspecPeers                 = "flowspec_peers"
 	xdpDropMapFlowspecPfx4                  = "flowspec_pfx4"
 	xdpDropMapFlowspecPfx6                  = "flowspec_pfx6"
 	xdpDropMapFlowspecRows                  = "flowspec_rows"
 	xdpDropMapFlowspecRules                 = "flowspec_rules"
+	xdpDropMapFlowspecSaved                 = "flowspec_saved"
 	xdpDropMapFlowspecScratch               = "flowspec_scratch"
 	xdpDropMapFlowspecTables                = "flowspec_tables"
 	xdpDropMapLimitState                    = "limit_state"
@@ -427,6 +429,7 @@ const (
 	xdpDropVarFlowspecDim                   = "flowspec_dim"
 	xdpDropVarFlowspecLimit                 = "flowspec_limit"
 	xdpDropVarFlowspecOn                    = "flowspec_on"
+	xdpDropVarFlowspecView                  = "flowspec_view"
 	xdpDropVarFlowspecWords                 = "flowspec_words"
 	xdpDropVarLimitCells                    = "limit_cells"
 	xdpDropVarLimitFakeClock                = "limit_fake_clock"
@@ -537,10 +540,12 @@ type xdpDropMapSpecs struct {
 	FlowspecCells    *ebpf.MapSpec `ebpf:"flowspec_cells"`
 	FlowspecCounters *ebpf.MapSpec `ebpf:"flowspec_counters"`
 	FlowspecCtl      *ebpf.MapSpec `ebpf:"flowspec_ctl"`
+	FlowspecPeers    *ebpf.MapSpec `ebpf:"flowspec_peers"`
 	FlowspecPfx4     *ebpf.MapSpec `ebpf:"flowspec_pfx4"`
 	FlowspecPfx6     *ebpf.MapSpec `ebpf:"flowspec_pfx6"`
 	FlowspecRows     *ebpf.MapSpec `ebpf:"flowspec_rows"`
 	FlowspecRules    *ebpf.MapSpec `ebpf:"flowspec_rules"`
+	FlowspecSaved    *ebpf.MapSpec `ebpf:"flowspec_saved"`
 	FlowspecScratch  *ebpf.MapSpec `ebpf:"flowspec_scratch"`
 	FlowspecTables   *ebpf.MapSpec `ebpf:"flowspec_tables"`
 	LimitState       *ebpf.MapSpec `ebpf:"limit_state"`
@@ -569,6 +574,7 @@ type xdpDropVariableSpecs struct {
 	FlowspecDim       *ebpf.VariableSpec `ebpf:"flowspec_dim"`
 	FlowspecLimit     *ebpf.VariableSpec `ebpf:"flowspec_limit"`
 	FlowspecOn        *ebpf.VariableSpec `ebpf:"flowspec_on"`
+	FlowspecView      *ebpf.VariableSpec `ebpf:"flowspec_view"`
 	FlowspecWords     *ebpf.VariableSpec `ebpf:"flowspec_words"`
 	LimitCells        *ebpf.VariableSpec `ebpf:"limit_cells"`
 	LimitFakeClock    *ebpf.VariableSpec `ebpf:"limit_fake_clock"`
@@ -627,10 +633,12 @@ type xdpDropMaps struct {
 	FlowspecCells    *ebpf.Map `ebpf:"flowspec_cells"`
 	FlowspecCounters *ebpf.Map `ebpf:"flowspec_counters"`
 	FlowspecCtl      *ebpf.Map `ebpf:"flowspec_ctl"`
+	FlowspecPeers    *ebpf.Map `ebpf:"flowspec_peers"`
 	FlowspecPfx4     *ebpf.Map `ebpf:"flowspec_pfx4"`
 	FlowspecPfx6     *ebpf.Map `ebpf:"flowspec_pfx6"`
 	FlowspecRows     *ebpf.Map `ebpf:"flowspec_rows"`
 	FlowspecRules    *ebpf.Map `ebpf:"flowspec_rules"`
+	FlowspecSaved    *ebpf.Map `ebpf:"flowspec_saved"`
 	FlowspecScratch  *ebpf.Map `ebpf:"flowspec_scratch"`
 	FlowspecTables   *ebpf.Map `ebpf:"flowspec_tables"`
 	LimitState       *ebpf.Map `ebpf:"limit_state"`
@@ -656,10 +664,12 @@ func (m *xdpDropMaps) Close() error {
 		m.FlowspecCells,
 		m.FlowspecCounters,
 		m.FlowspecCtl,
+		m.FlowspecPeers,
 		m.FlowspecPfx4,
 		m.FlowspecPfx6,
 		m.FlowspecRows,
 		m.FlowspecRules,
+		m.FlowspecSaved,
 		m.FlowspecScratch,
 		m.FlowspecTables,
 		m.LimitState,
@@ -689,6 +699,7 @@ type xdpDropVariables struct {
 	FlowspecDim       *ebpf.Variable `ebpf:"flowspec_dim"`
 	FlowspecLimit     *ebpf.Variable `ebpf:"flowspec_limit"`
 	FlowspecOn        *ebpf.Variable `ebpf:"flowspec_on"`
+	FlowspecView      *ebpf.Variable `ebpf:"flowspec_view"`
 	FlowspecWords     *ebpf.Variable `ebpf:"flowspec_words"`
 	LimitCells        *ebpf.Variable `ebpf:"limit_cells"`
 	LimitFakeClock    *ebpf.Variable `ebpf:"limit_fake_clock"`

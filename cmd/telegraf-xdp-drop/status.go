@@ -40,8 +40,9 @@ type statusReport struct {
 type flowSpecStatus struct {
 	Rules []flowRuleStatus `json:"rules"`
 	Peers []string         `json:"peers"`
-	// Note says where the rules and peers are shown when -status, which
-	// starts no BGP session, cannot read them.
+	// Note says where the rules and peers come from beside a running
+	// instance: its maps, read-only (-status starts no BGP session), and
+	// how old the peers' states it wrote are.
 	Note string `json:"note,omitempty"`
 }
 
@@ -436,8 +437,7 @@ func renderBanStatus(b *strings.Builder, bans []banStatus) {
 func newFlowSpecStatus(snap xdp_drop.Snapshot) *flowSpecStatus {
 	f := &flowSpecStatus{Rules: []flowRuleStatus{}, Peers: []string{}}
 	if snap.FlowViewed {
-		f.Note = flowSpecViewed
-		return f
+		f.Note = flowSpecViewed(snap, snap.Time)
 	}
 	for _, s := range snap.FlowSpec {
 		f.Rules = append(f.Rules, flowRuleStatus{Interface: s.Interface, Rule: s.Rule, Action: s.Action, Text: s.Text,
@@ -458,7 +458,6 @@ func renderFlowSpecStatus(b *strings.Builder, f *flowSpecStatus) {
 	b.WriteString("\n")
 	if f.Note != "" {
 		b.WriteString(f.Note + "\n")
-		return
 	}
 	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "FLOWSPEC RULE\tINTERFACE\tACTION\tPACKETS\tDROPPED\tTEXT")

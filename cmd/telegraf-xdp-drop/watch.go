@@ -192,7 +192,7 @@ func render(snap xdp_drop.Snapshot, h *history, elapsed time.Duration, now time.
 	}
 	renderRules(&t, snap.Rules, h, seconds, rated)
 	renderBans(&t, snap.Bans, h, seconds, rated, now)
-	renderFlowSpec(&t, snap, h, seconds, rated)
+	renderFlowSpec(&t, snap, h, seconds, rated, now)
 	renderTop(&t, snap.Top, seconds)
 	for _, l := range snap.Links {
 		b.WriteString(linkText(l) + "\n")

@@ -4,21 +4,28 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/xdp-drop/xdp_drop/plugins/inputs/xdp_drop"
 )
 
-// flowSpecViewed is what a console view says of FlowSpec: the sessions and
-// the rules' texts are the running instance's, which a view starts none
-// of (a second speaker with the same router_id would reset its sessions).
-const flowSpecViewed = "flowspec: peers: see xdp_drop_flowspec_peer points; rules: see xdp_drop_flowspec points (the running instance holds the BGP sessions; a view starts none)"
+// flowSpecViewed is what a console view says of where its FlowSpec rules
+// and peers come from: the running instance's maps, read-only (a second
+// speaker with the same router_id would reset its sessions), the peers as
+// that instance last wrote them, and how long before now.
+func flowSpecViewed(snap xdp_drop.Snapshot, now time.Time) string {
+	const from = "flowspec, read from the running instance"
+	if snap.FlowPeersAt.IsZero() {
+		return from + ": no peer state yet"
+	}
+	return fmt.Sprintf("%s: peers as of %ds ago", from, max(int64(now.Sub(snap.FlowPeersAt)/time.Second), 0))
+}
 
 // renderFlowSpec adds the FlowSpec section: per interface the rules in
 // force in enforcement order, with rates, then a line per peer.
-func renderFlowSpec(t *table, snap xdp_drop.Snapshot, h *history, seconds float64, rated bool) {
+func renderFlowSpec(t *table, snap xdp_drop.Snapshot, h *history, seconds float64, rated bool, now time.Time) {
 	if snap.FlowViewed {
-		t.row("", clip(flowSpecViewed, width-labelWidth-1))
-		return
+		t.row("", clip(flowSpecViewed(snap, now), width-labelWidth-1))
 	}
 	if len(snap.FlowSpec) > 0 {
 		rules := append([]xdp_drop.FlowSpecSeries(nil), snap.FlowSpec...)

@@ -29,8 +29,9 @@ type flowSpec struct {
 	table    flowApplier
 	local    atomic.Pointer[[]netip.Prefix]
 	series   flowSeries
-	// addrErr is the error the last read of the addresses reported.
-	addrErr string
+	// addrErr is the error the last read of the addresses reported;
+	// peersErr the last write of the peers' states.
+	addrErr, peersErr string
 }
 
 // flowApplier puts the receiver's rule sets in force on the instance's
@@ -125,6 +126,7 @@ func (x *XDPDrop) startFlowSpec(acc telegraf.Accumulator) {
 		return
 	}
 	x.flow.receiver = st.r
+	x.writePeers(acc, st.r.Peers()) // a view reads them from the start
 	if handed := x.flow.table.inForce(); len(handed) > 0 {
 		st.r.Adopt(handed)
 		x.Log.Infof("flowspec: %d rules handed over by the stopped instance stay in force until every peer has sent its own", len(handed))
@@ -226,8 +228,9 @@ func (l *links) flowTable() *bpf.FlowTable {
 	return l.kernel.in.FlowSpec()
 }
 
-// readFlow reads every attached interface's FlowSpec counters.
-func (l *links) readFlow() []flowRead {
+// readFlow reads every attached interface's FlowSpec counters, of the
+// rules inForce.
+func (l *links) readFlow(inForce []bpf.FlowRule) []flowRead {
 	var out []flowRead
 	for _, ifc := range l.ifaces {
 		if ifc.prog == nil {
@@ -237,7 +240,7 @@ func (l *links) readFlow() []flowRead {
 		if err != nil {
 			err = fmt.Errorf("interface %s: read the FlowSpec counters: %w", quote.Value(ifc.name), err)
 		}
-		out = append(out, flowRead{name: ifc.name, counts: c, err: err})
+		out = append(out, flowRead{name: ifc.name, rules: inForce, counts: c, err: err})
 	}
 	return out
 }
@@ -248,12 +251,10 @@ func (x *XDPDrop) flowPoints(acc telegraf.Accumulator, snap *Snapshot) {
 		return
 	}
 	if x.flow.opts.view {
-		// Another instance's rules and sessions: its own points say them.
-		snap.FlowViewed = true
+		x.viewFlowPoints(acc, snap)
 		return
 	}
-	reads := x.links.readFlow()
-	inForce := x.flow.table.inForce()
+	reads := x.links.readFlow(x.flow.table.inForce())
 	texts := map[string]string{}
 	if x.flow.receiver != nil {
 		for _, rs := range x.flow.receiver.Rules() {
@@ -271,12 +272,14 @@ func (x *XDPDrop) flowPoints(acc telegraf.Accumulator, snap *Snapshot) {
 		return texts[r.ID]
 	}
 	var errs []error
-	snap.FlowSpec, errs = x.flow.series.points(snap.FlowSpec, inForce, text, reads)
+	snap.FlowSpec, errs = x.flow.series.points(snap.FlowSpec, text, reads)
 	for _, err := range errs {
 		acc.AddError(err)
 	}
 	if x.flow.receiver != nil {
-		snap.FlowPeers = peerPoints(snap.FlowPeers, x.flow.receiver.Peers(), time.Now())
+		peers := x.flow.receiver.Peers()
+		snap.FlowPeers = peerPoints(snap.FlowPeers, peers, time.Now())
+		x.writePeers(acc, peers)
 	}
 }
 

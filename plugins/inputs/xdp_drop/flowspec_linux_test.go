@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -320,4 +322,73 @@ func TestFlowSpecNotLocalRefused(t *testing.T) {
 // TestFlowRefusalsAreTheReceivers: the points' reasons are the receiver's.
 func TestFlowRefusalsAreTheReceivers(t *testing.T) {
 	require.Equal(t, flowspec.Reasons, FlowRefusals)
+}
+
+// opensReceived is how many OPEN messages gobgpd received from the plugin:
+// one per session the plugin's address opened with it.
+func (rs *routeServer) opensReceived() int {
+	rs.t.Helper()
+	out, err := rs.cliErr("neighbor", "127.0.0.1")
+	require.NoError(rs.t, err, out)
+	m := regexp.MustCompile(`Opens:\s+(\d+)\s+(\d+)`).FindStringSubmatch(out)
+	require.NotNil(rs.t, m, "gobgp neighbor: %s", out)
+	n, _ := strconv.Atoi(m[2])
+	return n
+}
+
+// TestFlowSpecView: beside a running plugin with gobgpd's NTP rule in
+// force and 37 frames dropped by it, a console view of the same config
+// (as -status and -watch run it) lists the rule with its text and exact
+// counts on the interface and the peer established with 1 rule accepted,
+// read from the running instance's maps; it starts no session: gobgpd
+// received one OPEN only, and the running plugin's session stays up, its
+// uptime growing.
+func TestFlowSpecView(t *testing.T) {
+	rs := startRouteServer(t)
+	ns := testns.New(t)
+	p := flowPlugin(t, ns, rs)
+	require.Empty(t, startPlugin(t, ns, p).Errors)
+	waitUp(t, ns, p)
+	rs.rib("add", strings.Fields("match destination 10.9.0.1/32 protocol udp source-port ==123 packet-length >=400 then discard")...)
+	waitInForce(t, p, 1)
+	sendFlowFrames(t, ns, flowMix("203.0.113.5", 0)...)
+	rules, before := flowGather(t, ns, p) // writes the peers' states
+	require.NotNil(t, rules[ntpRuleText])
+	id := rules[ntpRuleText].Tags()[TagRule]
+	require.Equal(t, 1, rs.opensReceived())
+
+	v := flowConfig("127.0.0.1", rs.port)
+	v.Run.Observe, v.Run.ReadOnly = true, true
+	require.NoError(t, v.Init())
+	acc := &testutil.Accumulator{}
+	inNS(t, ns, v, func() error { return v.Start(acc) })
+	var snap Snapshot
+	inNS(t, ns, v, func() error { snap = v.Snapshot(acc); return nil })
+	inNS(t, ns, v, func() error { v.Stop(); return nil })
+	require.Empty(t, acc.Errors)
+
+	require.True(t, snap.FlowViewed)
+	require.Equal(t, []FlowSpecSeries{{Interface: testns.Dev, Rule: id, Action: FlowActionDrop, Text: ntpRuleText,
+		Packets: 37, Bytes: 37 * 468, DroppedPackets: 37, DroppedBytes: 37 * 468}}, snap.FlowSpec)
+	require.Len(t, snap.FlowPeers, 1)
+	peer := snap.FlowPeers[0]
+	require.Equal(t, "127.0.0.1", peer.Peer)
+	require.Equal(t, "established", peer.State)
+	require.True(t, peer.Up)
+	require.Equal(t, int64(1), peer.Received)
+	require.Equal(t, int64(1), peer.Accepted)
+	require.Equal(t, int64(0), peer.Refused)
+	require.Equal(t, make([]int64, len(FlowRefusals)), peer.RefusedBy)
+	require.GreaterOrEqual(t, peer.UptimeS, before.Fields()[FieldUptimeS].(int64))
+	require.GreaterOrEqual(t, peer.LastUpdateS, int64(0))
+	require.False(t, snap.FlowPeersAt.IsZero())
+	require.False(t, snap.FlowPeersAt.After(snap.Time))
+
+	// The running session is untouched: still the one gobgpd opened first.
+	time.Sleep(1100 * time.Millisecond)
+	_, after := flowGather(t, ns, p)
+	require.Equal(t, true, after.Fields()[FieldUp])
+	require.Greater(t, after.Fields()[FieldUptimeS].(int64), before.Fields()[FieldUptimeS].(int64))
+	require.Equal(t, 1, rs.opensReceived(), "no session but the running plugin's")
+	logLines(t, before, after)
 }

@@ -13,6 +13,7 @@ import (
 // gather, by rule ID.
 type flowRead struct {
 	name   string
+	rules  []bpf.FlowRule // in force, in enforcement order
 	counts map[string]bpf.FlowCount
 	err    error
 }
@@ -36,12 +37,12 @@ func flowActionTag(r *bpf.FlowRule) string {
 	return FlowActionAccept
 }
 
-// points appends the point of every rule in force (in enforcement order)
-// on every interface read, zero counts included, then the last point of
+// points appends the point of every rule in force on an interface (in
+// enforcement order) for every interface read, zero counts included, then the last point of
 // each rule the interface's gather before had and that is gone. text
 // gives a rule's canonical text by its ID. An interface whose counters do
 // not read has no points; its error is returned for the gather's.
-func (f *flowSeries) points(out []FlowSpecSeries, inForce []bpf.FlowRule, text func(*bpf.FlowRule) string, reads []flowRead) ([]FlowSpecSeries, []error) {
+func (f *flowSeries) points(out []FlowSpecSeries, text func(*bpf.FlowRule) string, reads []flowRead) ([]FlowSpecSeries, []error) {
 	var errs []error
 	next := make(map[string]map[string]FlowSpecSeries, len(reads))
 	for _, r := range reads {
@@ -52,7 +53,7 @@ func (f *flowSeries) points(out []FlowSpecSeries, inForce []bpf.FlowRule, text f
 			}
 			continue
 		}
-		iface := quote.Tag(r.name)
+		iface, inForce := quote.Tag(r.name), r.rules
 		now := make(map[string]FlowSpecSeries, len(inForce))
 		for i := range inForce {
 			rule := &inForce[i]

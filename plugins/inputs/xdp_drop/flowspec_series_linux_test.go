@@ -23,10 +23,10 @@ func TestFlowSpecPoints(t *testing.T) {
 	sample := bpf.FlowRule{ID: "cccccccccccc", Sample: true}
 	text := func(r *bpf.FlowRule) string { return "text of " + r.ID }
 	var f flowSeries
-	pts, errs := f.points(nil, []bpf.FlowRule{ntp, dns, sample}, text, []flowRead{
+	pts, errs := f.points(nil, text, ruled([]bpf.FlowRule{ntp, dns, sample}, []flowRead{
 		{name: "eth1", counts: map[string]bpf.FlowCount{ntp.ID: {Packets: 3, Bytes: 1404, DroppedPackets: 3, DroppedBytes: 1404}}},
 		{name: "eth2", counts: map[string]bpf.FlowCount{}},
-	})
+	}))
 	require.Empty(t, errs)
 	require.Equal(t, []FlowSpecSeries{
 		{Interface: "eth1", Rule: ntp.ID, Action: "drop", Text: "text of aaaaaaaaaaaa", Packets: 3, Bytes: 1404, DroppedPackets: 3, DroppedBytes: 1404},
@@ -39,10 +39,10 @@ func TestFlowSpecPoints(t *testing.T) {
 
 	// ntp withdrawn: its counters gone from the maps, the last point
 	// says what it counted last.
-	pts, errs = f.points(nil, []bpf.FlowRule{dns}, text, []flowRead{
+	pts, errs = f.points(nil, text, ruled([]bpf.FlowRule{dns}, []flowRead{
 		{name: "eth1", counts: map[string]bpf.FlowCount{dns.ID: {Packets: 1, Bytes: 60}}},
 		{name: "eth2", err: errors.New("interface \"eth2\": read the FlowSpec counters: boom")},
-	})
+	}))
 	require.Len(t, errs, 1)
 	require.Equal(t, []FlowSpecSeries{
 		{Interface: "eth1", Rule: dns.ID, Action: "limit", Text: "text of bbbbbbbbbbbb", Packets: 1, Bytes: 60},
@@ -51,10 +51,10 @@ func TestFlowSpecPoints(t *testing.T) {
 	}, pts)
 
 	// Then none for ntp on eth1; eth2 reads again and owes its last points.
-	pts, _ = f.points(nil, []bpf.FlowRule{dns}, text, []flowRead{
+	pts, _ = f.points(nil, text, ruled([]bpf.FlowRule{dns}, []flowRead{
 		{name: "eth1", counts: map[string]bpf.FlowCount{dns.ID: {Packets: 2, Bytes: 120}}},
 		{name: "eth2", counts: map[string]bpf.FlowCount{}},
-	})
+	}))
 	require.Equal(t, []FlowSpecSeries{
 		{Interface: "eth1", Rule: dns.ID, Action: "limit", Text: "text of bbbbbbbbbbbb", Packets: 2, Bytes: 120},
 		{Interface: "eth2", Rule: dns.ID, Action: "limit", Text: "text of bbbbbbbbbbbb"},
@@ -68,4 +68,12 @@ func TestFlowSpecPoints(t *testing.T) {
 		map[string]string{TagInterface: "eth1", TagRule: dns.ID, TagAction: "limit"},
 		map[string]any{FieldRuleText: "text of bbbbbbbbbbbb", FieldPackets: uint64(2), FieldBytes: uint64(120), FieldDroppedPackets: uint64(0), FieldDroppedBytes: uint64(0)},
 		time.Unix(0, 0))}, acc.GetTelegrafMetrics())
+}
+
+// ruled gives every read the rules in force.
+func ruled(rules []bpf.FlowRule, reads []flowRead) []flowRead {
+	for i := range reads {
+		reads[i].rules = rules
+	}
+	return reads
 }

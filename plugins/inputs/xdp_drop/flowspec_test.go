@@ -161,6 +161,6 @@ func TestFlowPeerPointFields(t *testing.T) {
 		map[string]any{
 			FieldState: "active", FieldUp: false, FieldUptimeS: int64(0), FieldReceived: int64(0), FieldAccepted: int64(0),
 			FieldRefused: int64(2), "refused_only_local_destinations": int64(0), "refused_max_rules": int64(0),
-			"refused_action": int64(2), "refused_unsupported": int64(0), "refused_malformed": int64(0), FieldLastUpdateS: int64(-1),
+			"refused_action": int64(2), "refused_unsupported": int64(0), "refused_malformed": int64(0), "refused_capacity": int64(0), FieldLastUpdateS: int64(-1),
 		}, time.Unix(0, 0))}, acc.GetTelegrafMetrics())
 }

@@ -172,11 +172,13 @@ type Snapshot struct {
 	Top    []TopSource  // MeasurementTop
 	Bans   []BanSeries  // MeasurementBan
 	Events []BanEvent   // MeasurementBanEvent
-	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer; FlowViewed:
-	// a console view, which sees no other instance's sessions and rules.
-	FlowSpec   []FlowSpecSeries
-	FlowPeers  []FlowPeerSeries
-	FlowViewed bool
+	// With [flowspec]: MeasurementFlowSpec, MeasurementFlowSpecPeer. FlowViewed:
+	// a console view's, read from the running instance's maps; FlowPeersAt:
+	// when it wrote the peers' states there (zero: none read).
+	FlowSpec    []FlowSpecSeries
+	FlowPeers   []FlowPeerSeries
+	FlowViewed  bool
+	FlowPeersAt time.Time
 }
 
 // RuleSeries is one rule's counters on one interface: the frames it
