@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // The kernel's FlowSpec tables (flowspec.h), compiled here from a rule
@@ -497,11 +499,11 @@ func flowSplit(rules []FlowRule, max int) (fams [2][]FlowRule, err error) {
 	for i := range rules {
 		r := &rules[i]
 		if ids[r.ID] {
-			return fams, fmt.Errorf("FlowSpec rule ID %q appears twice in the set", r.ID)
+			return fams, fmt.Errorf("FlowSpec rule ID %s appears twice in the set", quote.Value(r.ID))
 		}
 		ids[r.ID] = true
 		if err := FlowExpressible(r); err != nil {
-			return fams, fmt.Errorf("FlowSpec rule %q cannot be enforced: %w", r.ID, err)
+			return fams, fmt.Errorf("FlowSpec rule %s cannot be enforced: %w", quote.Value(r.ID), err)
 		}
 		f := 0
 		if r.IPv6 {

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // FlowTable is an instance's FlowSpec rules, in maps shared by every
@@ -246,8 +248,8 @@ type FlowCapacityError struct {
 func (e *FlowCapacityError) RefusedIDs() []string { return e.Refused }
 
 func (e *FlowCapacityError) Error() string {
-	return fmt.Sprintf("%d FlowSpec rules not enforced (the last ones of their family, from %q on): %s; "+
-		"the rules before them are in force", len(e.Refused), e.Refused[0], strings.Join(e.why, "; "))
+	return fmt.Sprintf("%d FlowSpec rules not enforced (the last ones of their family, from %s on): %s; "+
+		"the rules before them are in force", len(e.Refused), quote.Value(e.Refused[0]), strings.Join(e.why, "; "))
 }
 
 func (s *flowState) set(rules []FlowRule) error {

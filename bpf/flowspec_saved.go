@@ -12,6 +12,8 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // flowSaved is a rule's record in the saved set.
@@ -26,11 +28,11 @@ func (s *flowState) save() error {
 	for i, r := range s.rules {
 		j, err := json.Marshal(flowSaved{Order: i, Rule: r})
 		if err != nil {
-			return fmt.Errorf("save FlowSpec rule %q: %w", r.ID, err)
+			return fmt.Errorf("save FlowSpec rule %s: %w", quote.Value(r.ID), err)
 		}
 		full := append(binary.LittleEndian.AppendUint32(nil, uint32(len(j))), j...)
 		if len(full) > flowSavedChunk*flowSavedChunks {
-			return fmt.Errorf("FlowSpec rule %q is too large to hand over (%d bytes)", r.ID, len(full))
+			return fmt.Errorf("FlowSpec rule %s is too large to hand over (%d bytes)", quote.Value(r.ID), len(full))
 		}
 		sl := s.slots[r.ID]
 		for c := 0; c*flowSavedChunk < len(full); c++ {
@@ -39,7 +41,7 @@ func (s *flowState) save() error {
 			k := sl<<4 | uint32(c)
 			want[k] = true
 			if err := s.maps.saved.Update(k, chunk, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("save FlowSpec rule %q: %w", r.ID, err)
+				return fmt.Errorf("save FlowSpec rule %s: %w", quote.Value(r.ID), err)
 			}
 		}
 	}

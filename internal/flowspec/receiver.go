@@ -39,6 +39,7 @@ import (
 	"github.com/osrg/gobgp/v3/pkg/server"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Config is the receiver's configuration.
@@ -190,7 +191,7 @@ func (c *Config) check() error {
 		return errors.New("local_as: set the AS number of this host")
 	}
 	if !c.RouterID.Is4() {
-		return fmt.Errorf("router_id %q: set an IPv4 address (e.g. the host's)", c.RouterID)
+		return fmt.Errorf("router_id %s: set an IPv4 address (e.g. the host's)", quote.Value(c.RouterID.String()))
 	}
 	if c.MaxRules < 0 || c.MaxRules > bpf.FlowMaxRules {
 		return fmt.Errorf("max_rules %d: set 1..%d (0 = %d)", c.MaxRules, bpf.FlowMaxRules, bpf.FlowMaxRules)
