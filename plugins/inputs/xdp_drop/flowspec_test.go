@@ -154,13 +154,13 @@ func TestFlowSpecPasswordFileTrust(t *testing.T) {
 func TestFlowPeerPointFields(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	emitSnapshot(acc, &Snapshot{Time: time.Unix(0, 0), FlowPeers: []FlowPeerSeries{{
-		Peer: "192.0.2.1", State: "active", LastUpdateS: -1, RefusedBy: []int64{0, 0, 2, 0, 0}, Refused: 2,
+		Peer: "192.0.2.1", State: "active", LastUpdateS: -1, RefusedBy: []int64{0, 0, 2, 0, 0, 0}, Refused: 2,
 	}}})
 	testutil.RequireMetricsEqual(t, []telegraf.Metric{testutil.MustMetric(MeasurementFlowSpecPeer,
 		map[string]string{TagPeer: "192.0.2.1"},
 		map[string]any{
 			FieldState: "active", FieldUp: false, FieldUptimeS: int64(0), FieldReceived: int64(0), FieldAccepted: int64(0),
 			FieldRefused: int64(2), "refused_only_local_destinations": int64(0), "refused_max_rules": int64(0),
-			"refused_action": int64(2), "refused_unsupported": int64(0), "refused_malformed": int64(0), FieldLastUpdateS: int64(-1),
+			"refused_action": int64(2), "refused_unsupported": int64(0), "refused_malformed": int64(0), "refused_capacity": int64(0), FieldLastUpdateS: int64(-1),
 		}, time.Unix(0, 0))}, acc.GetTelegrafMetrics())
 }
