@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -129,7 +130,35 @@ func (c FlowSpecConfig) check() error {
 	if c.MaxRules < 0 || c.MaxRules > FlowMaxRules {
 		return fmt.Errorf("flowspec max_rules %d is out of range: give 1 to %d, or 0 for %d", c.MaxRules, FlowMaxRules, FlowMaxRules)
 	}
+	if len(c.Exempt) > FlowExemptMax {
+		return fmt.Errorf("flowspec: %d BGP sessions to exempt from the rules; at most %d (flowspec.peer: take the rules from fewer peers)", len(c.Exempt), FlowExemptMax)
+	}
+	for _, a := range c.Exempt {
+		if !a.IsValid() || a.Port() == 0 {
+			return fmt.Errorf("flowspec: the BGP session %s to exempt from the rules needs an address and a port", a)
+		}
+	}
 	return nil
+}
+
+// exempt is c.Exempt as the program reads it.
+func (c FlowSpecConfig) exempt() (n uint32, out [FlowExemptMax]xdpDropFsExempt) {
+	for i, ap := range c.Exempt {
+		a := ap.Addr().Unmap()
+		var b [16]byte
+		if a.Is4() {
+			v4 := a.As4()
+			copy(b[:], v4[:])
+		} else {
+			b = a.As16()
+			out[i].V6 = 1
+		}
+		for w := range out[i].Addr {
+			out[i].Addr[w] = binary.NativeEndian.Uint32(b[4*w:]) // network order in memory
+		}
+		out[i].Port = ap.Port()
+	}
+	return uint32(len(c.Exempt)), out
 }
 
 // FlowSpec is the instance's FlowSpec table, nil when the policy has none
@@ -512,6 +541,13 @@ func setFlowSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	}
 	if err := spec.Variables[xdpDropVarFlowspecWords].Set(uint32(lay.words)); err != nil {
 		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecWords, err)
+	}
+	n, exempt := policy.FlowSpec.exempt()
+	if err := spec.Variables[xdpDropVarFlowspecExemptN].Set(n); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecExemptN, err)
+	}
+	if err := spec.Variables[xdpDropVarFlowspecExempt].Set(exempt); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecExempt, err)
 	}
 	if !on {
 		// Not read: the verifier removes the code when flowspec_on is 0.

@@ -652,3 +652,73 @@ func TestFlowSpecLiveSet(t *testing.T) {
 	close(stop)
 	t.Logf("%d frames during 40 sets", <-ran)
 }
+
+// TestFlowSpecExemptSessions: a rule that matches every TCP frame drops
+// them but the BGP sessions' own: from a peer's address with its port as
+// the source port (the host connected out) or the destination port (the
+// peer connected in), of either family; the same address with another
+// port, or another address with the port, is dropped. Counted exactly.
+func TestFlowSpecExemptSessions(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{FlowSpec: bpf.FlowSpecConfig{Exempt: []netip.AddrPort{
+		netip.MustParseAddrPort("192.0.2.1:179"), netip.MustParseAddrPort("[2001:db8::1]:1179"),
+	}}})
+	tcp4 := bpf.FlowRule{ID: "tcp4", Proto: eq(6), Action: bpf.FlowDrop}
+	tcp6 := bpf.FlowRule{ID: "tcp6", IPv6: true, Proto: eq(6), Action: bpf.FlowDrop}
+	r.set(tcp4, tcp6)
+	tcp := func(src, dst string, sport, dport uint16) flowWire {
+		w := udp4(src, dst, sport, dport, 100)
+		w.proto = frames.ProtoTCP
+		w.v6 = w.src.Is6()
+		return w
+	}
+	pass := []flowWire{
+		tcp("192.0.2.1", "192.0.2.10", 179, 40000),       // the peer's port: connected out
+		tcp("192.0.2.1", "192.0.2.10", 40000, 179),       // our listening port: connected in
+		tcp("2001:db8::1", "2001:db8::10", 1179, 40000),  // IPv6, the peer's port
+		tcp("2001:db8::1", "2001:db8::10", 40001, 1179),  // IPv6, our port
+		udp4("192.0.2.1", "192.0.2.10", 179, 40000, 100), // not TCP: no rule for it
+	}
+	drop := []flowWire{
+		tcp("192.0.2.1", "192.0.2.10", 40000, 22),       // the peer, another port
+		tcp("192.0.2.2", "192.0.2.10", 179, 40000),      // the port, another address
+		tcp("192.0.2.10", "192.0.2.1", 40000, 179),      // to the peer: not its frame
+		tcp("2001:db8::1", "2001:db8::10", 179, 40000),  // the IPv4 peer's port, IPv6
+		tcp("2001:db8::2", "2001:db8::10", 1179, 40000), // another IPv6 address
+		tcp("::ffff:192.0.2.1", "2001:db8::10", 179, 1), // not the IPv4 peer
+	}
+	var want4, want6 bpf.FlowCount
+	for range 3 {
+		for _, w := range pass {
+			require.Equal(t, xdpPass, r.run(w), "%+v", w)
+		}
+		for _, w := range drop {
+			require.Equal(t, xdpDrop, r.run(w), "%+v", w)
+			n := uint64(len(w.build()))
+			c := &want4
+			if w.v6 {
+				c = &want6
+			}
+			c.Packets++
+			c.Bytes += n
+			c.DroppedPackets++
+			c.DroppedBytes += n
+		}
+	}
+	require.Equal(t, uint64(9), want4.Packets)
+	require.Equal(t, uint64(9), want6.Packets)
+	require.Equal(t, map[string]bpf.FlowCount{"tcp4": want4, "tcp6": want6}, r.counts())
+}
+
+// TestFlowSpecExemptRefused: more sessions than the program holds, or one
+// without a port, are refused at load.
+func TestFlowSpecExemptRefused(t *testing.T) {
+	testns.RequirePrivileged(t)
+	many := make([]netip.AddrPort, bpf.FlowExemptMax+1)
+	for i := range many {
+		many[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}), 179)
+	}
+	_, err := bpf.Load(bpf.Policy{FlowSpec: bpf.FlowSpecConfig{On: true, Exempt: many}})
+	require.ErrorContains(t, err, "17 BGP sessions to exempt from the rules; at most 16")
+	_, err = bpf.Load(bpf.Policy{FlowSpec: bpf.FlowSpecConfig{On: true, Exempt: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:0")}}})
+	require.ErrorContains(t, err, "needs an address and a port")
+}
