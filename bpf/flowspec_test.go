@@ -722,3 +722,52 @@ func TestFlowSpecExemptRefused(t *testing.T) {
 	_, err = bpf.Load(bpf.Policy{FlowSpec: bpf.FlowSpecConfig{On: true, Exempt: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:0")}}})
 	require.ErrorContains(t, err, "needs an address and a port")
 }
+
+// TestFlowSpecFragmentDF6: an IPv6 rule's fragment component matches with
+// its DF bit ignored (RFC 8956 §3.6: reserved, ignored when decoded), in
+// the engine and FlowRule.Matches alike; an IPv4 rule's DF is IPv4's
+// don't-fragment bit. Counted exactly.
+func TestFlowSpecFragmentDF6(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{})
+	frag := func(op uint8, v uint64) bpf.FlowComponent { return bpf.FlowComponent{{Op: op, Value: v}} }
+	v6 := func(fr int) flowWire {
+		return flowWire{v6: true, src: netip.MustParseAddr("2001:db8::1"), dst: netip.MustParseAddr("2001:db8::10"),
+			proto: frames.ProtoUDP, sport: 1, dport: 2, length: 100, frag: fr}
+	}
+	whole, first, later := v6(0), v6(1), v6(2)
+	df4 := udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)
+	df4.df = true
+	nodf4 := udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)
+	for _, c := range []struct {
+		name string
+		rule bpf.FlowRule
+		drop []flowWire
+		pass []flowWire
+	}{
+		// =DF: the bit ignored leaves no bit to require: every frame.
+		{"=DF", bpf.FlowRule{IPv6: true, Fragment: frag(bpf.FlowMatch, bpf.FlowFragDF)}, []flowWire{whole, first, later}, nil},
+		// !=DF: not (no bit required): none.
+		{"!=DF", bpf.FlowRule{IPv6: true, Fragment: frag(bpf.FlowMatch|bpf.FlowNot, bpf.FlowFragDF)}, nil, []flowWire{whole, first, later}},
+		// DF|IsF, any of them: IsF.
+		{"DF|IsF", bpf.FlowRule{IPv6: true, Fragment: frag(0, bpf.FlowFragDF|bpf.FlowFragIsF)}, []flowWire{later}, []flowWire{whole, first}},
+		// IPv4: DF is the frame's don't-fragment bit.
+		{"v4 =DF", bpf.FlowRule{Fragment: frag(bpf.FlowMatch, bpf.FlowFragDF)}, []flowWire{df4}, []flowWire{nodf4}},
+	} {
+		c.rule.ID, c.rule.Action = "frag", bpf.FlowDrop
+		r.set(c.rule)
+		var want bpf.FlowCount
+		for _, w := range c.drop {
+			require.True(t, c.rule.Matches(w.flowFrame()), "%s: Matches %+v", c.name, w)
+			require.Equal(t, xdpDrop, r.run(w), "%s: %+v", c.name, w)
+			n := uint64(len(w.build()))
+			want = bpf.FlowCount{Packets: want.Packets + 1, Bytes: want.Bytes + n, DroppedPackets: want.DroppedPackets + 1, DroppedBytes: want.DroppedBytes + n}
+		}
+		for _, w := range c.pass {
+			require.False(t, c.rule.Matches(w.flowFrame()), "%s: Matches %+v", c.name, w)
+			require.Equal(t, xdpPass, r.run(w), "%s: %+v", c.name, w)
+		}
+		require.Equal(t, want, r.inForce()["frag"], c.name)
+		r.set()
+		r.counts() // the rule's final counts, gone
+	}
+}
