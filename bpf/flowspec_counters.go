@@ -149,3 +149,57 @@ func (p *Program) closeFlowCounters() error {
 	p.flowCounters = nil
 	return err
 }
+
+// release keeps the final counts of the rules let go (gone: their slots)
+// for each interface's next FlowCounters read, zeroes their slots in the
+// cells and every interface's counters, and frees them.
+func (s *flowState) release(gone map[string]uint32, rules map[string]*FlowRule) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	zeros := make([]xdpDropFsCount, cpus)
+	var per []xdpDropFsCount
+	for id, sl := range gone {
+		if err := s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("zero FlowSpec cell: %w", err)
+		}
+		for m := range s.counters {
+			if err := m.Lookup(sl, &per); err != nil {
+				return fmt.Errorf("read FlowSpec counters: %w", err)
+			}
+			if g := s.gone[m]; len(g) < s.lay.slots() {
+				if g == nil {
+					g = map[string]FlowCount{}
+					s.gone[m] = g
+				}
+				c := sumFlowCount(per)
+				c.Gone = rules[id]
+				if c.Gone == nil {
+					c.Gone = &FlowRule{ID: id}
+				}
+				g[id] = c
+			}
+			if err := m.Update(sl, zeros, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("zero FlowSpec counters: %w", err)
+			}
+		}
+		s.free = append(s.free, sl)
+	}
+	return nil
+}
+
+// sumFlowCount sums a slot's per-CPU counts.
+func sumFlowCount(per []xdpDropFsCount) FlowCount {
+	var c FlowCount
+	for _, v := range per {
+		c.Packets += v.Packets
+		c.Bytes += v.Bytes
+		c.DroppedPackets += v.DroppedPackets
+		c.DroppedBytes += v.DroppedBytes
+	}
+	return c
+}

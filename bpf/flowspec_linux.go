@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -130,35 +129,7 @@ func (c FlowSpecConfig) check() error {
 	if c.MaxRules < 0 || c.MaxRules > FlowMaxRules {
 		return fmt.Errorf("flowspec max_rules %d is out of range: give 1 to %d, or 0 for %d", c.MaxRules, FlowMaxRules, FlowMaxRules)
 	}
-	if len(c.Exempt) > FlowExemptMax {
-		return fmt.Errorf("flowspec: %d BGP sessions to exempt from the rules; at most %d (flowspec.peer: take the rules from fewer peers)", len(c.Exempt), FlowExemptMax)
-	}
-	for _, a := range c.Exempt {
-		if !a.IsValid() || a.Port() == 0 {
-			return fmt.Errorf("flowspec: the BGP session %s to exempt from the rules needs an address and a port", a)
-		}
-	}
-	return nil
-}
-
-// exempt is c.Exempt as the program reads it.
-func (c FlowSpecConfig) exempt() (n uint32, out [FlowExemptMax]xdpDropFsExempt) {
-	for i, ap := range c.Exempt {
-		a := ap.Addr().Unmap()
-		var b [16]byte
-		if a.Is4() {
-			v4 := a.As4()
-			copy(b[:], v4[:])
-		} else {
-			b = a.As16()
-			out[i].V6 = 1
-		}
-		for w := range out[i].Addr {
-			out[i].Addr[w] = binary.NativeEndian.Uint32(b[4*w:]) // network order in memory
-		}
-		out[i].Port = ap.Port()
-	}
-	return uint32(len(c.Exempt)), out
+	return c.checkExempt()
 }
 
 // FlowSpec is the instance's FlowSpec table, nil when the policy has none
@@ -439,60 +410,6 @@ func flowTrieKey(g uint32, e flowPrefixEntry) any {
 		return xdpDropLpmV4Key{Prefixlen: uint32(8 + e.prefix.Bits()), Dir: tag, Addr: a.As4()}
 	}
 	return xdpDropLpmV6Key{Prefixlen: uint32(8 + e.prefix.Bits()), Dir: tag, Addr: a.As16()}
-}
-
-// release keeps the final counts of the rules let go (gone: their slots)
-// for each interface's next FlowCounters read, zeroes their slots in the
-// cells and every interface's counters, and frees them.
-func (s *flowState) release(gone map[string]uint32, rules map[string]*FlowRule) error {
-	if len(gone) == 0 {
-		return nil
-	}
-	cpus, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("count possible CPUs: %w", err)
-	}
-	zeros := make([]xdpDropFsCount, cpus)
-	var per []xdpDropFsCount
-	for id, sl := range gone {
-		if err := s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("zero FlowSpec cell: %w", err)
-		}
-		for m := range s.counters {
-			if err := m.Lookup(sl, &per); err != nil {
-				return fmt.Errorf("read FlowSpec counters: %w", err)
-			}
-			if g := s.gone[m]; len(g) < s.lay.slots() {
-				if g == nil {
-					g = map[string]FlowCount{}
-					s.gone[m] = g
-				}
-				c := sumFlowCount(per)
-				c.Gone = rules[id]
-				if c.Gone == nil {
-					c.Gone = &FlowRule{ID: id}
-				}
-				g[id] = c
-			}
-			if err := m.Update(sl, zeros, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("zero FlowSpec counters: %w", err)
-			}
-		}
-		s.free = append(s.free, sl)
-	}
-	return nil
-}
-
-// sumFlowCount sums a slot's per-CPU counts.
-func sumFlowCount(per []xdpDropFsCount) FlowCount {
-	var c FlowCount
-	for _, v := range per {
-		c.Packets += v.Packets
-		c.Bytes += v.Bytes
-		c.DroppedPackets += v.DroppedPackets
-		c.DroppedBytes += v.DroppedBytes
-	}
-	return c
 }
 
 // Rules returns the set in force, in order (after a handover, the one
