@@ -188,6 +188,21 @@ func termMatch(t FlowTerm, v uint64, bitmask bool) bool {
 	}
 }
 
+// fragment is the rule's fragment component as it is matched: for IPv6,
+// without the DF bit, which RFC 8956 §3.6 leaves reserved (0 when encoded,
+// ignored when decoded): IPv6 has no don't-fragment bit.
+func (r *FlowRule) fragment() FlowComponent {
+	if !r.IPv6 || r.Fragment == nil {
+		return r.Fragment
+	}
+	c := make(FlowComponent, len(r.Fragment))
+	for i, t := range r.Fragment {
+		t.Value &^= FlowFragDF
+		c[i] = t
+	}
+	return c
+}
+
 // Matches reports whether r matches f. A component whose field the frame
 // does not carry (ports of a frame that is not TCP or UDP, or a later
 // fragment; ICMP fields of another protocol; TCP flags of another) does
@@ -232,7 +247,7 @@ func (r *FlowRule) Matches(f FlowFrame) bool {
 	if r.DSCP != nil && !r.DSCP.Match(uint64(f.DSCP), false) {
 		return false
 	}
-	if r.Fragment != nil && !r.Fragment.Match(uint64(f.Frag), true) {
+	if frag := r.fragment(); frag != nil && !frag.Match(uint64(f.Frag), true) {
 		return false
 	}
 	if r.FlowLabel != nil && (!f.IPv6 || !r.FlowLabel.Match(uint64(f.FlowLabel), false)) {

@@ -129,6 +129,21 @@ struct fs_cell {
 volatile const __u8 flowspec_on SEC(".rodata.bans");
 /* Words of a row: rules a family / 64, rounded up; the rows' value size is this * 8. */
 volatile const __u32 flowspec_words SEC(".rodata.bans");
+/*
+ * The BGP sessions FlowSpec arrives on, which it never sees: a TCP frame
+ * from a peer's address with the peer's port as its source or destination
+ * port (the peer's when the host connects out, the host's listening port
+ * when the peer connects in). Set at load: the peers are config.
+ */
+#define FS_EXEMPT_MAX 16
+struct fs_exempt {
+	__u32 addr[4]; /* network order; an IPv4 address in addr[0], the rest 0 */
+	__u16 port;
+	__u8 v6;
+	__u8 pad;
+};
+volatile const __u32 flowspec_exempt_n SEC(".rodata.bans");
+volatile const struct fs_exempt flowspec_exempt[FS_EXEMPT_MAX] SEC(".rodata.bans");
 /* Not read: carry the enums into BTF for bpf2go -type. */
 volatile const enum flowspec_limits flowspec_limit SEC(".rodata.bans") = FS_WORDS_MAX;
 volatile const enum flowspec_dims flowspec_dim SEC(".rodata.bans") = FS_DIMS;
@@ -507,6 +522,25 @@ __noinline int fs_parse(struct xdp_md *ctx, __u32 class, __u32 l3, __u32 pos)
 	return 1;
 }
 
+/* Whether the frame in the scratch (of family v6) is a BGP session's. */
+static __always_inline int fs_exempt(struct fs_scratch *sc, __u32 v6)
+{
+	__u32 n = flowspec_exempt_n, i;
+
+	if (!n || sc->proto != IPPROTO_TCP || !sc->has_ports)
+		return 0;
+	for (i = 0; i < FS_EXEMPT_MAX; i++) {
+		if (i >= n)
+			break;
+		if (flowspec_exempt[i].v6 != v6 || (flowspec_exempt[i].port != sc->sport && flowspec_exempt[i].port != sc->dport))
+			continue;
+		if (flowspec_exempt[i].addr[0] == sc->saddr[0] && flowspec_exempt[i].addr[1] == sc->saddr[1] &&
+		    flowspec_exempt[i].addr[2] == sc->saddr[2] && flowspec_exempt[i].addr[3] == sc->saddr[3])
+			return 1;
+	}
+	return 0;
+}
+
 /* The prefix dimensions, looked up in the tries after the others left a rule. */
 #define FS_PREFIX_DIMS (1 << FS_DIM_DST | 1 << FS_DIM_SRC)
 
@@ -602,10 +636,10 @@ __noinline int flowspec_verdict(struct xdp_md *ctx, __u32 class, __u32 l3, __u32
 	if (!t || !t->dims)
 		return 0;
 	words = t->words;
-	if (!fs_parse(ctx, class, l3, pos) || !fs_classify(key, gen))
+	if (!fs_parse(ctx, class, l3, pos))
 		return 0;
 	sc = bpf_map_lookup_elem(&flowspec_scratch, &zero);
-	if (!sc)
+	if (!sc || fs_exempt(sc, fam) || !fs_classify(key, gen))
 		return 0;
 	/* The rules left, in order: a step takes a bit, or moves to the next word. */
 	sc->w = 0;

@@ -36,7 +36,7 @@ var flowDims = []flowDim{
 	{dim: int(xdpDropFlowspecDimsFS_DIM_TCP_FLAGS), domain: 4096, bitmask: true, absent: true, get: func(r *FlowRule) FlowComponent { return r.TCPFlags }},
 	{dim: int(xdpDropFlowspecDimsFS_DIM_LENGTH), domain: 65536, get: func(r *FlowRule) FlowComponent { return r.PacketLength }},
 	{dim: int(xdpDropFlowspecDimsFS_DIM_DSCP), domain: 64, get: func(r *FlowRule) FlowComponent { return r.DSCP }},
-	{dim: int(xdpDropFlowspecDimsFS_DIM_FRAG), domain: 16, bitmask: true, get: func(r *FlowRule) FlowComponent { return r.Fragment }},
+	{dim: int(xdpDropFlowspecDimsFS_DIM_FRAG), domain: 16, bitmask: true, get: (*FlowRule).fragment},
 	{dim: int(xdpDropFlowspecDimsFS_DIM_LABEL), domain: 1 << 20, get: func(r *FlowRule) FlowComponent { return r.FlowLabel }},
 }
 

@@ -10,7 +10,9 @@ import (
 
 // FlowCounters returns the frames each rule in force matched and dropped
 // on the program's interface, by FlowRule.ID, summed over CPUs; nil without
-// FlowSpec.
+// FlowSpec. It returns too, once, each rule withdrawn since the program's
+// last read, with its final counts and FlowCount.Gone set (a rule in force
+// again under its ID counts afresh, and only that is returned).
 func (p *Program) FlowCounters() (map[string]FlowCount, error) {
 	if !p.in.policy.FlowSpec.On {
 		return nil, nil
@@ -23,27 +25,22 @@ func (p *Program) FlowCounters() (map[string]FlowCount, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Under the lock: no slot is let go (its counts kept) or reused
+	// while it is read.
 	s.mu.Lock()
-	slots := make(map[string]uint32, len(s.slots))
-	for id, sl := range s.slots {
-		slots[id] = sl
+	defer s.mu.Unlock()
+	out := make(map[string]FlowCount, len(s.slots)+len(s.gone[m]))
+	for id, c := range s.gone[m] {
+		out[id] = c
 	}
-	s.mu.Unlock()
-	out := make(map[string]FlowCount, len(slots))
 	var per []xdpDropFsCount
-	for id, sl := range slots {
+	for id, sl := range s.slots {
 		if err := m.Lookup(sl, &per); err != nil {
 			return nil, fmt.Errorf("read FlowSpec counters: %w", err)
 		}
-		var c FlowCount
-		for _, v := range per {
-			c.Packets += v.Packets
-			c.Bytes += v.Bytes
-			c.DroppedPackets += v.DroppedPackets
-			c.DroppedBytes += v.DroppedBytes
-		}
-		out[id] = c
+		out[id] = sumFlowCount(per)
 	}
+	delete(s.gone, m)
 	return out, nil
 }
 
@@ -145,9 +142,64 @@ func (p *Program) closeFlowCounters() error {
 		s := p.in.bans.flow
 		s.mu.Lock()
 		delete(s.counters, p.flowCounters)
+		delete(s.gone, p.flowCounters)
 		s.mu.Unlock()
 	}
 	err := p.flowCounters.Close()
 	p.flowCounters = nil
 	return err
+}
+
+// release keeps the final counts of the rules let go (gone: their slots)
+// for each interface's next FlowCounters read, zeroes their slots in the
+// cells and every interface's counters, and frees them.
+func (s *flowState) release(gone map[string]uint32, rules map[string]*FlowRule) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("count possible CPUs: %w", err)
+	}
+	zeros := make([]xdpDropFsCount, cpus)
+	var per []xdpDropFsCount
+	for id, sl := range gone {
+		if err := s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("zero FlowSpec cell: %w", err)
+		}
+		for m := range s.counters {
+			if err := m.Lookup(sl, &per); err != nil {
+				return fmt.Errorf("read FlowSpec counters: %w", err)
+			}
+			if g := s.gone[m]; len(g) < s.lay.slots() {
+				if g == nil {
+					g = map[string]FlowCount{}
+					s.gone[m] = g
+				}
+				c := sumFlowCount(per)
+				c.Gone = rules[id]
+				if c.Gone == nil {
+					c.Gone = &FlowRule{ID: id}
+				}
+				g[id] = c
+			}
+			if err := m.Update(sl, zeros, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("zero FlowSpec counters: %w", err)
+			}
+		}
+		s.free = append(s.free, sl)
+	}
+	return nil
+}
+
+// sumFlowCount sums a slot's per-CPU counts.
+func sumFlowCount(per []xdpDropFsCount) FlowCount {
+	var c FlowCount
+	for _, v := range per {
+		c.Packets += v.Packets
+		c.Bytes += v.Bytes
+		c.DroppedPackets += v.DroppedPackets
+		c.DroppedBytes += v.DroppedBytes
+	}
+	return c
 }

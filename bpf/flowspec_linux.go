@@ -42,6 +42,9 @@ type FlowTable struct {
 // it matched, and of them those it dropped (would_drop in a dry run).
 type FlowCount struct {
 	Packets, Bytes, DroppedPackets, DroppedBytes uint64
+	// Gone is the rule, withdrawn since the program's last FlowCounters
+	// read; the counts are its final ones. Nil for a rule in force.
+	Gone *FlowRule
 }
 
 // flowMaps are the FlowSpec maps an instance's programs share.
@@ -110,6 +113,9 @@ type flowState struct {
 	grace, inner *ebpf.Map
 	// counters are the per-interface counters of the programs on the maps: a freed slot is zeroed in each.
 	counters map[*ebpf.Map]bool
+	// gone are, per program's counters, the rules withdrawn since its last
+	// FlowCounters read, with their final counts (at most lay.slots()).
+	gone map[*ebpf.Map]map[string]FlowCount
 }
 
 // max is the rules a family the config allows.
@@ -124,7 +130,7 @@ func (c FlowSpecConfig) check() error {
 	if c.MaxRules < 0 || c.MaxRules > FlowMaxRules {
 		return fmt.Errorf("flowspec max_rules %d is out of range: give 1 to %d, or 0 for %d", c.MaxRules, FlowMaxRules, FlowMaxRules)
 	}
-	return nil
+	return c.checkExempt()
 }
 
 // FlowSpec is the instance's FlowSpec table, nil when the policy has none
@@ -180,7 +186,7 @@ func newFlowState(spec *ebpf.CollectionSpec, lay flowLayout) (*flowState, error)
 
 // flowStateOf makes the state of maps m, with nothing in force.
 func flowStateOf(m *flowMaps, lay flowLayout) (*flowState, error) {
-	s := &flowState{maps: m, lay: lay, slots: map[string]uint32{}, counters: map[*ebpf.Map]bool{}}
+	s := &flowState{maps: m, lay: lay, slots: map[string]uint32{}, counters: map[*ebpf.Map]bool{}, gone: map[*ebpf.Map]map[string]FlowCount{}}
 	var err error
 	s.inner, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err == nil {
@@ -327,17 +333,24 @@ func (s *flowState) set(rules []FlowRule) error {
 	}
 	s.gen = g
 	// The slots let go: no frame counts in them any more.
-	var gone []uint32
+	gone := map[string]uint32{}
 	for id, sl := range s.slots {
 		if _, ok := slots[id]; !ok {
-			gone = append(gone, sl)
+			gone[id] = sl
+		}
+	}
+	withdrawn := make(map[string]*FlowRule, len(gone))
+	for i := range s.rules {
+		if _, ok := gone[s.rules[i].ID]; ok {
+			r := s.rules[i]
+			withdrawn[r.ID] = &r
 		}
 	}
 	s.rules, s.slots, s.free = slices.Clone(rules), slots, free
 	if err := s.save(); err != nil {
 		return err
 	}
-	if err := s.release(gone); err != nil {
+	if err := s.release(gone, withdrawn); err != nil {
 		return err
 	}
 	if capErr != nil {
@@ -397,31 +410,6 @@ func flowTrieKey(g uint32, e flowPrefixEntry) any {
 	return xdpDropLpmV6Key{Prefixlen: uint32(8 + e.prefix.Bits()), Dir: tag, Addr: a.As16()}
 }
 
-// release zeroes the slots let go, in the cells and every interface's
-// counters, and frees them.
-func (s *flowState) release(gone []uint32) error {
-	if len(gone) == 0 {
-		return nil
-	}
-	cpus, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("count possible CPUs: %w", err)
-	}
-	zeros := make([]xdpDropFsCount, cpus)
-	for _, sl := range gone {
-		if err := s.maps.Cells.Update(sl, xdpDropFsCell{}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("zero FlowSpec cell: %w", err)
-		}
-		for m := range s.counters {
-			if err := m.Update(sl, zeros, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("zero FlowSpec counters: %w", err)
-			}
-		}
-	}
-	s.free = append(s.free, gone...)
-	return nil
-}
-
 // Rules returns the set in force, in order (after a handover, the one
 // handed over).
 func (t *FlowTable) Rules() []FlowRule {
@@ -468,6 +456,13 @@ func setFlowSpec(spec *ebpf.CollectionSpec, policy Policy) error {
 	}
 	if err := spec.Variables[xdpDropVarFlowspecWords].Set(uint32(lay.words)); err != nil {
 		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecWords, err)
+	}
+	n, exempt := policy.FlowSpec.exempt()
+	if err := spec.Variables[xdpDropVarFlowspecExemptN].Set(n); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecExemptN, err)
+	}
+	if err := spec.Variables[xdpDropVarFlowspecExempt].Set(exempt); err != nil {
+		return fmt.Errorf("set %s: %w", xdpDropVarFlowspecExempt, err)
 	}
 	if !on {
 		// Not read: the verifier removes the code when flowspec_on is 0.

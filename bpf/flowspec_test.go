@@ -193,6 +193,19 @@ func (r *flowRig) counts() map[string]bpf.FlowCount {
 	return c
 }
 
+// inForce are the counts of the rules in force (those withdrawn since the
+// read before left out).
+func (r *flowRig) inForce() map[string]bpf.FlowCount {
+	r.t.Helper()
+	c := r.counts()
+	for id, v := range c {
+		if v.Gone != nil {
+			delete(c, id)
+		}
+	}
+	return c
+}
+
 // oracle is what the rules (in order) do with f: the rules applied (the
 // first that matches and, while each has Continue, the next ones, at most
 // FlowChain) and whether the frame is dropped; limits are not modelled.
@@ -250,10 +263,31 @@ func TestFlowSpecNTP(t *testing.T) {
 	require.Equal(t, uint64(5), c.Class[bpf.IPv4Class(17)][bpf.ActionDrop].Packets)
 	require.Equal(t, uint64(15), c.Class[bpf.IPv4Class(17)][bpf.ActionPass].Packets)
 	require.Equal(t, uint64(5), c.Class[bpf.IPv4Class(6)][bpf.ActionPass].Packets)
-	// Withdrawn: they pass.
+	// Two more before the withdrawal, unread: the next read returns the
+	// rule once, gone, with its final counts; frames after it pass,
+	// uncounted.
+	require.Equal(t, xdpDrop, r.run(big))
+	require.Equal(t, xdpDrop, r.run(big))
 	r.set()
 	require.Equal(t, xdpPass, r.run(big))
+	n = uint64(7 * (14 + 468))
+	gone := rule
+	require.Equal(t, map[string]bpf.FlowCount{"ntp": {Packets: 7, Bytes: n, DroppedPackets: 7, DroppedBytes: n, Gone: &gone}}, r.counts())
 	require.Empty(t, r.counts())
+
+	// Announced and withdrawn between two reads: its one read.
+	r.set(rule)
+	require.Equal(t, xdpDrop, r.run(big))
+	r.set()
+	n = uint64(14 + 468)
+	require.Equal(t, map[string]bpf.FlowCount{"ntp": {Packets: 1, Bytes: n, DroppedPackets: 1, DroppedBytes: n, Gone: &gone}}, r.counts())
+	// Withdrawn and announced again between two reads: it counts afresh,
+	// in force.
+	r.set(rule)
+	require.Equal(t, xdpDrop, r.run(big))
+	r.set()
+	r.set(rule)
+	require.Equal(t, map[string]bpf.FlowCount{"ntp": {}}, r.counts())
 }
 
 // TestFlowSpecOracle: random rule sets of both families and random frames;
@@ -292,7 +326,7 @@ func TestFlowSpecOracle(t *testing.T) {
 			}
 			require.Equal(t, verdict, r.run(w), "round %d frame %+v (%+v) applied %v", round, w, w.flowFrame(), applied)
 		}
-		require.Equal(t, want, r.counts(), "round %d", round)
+		require.Equal(t, want, r.inForce(), "round %d", round)
 	}
 }
 
@@ -617,4 +651,123 @@ func TestFlowSpecLiveSet(t *testing.T) {
 	}
 	close(stop)
 	t.Logf("%d frames during 40 sets", <-ran)
+}
+
+// TestFlowSpecExemptSessions: a rule that matches every TCP frame drops
+// them but the BGP sessions' own: from a peer's address with its port as
+// the source port (the host connected out) or the destination port (the
+// peer connected in), of either family; the same address with another
+// port, or another address with the port, is dropped. Counted exactly.
+func TestFlowSpecExemptSessions(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{FlowSpec: bpf.FlowSpecConfig{Exempt: []netip.AddrPort{
+		netip.MustParseAddrPort("192.0.2.1:179"), netip.MustParseAddrPort("[2001:db8::1]:1179"),
+	}}})
+	tcp4 := bpf.FlowRule{ID: "tcp4", Proto: eq(6), Action: bpf.FlowDrop}
+	tcp6 := bpf.FlowRule{ID: "tcp6", IPv6: true, Proto: eq(6), Action: bpf.FlowDrop}
+	r.set(tcp4, tcp6)
+	tcp := func(src, dst string, sport, dport uint16) flowWire {
+		w := udp4(src, dst, sport, dport, 100)
+		w.proto = frames.ProtoTCP
+		w.v6 = w.src.Is6()
+		return w
+	}
+	pass := []flowWire{
+		tcp("192.0.2.1", "192.0.2.10", 179, 40000),       // the peer's port: connected out
+		tcp("192.0.2.1", "192.0.2.10", 40000, 179),       // our listening port: connected in
+		tcp("2001:db8::1", "2001:db8::10", 1179, 40000),  // IPv6, the peer's port
+		tcp("2001:db8::1", "2001:db8::10", 40001, 1179),  // IPv6, our port
+		udp4("192.0.2.1", "192.0.2.10", 179, 40000, 100), // not TCP: no rule for it
+	}
+	drop := []flowWire{
+		tcp("192.0.2.1", "192.0.2.10", 40000, 22),       // the peer, another port
+		tcp("192.0.2.2", "192.0.2.10", 179, 40000),      // the port, another address
+		tcp("192.0.2.10", "192.0.2.1", 40000, 179),      // to the peer: not its frame
+		tcp("2001:db8::1", "2001:db8::10", 179, 40000),  // the IPv4 peer's port, IPv6
+		tcp("2001:db8::2", "2001:db8::10", 1179, 40000), // another IPv6 address
+		tcp("::ffff:192.0.2.1", "2001:db8::10", 179, 1), // not the IPv4 peer
+	}
+	var want4, want6 bpf.FlowCount
+	for range 3 {
+		for _, w := range pass {
+			require.Equal(t, xdpPass, r.run(w), "%+v", w)
+		}
+		for _, w := range drop {
+			require.Equal(t, xdpDrop, r.run(w), "%+v", w)
+			n := uint64(len(w.build()))
+			c := &want4
+			if w.v6 {
+				c = &want6
+			}
+			c.Packets++
+			c.Bytes += n
+			c.DroppedPackets++
+			c.DroppedBytes += n
+		}
+	}
+	require.Equal(t, uint64(9), want4.Packets)
+	require.Equal(t, uint64(9), want6.Packets)
+	require.Equal(t, map[string]bpf.FlowCount{"tcp4": want4, "tcp6": want6}, r.counts())
+}
+
+// TestFlowSpecExemptRefused: more sessions than the program holds, or one
+// without a port, are refused at load.
+func TestFlowSpecExemptRefused(t *testing.T) {
+	testns.RequirePrivileged(t)
+	many := make([]netip.AddrPort, bpf.FlowExemptMax+1)
+	for i := range many {
+		many[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}), 179)
+	}
+	_, err := bpf.Load(bpf.Policy{FlowSpec: bpf.FlowSpecConfig{On: true, Exempt: many}})
+	require.ErrorContains(t, err, "17 BGP sessions to exempt from the rules; at most 16")
+	_, err = bpf.Load(bpf.Policy{FlowSpec: bpf.FlowSpecConfig{On: true, Exempt: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:0")}}})
+	require.ErrorContains(t, err, "needs an address and a port")
+}
+
+// TestFlowSpecFragmentDF6: an IPv6 rule's fragment component matches with
+// its DF bit ignored (RFC 8956 §3.6: reserved, ignored when decoded), in
+// the engine and FlowRule.Matches alike; an IPv4 rule's DF is IPv4's
+// don't-fragment bit. Counted exactly.
+func TestFlowSpecFragmentDF6(t *testing.T) {
+	r := loadFlow(t, bpf.Policy{})
+	frag := func(op uint8, v uint64) bpf.FlowComponent { return bpf.FlowComponent{{Op: op, Value: v}} }
+	v6 := func(fr int) flowWire {
+		return flowWire{v6: true, src: netip.MustParseAddr("2001:db8::1"), dst: netip.MustParseAddr("2001:db8::10"),
+			proto: frames.ProtoUDP, sport: 1, dport: 2, length: 100, frag: fr}
+	}
+	whole, first, later := v6(0), v6(1), v6(2)
+	df4 := udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)
+	df4.df = true
+	nodf4 := udp4("198.51.100.1", "192.0.2.10", 1, 2, 100)
+	for _, c := range []struct {
+		name string
+		rule bpf.FlowRule
+		drop []flowWire
+		pass []flowWire
+	}{
+		// =DF: the bit ignored leaves no bit to require: every frame.
+		{"=DF", bpf.FlowRule{IPv6: true, Fragment: frag(bpf.FlowMatch, bpf.FlowFragDF)}, []flowWire{whole, first, later}, nil},
+		// !=DF: not (no bit required): none.
+		{"!=DF", bpf.FlowRule{IPv6: true, Fragment: frag(bpf.FlowMatch|bpf.FlowNot, bpf.FlowFragDF)}, nil, []flowWire{whole, first, later}},
+		// DF|IsF, any of them: IsF.
+		{"DF|IsF", bpf.FlowRule{IPv6: true, Fragment: frag(0, bpf.FlowFragDF|bpf.FlowFragIsF)}, []flowWire{later}, []flowWire{whole, first}},
+		// IPv4: DF is the frame's don't-fragment bit.
+		{"v4 =DF", bpf.FlowRule{Fragment: frag(bpf.FlowMatch, bpf.FlowFragDF)}, []flowWire{df4}, []flowWire{nodf4}},
+	} {
+		c.rule.ID, c.rule.Action = "frag", bpf.FlowDrop
+		r.set(c.rule)
+		var want bpf.FlowCount
+		for _, w := range c.drop {
+			require.True(t, c.rule.Matches(w.flowFrame()), "%s: Matches %+v", c.name, w)
+			require.Equal(t, xdpDrop, r.run(w), "%s: %+v", c.name, w)
+			n := uint64(len(w.build()))
+			want = bpf.FlowCount{Packets: want.Packets + 1, Bytes: want.Bytes + n, DroppedPackets: want.DroppedPackets + 1, DroppedBytes: want.DroppedBytes + n}
+		}
+		for _, w := range c.pass {
+			require.False(t, c.rule.Matches(w.flowFrame()), "%s: Matches %+v", c.name, w)
+			require.Equal(t, xdpPass, r.run(w), "%s: %+v", c.name, w)
+		}
+		require.Equal(t, want, r.inForce()["frag"], c.name)
+		r.set()
+		r.counts() // the rule's final counts, gone
+	}
 }

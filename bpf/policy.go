@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -56,7 +57,16 @@ type FlowSpecConfig struct {
 	On bool
 	// MaxRules is the most rules a family holds, 1 to FlowMaxRules; 0 is FlowMaxRules.
 	MaxRules int
+	// Exempt are the BGP sessions FlowSpec arrives on, at most
+	// FlowExemptMax: a TCP frame from the address whose source or
+	// destination port is the port never sees the FlowSpec rules (the
+	// bans and the config's rules still apply), so that no rule cuts the
+	// session that carries it.
+	Exempt []netip.AddrPort
 }
+
+// FlowExemptMax is the most sessions FlowSpecConfig.Exempt holds.
+const FlowExemptMax = 16
 
 // flowBansMax is the bans' Max of an instance that has FlowSpec without
 // bans: the ban maps carry the FlowSpec code, and this few bans cost little.
@@ -192,6 +202,10 @@ func (p Policy) fingerprint() string {
 	// FlowSpec adds code, and its drops are counted under their classes.
 	if p.FlowSpec.On {
 		fmt.Fprintf(h, "flowspec %d\n", p.FlowSpec.MaxRules)
+		// The sessions exempt are constants of the code.
+		if len(p.FlowSpec.Exempt) > 0 {
+			fmt.Fprintf(h, "flowspec exempt %v\n", p.FlowSpec.Exempt)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -162,6 +162,14 @@ type xdpDropFsCount struct {
 	DroppedBytes   uint64
 }
 
+type xdpDropFsExempt struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+	Port uint16
+	V6   uint8
+	Pad  uint8
+}
+
 type xdpDropFsRule struct {
 	_       structs.HostLayout
 	Slot    uint32
@@ -427,6 +435,8 @@ const (
 	xdpDropVarDryRun                        = "dry_run"
 	xdpDropVarFlowspecBit                   = "flowspec_bit"
 	xdpDropVarFlowspecDim                   = "flowspec_dim"
+	xdpDropVarFlowspecExempt                = "flowspec_exempt"
+	xdpDropVarFlowspecExemptN               = "flowspec_exempt_n"
 	xdpDropVarFlowspecLimit                 = "flowspec_limit"
 	xdpDropVarFlowspecOn                    = "flowspec_on"
 	xdpDropVarFlowspecView                  = "flowspec_view"
@@ -572,6 +582,8 @@ type xdpDropVariableSpecs struct {
 	DryRun            *ebpf.VariableSpec `ebpf:"dry_run"`
 	FlowspecBit       *ebpf.VariableSpec `ebpf:"flowspec_bit"`
 	FlowspecDim       *ebpf.VariableSpec `ebpf:"flowspec_dim"`
+	FlowspecExempt    *ebpf.VariableSpec `ebpf:"flowspec_exempt"`
+	FlowspecExemptN   *ebpf.VariableSpec `ebpf:"flowspec_exempt_n"`
 	FlowspecLimit     *ebpf.VariableSpec `ebpf:"flowspec_limit"`
 	FlowspecOn        *ebpf.VariableSpec `ebpf:"flowspec_on"`
 	FlowspecView      *ebpf.VariableSpec `ebpf:"flowspec_view"`
@@ -697,6 +709,8 @@ type xdpDropVariables struct {
 	DryRun            *ebpf.Variable `ebpf:"dry_run"`
 	FlowspecBit       *ebpf.Variable `ebpf:"flowspec_bit"`
 	FlowspecDim       *ebpf.Variable `ebpf:"flowspec_dim"`
+	FlowspecExempt    *ebpf.Variable `ebpf:"flowspec_exempt"`
+	FlowspecExemptN   *ebpf.Variable `ebpf:"flowspec_exempt_n"`
 	FlowspecLimit     *ebpf.Variable `ebpf:"flowspec_limit"`
 	FlowspecOn        *ebpf.Variable `ebpf:"flowspec_on"`
 	FlowspecView      *ebpf.Variable `ebpf:"flowspec_view"`

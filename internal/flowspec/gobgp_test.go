@@ -406,3 +406,77 @@ func TestTwoPeers(t *testing.T) {
 	a.waitRules(t, time.Second, 0)
 	require.Empty(t, r.Rules())
 }
+
+// TestTwoPeersActions: one NLRI from two peers, from one with an action the
+// host refuses (redirect), from the other with discard: the discard is in
+// force whichever arrives first and whichever GoBGP picks as best, the
+// refusal is counted for the redirecting peer alone, and withdrawing either
+// path leaves exactly what the other says.
+func TestTwoPeersActions(t *testing.T) {
+	base := "match destination 192.0.2.10/32 protocol udp source-port ==123 packet-length >=400 then "
+	for _, redirectFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("redirect first %v", redirectFirst), func(t *testing.T) {
+			g1 := startGobgpd(t, "127.0.0.2", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+			g2 := startGobgpd(t, "127.0.0.6", true, gobgpNeighbor{addr: "127.0.0.1", as: 65001, passive: true})
+			r, a := startReceiver(t, g1, func(c *Config) {
+				c.Peers = append(c.Peers, Peer{Address: netip.MustParseAddr(g2.addr), Port: g2.port, PeerAS: 65000})
+			})
+			waitUp(t, r, 15*time.Second, nil)
+			rib := func(g *gobgpd, op, then string) {
+				g.cli(append([]string{"global", "rib", "-a", "ipv4-flowspec", op}, fields(base+then)...)...)
+			}
+			received := func(n1, n2 int) {
+				waitFor(t, 3*time.Second, fmt.Sprintf("received %d and %d", n1, n2), func() bool {
+					ps := r.Peers()
+					return ps[0].Received == n1 && ps[1].Received == n2
+				})
+				time.Sleep(300 * time.Millisecond) // past a debounce: a recomputed set would be applied
+			}
+			// g1 (127.0.0.2) redirects, g2 (127.0.0.6) discards.
+			if redirectFirst {
+				rib(g1, "add", "redirect 65000:100")
+				received(1, 0)
+				require.Empty(t, a.last())
+				rib(g2, "add", "discard")
+			} else {
+				rib(g2, "add", "discard")
+				a.waitRules(t, 2*time.Second, 1)
+				rib(g1, "add", "redirect 65000:100")
+			}
+			received(1, 1)
+			require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.last())
+			st := r.Rules()
+			require.Len(t, st, 1)
+			require.Equal(t, "", st[0].Refused)
+			require.Equal(t, netip.MustParseAddr("127.0.0.6"), st[0].Peer)
+			ps := r.Peers()
+			require.Equal(t, 0, ps[0].Accepted)
+			require.Equal(t, 1, ps[0].Refused[ReasonAction])
+			require.Equal(t, 1, ps[1].Accepted)
+			require.Equal(t, 0, ps[1].Refused[ReasonAction])
+			a.mu.Lock()
+			for _, set := range a.sets[1:] {
+				require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, set, "a set without the discard")
+			}
+			a.mu.Unlock()
+
+			// The redirect withdrawn: the discard stays.
+			rib(g1, "del", "redirect 65000:100")
+			received(0, 1)
+			require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.last())
+			require.Equal(t, 0, r.Peers()[0].Refused[ReasonAction])
+			// The redirect again, then the discard withdrawn: nothing in force,
+			// the redirect refused.
+			rib(g1, "add", "redirect 65000:100")
+			received(1, 1)
+			require.Equal(t, []bpf.FlowRule{ntpFlowRule()}, a.last())
+			rib(g2, "del", "discard")
+			a.waitRules(t, time.Second, 0)
+			received(1, 0)
+			require.Equal(t, 1, r.Peers()[0].Refused[ReasonAction])
+			st = r.Rules()
+			require.Len(t, st, 1)
+			require.Equal(t, ReasonAction, st[0].Refused)
+		})
+	}
+}

@@ -700,20 +700,28 @@ type entry struct {
 
 type peerTally struct {
 	peerCounts
-	keys []string
+	paths map[string]*entry // the peer's own path of each NLRI
 }
 
-// readTable decodes the best path of each FlowSpec NLRI in GoBGP's table
-// and tallies every path by peer.
+// readTable decodes every path of each FlowSpec NLRI in GoBGP's table (one
+// per peer that announces it) and keeps, per NLRI, the best path that this
+// host can accept, else the best path: a peer's refused action never
+// cancels another peer's rule for the same NLRI. It tallies every path by
+// peer.
 func (r *Receiver) readTable() (map[string]*entry, map[netip.Addr]*peerTally) {
 	entries := map[string]*entry{}
 	tallies := map[netip.Addr]*peerTally{}
+	var local []netip.Prefix
+	if r.cfg.OnlyLocalDestinations {
+		local = r.cfg.LocalPrefixes()
+	}
 	for _, f := range families {
 		ipv6 := f.Afi == api.Family_AFI_IP6
 		err := r.srv.ListPath(context.Background(), &api.ListPathRequest{
 			TableType: api.TableType_GLOBAL, Family: f, EnableAttributeBinary: true,
 		}, func(d *api.Destination) {
 			key := f.String() + d.Prefix
+			var first, best, chosen *entry
 			for _, p := range d.Paths {
 				a, err := netip.ParseAddr(p.NeighborIp)
 				if err != nil {
@@ -721,14 +729,29 @@ func (r *Receiver) readTable() (map[string]*entry, map[netip.Addr]*peerTally) {
 				}
 				t := tallies[a]
 				if t == nil {
-					t = &peerTally{peerCounts: peerCounts{refused: map[string]int{}}}
+					t = &peerTally{peerCounts: peerCounts{refused: map[string]int{}}, paths: map[string]*entry{}}
 					tallies[a] = t
 				}
-				t.keys = append(t.keys, key)
-				if !p.Best {
-					continue
+				e := &entry{key: key, rec: r.decodePath(p, d.Prefix, ipv6), peer: a, age: p.GetAge().AsTime()}
+				r.judge(e, local)
+				t.paths[key] = e
+				if first == nil {
+					first = e
 				}
-				entries[key] = &entry{key: key, rec: r.decodePath(p, d.Prefix, ipv6), peer: a, age: p.GetAge().AsTime()}
+				if p.Best && best == nil {
+					best = e
+				}
+				if e.reason == "" && (chosen == nil || p.Best && chosen != best) {
+					chosen = e
+				}
+			}
+			switch {
+			case chosen != nil:
+				entries[key] = chosen
+			case best != nil:
+				entries[key] = best
+			case first != nil:
+				entries[key] = first
 			}
 		})
 		if err != nil {
@@ -764,16 +787,30 @@ func malformed(prefix string, ipv6 bool, err error) *received {
 	return rec
 }
 
+// judge refuses a path for what it says (its decoding, its destination):
+// the reasons that are the path's own, whoever else announces the NLRI.
+func (r *Receiver) judge(e *entry, local []netip.Prefix) {
+	e.reason = e.rec.refused
+	if e.reason == "" && r.cfg.OnlyLocalDestinations && !coversLocal(e.rec.rule.Dst, local) {
+		e.reason, e.rec.detail = ReasonOnlyLocal, "its destination covers no address of this host"
+	}
+}
+
+// finish counts each path of the peer: refused for its own reason if it
+// has one, else as the NLRI's rule fared (accepted, or refused for room).
 func (t *peerTally) finish(entries map[string]*entry) {
-	for _, k := range t.keys {
+	for k, own := range t.paths {
 		e := entries[k]
 		if e == nil {
 			continue
 		}
 		t.received++
-		if e.reason == "" {
+		switch {
+		case own.reason != "":
+			t.refused[own.reason]++
+		case e.reason == "":
 			t.accepted++
-		} else {
+		default:
 			t.refused[e.reason]++
 		}
 	}
@@ -784,10 +821,6 @@ func (t *peerTally) finish(entries map[string]*entry) {
 // rules not received take the room left. Refused rules are kept up to
 // 4×MaxRules per family, the newest.
 func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (accepted, refused []*entry) {
-	var local []netip.Prefix
-	if r.cfg.OnlyLocalDestinations {
-		local = r.cfg.LocalPrefixes()
-	}
 	for k := range r.seq {
 		if entries[k] == nil {
 			delete(r.seq, k)
@@ -815,11 +848,7 @@ func (r *Receiver) decide(entries map[string]*entry, adopted []bpf.FlowRule) (ac
 	var refusedBy [2][]*entry
 	ids := map[string]bool{}
 	for k, e := range entries {
-		e.seq = r.seq[k]
-		e.reason = e.rec.refused
-		if e.reason == "" && r.cfg.OnlyLocalDestinations && !coversLocal(e.rec.rule.Dst, local) {
-			e.reason, e.rec.detail = ReasonOnlyLocal, "its destination covers no address of this host"
-		}
+		e.seq = r.seq[k] // e.reason: set by judge
 		fam := family(e.rec.rule.IPv6)
 		ids[e.rec.rule.ID] = true
 		if e.reason == "" {

@@ -81,6 +81,17 @@ type flowSpecPeer struct {
 	keyFrom  string // password_file, "" without one
 }
 
+// sessions are the peers' BGP sessions, which the FlowSpec rules never
+// see: each peer's address and port (the peer's when the host connects
+// out, the host's listening port when it is passive: the same option).
+func (s *flowSpecSettings) sessions() []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(s.peers))
+	for _, p := range s.peers {
+		out = append(out, netip.AddrPortFrom(p.address, p.port))
+	}
+	return out
+}
+
 // label names the n-th peer in errors and logs (n from 1).
 func peerLabel(n int, address string) string {
 	if address == "" {
@@ -102,7 +113,7 @@ func (x *XDPDrop) initFlowSpec(policy *bpf.Policy) error {
 	if err != nil {
 		return err
 	}
-	policy.FlowSpec = bpf.FlowSpecConfig{On: true, MaxRules: s.maxRules}
+	policy.FlowSpec = bpf.FlowSpecConfig{On: true, MaxRules: s.maxRules, Exempt: s.sessions()}
 	x.flow.opts = s
 	return nil
 }

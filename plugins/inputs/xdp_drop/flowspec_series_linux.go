@@ -38,8 +38,11 @@ func flowActionTag(r *bpf.FlowRule) string {
 }
 
 // points appends the point of every rule in force on an interface (in
-// enforcement order) for every interface read, zero counts included, then the last point of
-// each rule the interface's gather before had and that is gone. text
+// enforcement order) for every interface read, zero counts included, then
+// the last point of each rule that is gone: one the interface's gather
+// before had, with its final counts when the read returns them
+// (bpf.FlowCount.Gone), and one announced and withdrawn since that
+// gather, from its final counts. text
 // gives a rule's canonical text by its ID. An interface whose counters do
 // not read has no points; its error is returned for the gather's.
 func (f *flowSeries) points(out []FlowSpecSeries, text func(*bpf.FlowRule) string, reads []flowRead) ([]FlowSpecSeries, []error) {
@@ -65,16 +68,28 @@ func (f *flowSeries) points(out []FlowSpecSeries, text func(*bpf.FlowRule) strin
 			now[rule.ID] = s
 			out = append(out, s)
 		}
+		last := f.last[r.name]
 		var gone []string
-		for id := range f.last[r.name] {
+		for id := range last {
 			if _, ok := now[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		for id, c := range r.counts {
+			_, in := now[id]
+			_, had := last[id]
+			if c.Gone != nil && !in && !had {
 				gone = append(gone, id)
 			}
 		}
 		slices.Sort(gone)
 		for _, id := range gone {
-			s := f.last[r.name][id]
-			if c, ok := r.counts[id]; ok {
+			s, had := last[id]
+			c, ok := r.counts[id]
+			if !had {
+				s = FlowSpecSeries{Interface: iface, Rule: quote.Tag(id), Action: flowActionTag(c.Gone), Text: quote.Line(text(c.Gone))}
+			}
+			if ok {
 				s.Packets, s.Bytes, s.DroppedPackets, s.DroppedBytes = c.Packets, c.Bytes, c.DroppedPackets, c.DroppedBytes
 			}
 			out = append(out, s)

@@ -15,8 +15,10 @@ import (
 )
 
 // TestFlowSpecPoints: every rule in force has a point per interface, at
-// zero too; a rule withdrawn has one last point (its last counts), then
-// none; an interface whose counters fail has none, and its error.
+// zero too; a rule withdrawn has one last point (its final counts, those
+// counted after the gather before included), then none; a rule announced
+// and withdrawn between two gathers has its one point; an interface whose
+// counters fail has none, and its error.
 func TestFlowSpecPoints(t *testing.T) {
 	ntp := bpf.FlowRule{ID: "aaaaaaaaaaaa", Action: bpf.FlowDrop}
 	dns := bpf.FlowRule{ID: "bbbbbbbbbbbb", Action: bpf.FlowLimit, Rate: 100}
@@ -37,17 +39,24 @@ func TestFlowSpecPoints(t *testing.T) {
 		{Interface: "eth2", Rule: sample.ID, Action: "accept", Text: "text of cccccccccccc"},
 	}, pts)
 
-	// ntp withdrawn: its counters gone from the maps, the last point
-	// says what it counted last.
+	// ntp withdrawn after 2 more frames, sample withdrawn unread, brief
+	// announced and withdrawn since: the read returns them gone with
+	// their final counts, and each has one last point.
+	brief := bpf.FlowRule{ID: "dddddddddddd", Action: bpf.FlowDrop}
 	pts, errs = f.points(nil, text, ruled([]bpf.FlowRule{dns}, []flowRead{
-		{name: "eth1", counts: map[string]bpf.FlowCount{dns.ID: {Packets: 1, Bytes: 60}}},
+		{name: "eth1", counts: map[string]bpf.FlowCount{
+			dns.ID:   {Packets: 1, Bytes: 60},
+			ntp.ID:   {Packets: 5, Bytes: 2340, DroppedPackets: 5, DroppedBytes: 2340, Gone: &ntp},
+			brief.ID: {Packets: 2, Bytes: 120, DroppedPackets: 2, DroppedBytes: 120, Gone: &brief},
+		}},
 		{name: "eth2", err: errors.New("interface \"eth2\": read the FlowSpec counters: boom")},
 	}))
 	require.Len(t, errs, 1)
 	require.Equal(t, []FlowSpecSeries{
 		{Interface: "eth1", Rule: dns.ID, Action: "limit", Text: "text of bbbbbbbbbbbb", Packets: 1, Bytes: 60},
-		{Interface: "eth1", Rule: ntp.ID, Action: "drop", Text: "text of aaaaaaaaaaaa", Packets: 3, Bytes: 1404, DroppedPackets: 3, DroppedBytes: 1404},
+		{Interface: "eth1", Rule: ntp.ID, Action: "drop", Text: "text of aaaaaaaaaaaa", Packets: 5, Bytes: 2340, DroppedPackets: 5, DroppedBytes: 2340},
 		{Interface: "eth1", Rule: sample.ID, Action: "accept", Text: "text of cccccccccccc"},
+		{Interface: "eth1", Rule: brief.ID, Action: "drop", Text: "text of dddddddddddd", Packets: 2, Bytes: 120, DroppedPackets: 2, DroppedBytes: 120},
 	}, pts)
 
 	// Then none for ntp on eth1; eth2 reads again and owes its last points.

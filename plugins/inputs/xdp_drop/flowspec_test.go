@@ -35,7 +35,8 @@ func TestFlowSpecConfigValid(t *testing.T) {
 	require.Equal(t, bpf.FlowMaxRules, s.maxRules)
 	require.True(t, s.onlyLocal)
 	require.Equal(t, []flowSpecPeer{{address: netip.MustParseAddr("192.0.2.1"), port: 179, peerAS: 65000}}, s.peers)
-	require.Equal(t, bpf.FlowSpecConfig{On: true, MaxRules: bpf.FlowMaxRules}, p.links.policy.FlowSpec)
+	require.Equal(t, bpf.FlowSpecConfig{On: true, MaxRules: bpf.FlowMaxRules,
+		Exempt: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:179")}}, p.links.policy.FlowSpec)
 	require.Nil(t, p.links.policy.Rules, "no drop list needed: frames FlowSpec does not drop pass")
 
 	dir := t.TempDir()
@@ -48,7 +49,11 @@ func TestFlowSpecConfigValid(t *testing.T) {
 	require.Equal(t, 64, p.flow.opts.maxRules)
 	require.False(t, p.flow.opts.onlyLocal)
 	require.Equal(t, flowSpecPeer{address: netip.MustParseAddr("2001:db8::1"), port: 1179, peerAS: 4200000000, passive: true, password: "s3cret key", keyFrom: key}, p.flow.opts.peers[1])
-	require.Equal(t, bpf.FlowSpecConfig{On: true, MaxRules: 64}, p.links.policy.FlowSpec)
+	// The sessions FlowSpec never sees: the peer's port when the host
+	// connects out, the host's listening port when it is passive.
+	require.Equal(t, bpf.FlowSpecConfig{On: true, MaxRules: 64, Exempt: []netip.AddrPort{
+		netip.MustParseAddrPort("192.0.2.1:179"), netip.MustParseAddrPort("[2001:db8::1]:1179"),
+	}}, p.links.policy.FlowSpec)
 	plan := p.planFlowSpec()
 	require.Equal(t, 2, plan.Peers[1].N)
 	require.Equal(t, key, plan.Peers[1].KeyFrom)
@@ -154,7 +159,7 @@ func TestFlowSpecPasswordFileTrust(t *testing.T) {
 func TestFlowPeerPointFields(t *testing.T) {
 	acc := &testutil.Accumulator{}
 	emitSnapshot(acc, &Snapshot{Time: time.Unix(0, 0), FlowPeers: []FlowPeerSeries{{
-		Peer: "192.0.2.1", State: "active", LastUpdateS: -1, RefusedBy: []int64{0, 0, 2, 0, 0}, Refused: 2,
+		Peer: "192.0.2.1", State: "active", LastUpdateS: -1, RefusedBy: []int64{0, 0, 2, 0, 0, 0}, Refused: 2,
 	}}})
 	testutil.RequireMetricsEqual(t, []telegraf.Metric{testutil.MustMetric(MeasurementFlowSpecPeer,
 		map[string]string{TagPeer: "192.0.2.1"},
