@@ -109,6 +109,7 @@ type Receiver struct {
 	eor        map[netip.Addr]map[string]bool // families that sent End-of-RIB
 	adopted    []bpf.FlowRule
 	adoptUntil time.Time
+	refreshes  uint64 // rule sets decided, for the speaker process
 
 	// Owned by the loop goroutine.
 	seq         map[string]uint64
@@ -593,6 +594,7 @@ func (r *Receiver) refresh() time.Duration {
 		r.counts[a] = &pc.peerCounts
 	}
 	r.lastApplied = lastApplied
+	r.refreshes++
 	r.mu.Unlock()
 	return retry
 }
