@@ -501,25 +501,49 @@ func (t *tail) summary() string {
 	return ""
 }
 
-// report is that of a panic or fatal error (its first lines: the error
-// and the goroutine that raised it), else the last lines; "" when there
-// were none.
+// report is that of a panic or fatal error (the error and the first
+// frames of the goroutine that raised it), else the last lines; "" when
+// there were none.
 func (t *tail) report() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	from := max(len(t.lines)-3, 0)
-	n := 3
 	for i, l := range t.lines {
 		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
-			from, n = i, 8
-			break
+			return strings.Join(append([]string{l}, frames(t.lines[i+1:], 3)...), " | ")
 		}
 	}
 	var keep []string
-	for _, l := range t.lines[from:min(from+n, len(t.lines))] {
+	for _, l := range t.lines[max(len(t.lines)-3, 0):] {
 		if l = strings.TrimSpace(l); l != "" {
 			keep = append(keep, l)
 		}
 	}
 	return strings.Join(keep, " | ")
+}
+
+// frames reads up to n stack frames of a goroutine's trace as
+// "pkg.func (file.go:line)".
+func frames(lines []string, n int) []string {
+	var out []string
+	for i := 0; i+1 < len(lines) && len(out) < n; i++ {
+		fn, at := lines[i], strings.TrimSpace(lines[i+1])
+		if strings.HasPrefix(fn, "goroutine ") || fn == "" || !strings.HasPrefix(at, "/") {
+			continue
+		}
+		if j := strings.LastIndexByte(fn, '('); j > 0 && strings.HasSuffix(fn, ")") {
+			fn = fn[:j]
+		}
+		if j := strings.LastIndexByte(fn, '/'); j >= 0 {
+			fn = fn[j+1:]
+		}
+		if j := strings.Index(at, " +0x"); j >= 0 {
+			at = at[:j]
+		}
+		if j := strings.LastIndexByte(at, '/'); j >= 0 {
+			at = at[j+1:]
+		}
+		out = append(out, fn+" ("+at+")")
+		i++
+	}
+	return out
 }
