@@ -62,14 +62,15 @@ type speakerProc struct {
 const (
 	// startWait bounds the speaker's start: its first answer.
 	startWait = 20 * time.Second
-	// stallWait: a speaker silent this long (it reports its peers every
-	// second) is stalled, and killed.
-	stallWait = 20 * time.Second
 	writeWait = 2 * time.Second
 	// backoff between restarts: 1 s, doubling to 30 s; a speaker that
 	// ran for a minute starts the count again.
 	backoffMin, backoffMax = time.Second, 30 * time.Second
 )
+
+// stallWait: a speaker silent this long (it reports its peers every
+// second) is stalled, and killed (a variable for the tests).
+var stallWait = 20 * time.Second
 
 // StartSpeaker starts the speaker process and waits until it has started
 // its sessions (the errors Start returns, it returns). The caller's
@@ -217,7 +218,7 @@ func (s *Speaker) supervise(p *speakerProc) {
 	defer close(s.done)
 	backoff := backoffMin
 	for {
-		why := s.serve(p)
+		why, ours := s.serve(p)
 		p.kill()
 		s.mu.Lock()
 		s.child, s.peers = nil, nil
@@ -230,6 +231,9 @@ func (s *Speaker) supervise(p *speakerProc) {
 			backoff = backoffMin
 		}
 		what := p.exitErr(errors.New(why))
+		if ours { // this process ended it
+			what = why
+		}
 		if report := p.stderr.report(); report != "" {
 			what = report + " (" + what + ")"
 		}
@@ -263,8 +267,9 @@ func (s *Speaker) supervise(p *speakerProc) {
 	}
 }
 
-// serve reads the speaker's messages until it ends; it returns why.
-func (s *Speaker) serve(p *speakerProc) string {
+// serve reads the speaker's messages until it ends; it returns why, and
+// whether it is this side that gave up on it.
+func (s *Speaker) serve(p *speakerProc) (string, bool) {
 	quit := make(chan struct{})
 	defer close(quit)
 	go s.pushLocal(p, quit)
@@ -273,9 +278,12 @@ func (s *Speaker) serve(p *speakerProc) string {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return fmt.Sprintf("stalled (nothing from it for %v), killed", stallWait)
+				return fmt.Sprintf("stalled (nothing from it for %v), killed", stallWait), true
 			}
-			return err.Error()
+			if errors.Is(err, errFrameSize) {
+				return fmt.Sprintf("sent a %v, killed", err), true
+			}
+			return err.Error(), false
 		}
 		switch m.T {
 		case msgApply:
@@ -292,7 +300,7 @@ func (s *Speaker) serve(p *speakerProc) string {
 				reply.Err = err.Error()
 			}
 			if err := p.c.write(reply, writeWait); err != nil {
-				return fmt.Sprintf("answering its rule set: %v", err)
+				return fmt.Sprintf("not reading (answering its rule set: %v), killed", err), true
 			}
 		case msgPeers:
 			s.mu.Lock()

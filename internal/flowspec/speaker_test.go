@@ -5,6 +5,7 @@ package flowspec
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
 	"github.com/xdp-drop/xdp_drop/internal/testing/testproc"
@@ -255,6 +257,32 @@ func TestSpeakerAdoptedKeptAcrossRestart(t *testing.T) {
 	require.Zero(t, a.calls, "the adopted rules are in force: nothing to apply")
 }
 
+// TestSpeakerStalled: a speaker that stops answering (SIGSTOP) is killed
+// after stallWait and restarted; Peers and Rules answer meanwhile, from
+// what it reported last; the rules stay.
+func TestSpeakerStalled(t *testing.T) {
+	defer func(d time.Duration) { stallWait = d }(stallWait)
+	stallWait = 2 * time.Second
+	s, a, l, _ := startSpeakerRaw(t)
+	handed := ntpFlowRule()
+	handed.ID = "handed"
+	s.Adopt([]bpf.FlowRule{handed})
+	waitFor(t, 2*time.Second, "the adopted rule reported", func() bool { return len(s.Rules()) == 1 })
+	pid := s.PID()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	calls := 0
+	waitFor(t, 10*time.Second, "the stall logged", func() bool {
+		require.Len(t, s.Rules(), 1)
+		require.Len(t, s.Peers(), 1)
+		calls++
+		return l.find("the BGP speaker died: stalled (nothing from it for 2s), killed") != ""
+	})
+	t.Logf("Peers and Rules answered %d times while it was stalled", calls)
+	require.True(t, processGone(pid), "the stalled process %d is gone", pid)
+	waitFor(t, 5*time.Second, "restarted", func() bool { return s.PID() != 0 })
+	require.Zero(t, a.calls)
+}
+
 // TestSpeakerStops: Stop ends the process; a plugin killed takes its
 // speaker with it.
 func TestSpeakerStops(t *testing.T) {
@@ -300,4 +328,27 @@ func ids(rules []bpf.FlowRule) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// TestFrameBound: a message announced over maxFrame is refused before
+// anything is read into memory, and so is one sent.
+func TestFrameBound(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	conns := make([]*conn, 2)
+	for i, fd := range pair {
+		f := os.NewFile(uintptr(fd), "pair")
+		fc, err := net.FileConn(f)
+		f.Close()
+		require.NoError(t, err)
+		conns[i] = &conn{c: fc.(*net.UnixConn)}
+		defer conns[i].close()
+	}
+	_, err = conns[0].c.Write([]byte{0x02, 0, 0, 1}) // maxFrame + 1
+	require.NoError(t, err)
+	_, err = conns[1].read(time.Second)
+	require.ErrorIs(t, err, errFrameSize)
+	err = conns[0].write(&frame{T: msgLog, Msg: strings.Repeat("x", maxFrame)}, time.Second)
+	require.ErrorIs(t, err, errFrameSize)
+	require.NoError(t, conns[0].write(&frame{T: msgLog, Msg: "ok"}, time.Second))
 }
