@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,7 +76,7 @@ var stallWait = 20 * time.Second
 // StartSpeaker starts the speaker process and waits until it has started
 // its sessions (the errors Start returns, it returns). The caller's
 // thread's network namespace does not matter: the process is started from
-// a goroutine of its own, in the process's network namespace.
+// a thread of its own (spawner), in the process's network namespace.
 func StartSpeaker(cfg Config, apply func(rules []bpf.FlowRule) error) (*Speaker, error) {
 	check := cfg
 	if err := check.check(); err != nil {
@@ -99,12 +100,11 @@ func (s *Speaker) spawn(adopted []bpf.FlowRule) (*speakerProc, error) {
 		err error
 	}
 	ch := make(chan result, 1)
-	// A goroutine of its own: its thread is in the process's namespace
-	// (a thread that entered another is locked to the goroutine that did).
-	go func() {
+	spawnOnce.Do(func() { go spawner() })
+	spawns <- func() {
 		p, err := s.startProc()
 		ch <- result{p, err}
-	}()
+	}
 	res := <-ch
 	if res.err != nil {
 		return nil, res.err
@@ -147,7 +147,42 @@ func (s *Speaker) spawn(adopted []bpf.FlowRule) (*speakerProc, error) {
 	return p, nil
 }
 
+var (
+	spawnOnce sync.Once
+	spawns    = make(chan func())
+)
+
+// spawner starts the speaker processes on a thread of its own, locked to
+// it for the life of the process: the speaker is killed when the thread
+// that started it ends (Pdeathsig), and this one never does; and the
+// speaker starts in that thread's network namespace, checked to be the
+// process's.
+func spawner() {
+	runtime.LockOSThread()
+	for f := range spawns {
+		f()
+	}
+}
+
+// sameNetns: the calling thread is in the process's network namespace.
+func sameNetns() error {
+	var own, proc unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &own); err != nil {
+		return err
+	}
+	if err := unix.Stat("/proc/self/ns/net", &proc); err != nil {
+		return err
+	}
+	if own.Dev != proc.Dev || own.Ino != proc.Ino {
+		return errors.New("the starting thread is in another network namespace than the process")
+	}
+	return nil
+}
+
 func (s *Speaker) startProc() (*speakerProc, error) {
+	if err := sameNetns(); err != nil {
+		return nil, fmt.Errorf("start the BGP speaker process: %w", err)
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket pair for the BGP speaker: %w", err)
