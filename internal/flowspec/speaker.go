@@ -147,6 +147,18 @@ func (s *Speaker) spawn(adopted []bpf.FlowRule) (*speakerProc, error) {
 	return p, nil
 }
 
+// startNS is the network namespace the process started in (init runs
+// on the main thread before anything could move a thread elsewhere; the
+// main thread itself may be moved later, so /proc/self is no reference).
+var startNS struct{ dev, ino uint64 }
+
+func init() {
+	var st unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &st) == nil {
+		startNS.dev, startNS.ino = st.Dev, st.Ino
+	}
+}
+
 var (
 	spawnOnce sync.Once
 	spawns    = make(chan func())
@@ -156,7 +168,7 @@ var (
 // it for the life of the process: the speaker is killed when the thread
 // that started it ends (Pdeathsig), and this one never does; and the
 // speaker starts in that thread's network namespace, checked to be the
-// process's.
+// one the process started in.
 func spawner() {
 	runtime.LockOSThread()
 	for f := range spawns {
@@ -164,17 +176,15 @@ func spawner() {
 	}
 }
 
-// sameNetns: the calling thread is in the process's network namespace.
+// sameNetns: the calling thread is in the network namespace the process
+// started in.
 func sameNetns() error {
-	var own, proc unix.Stat_t
+	var own unix.Stat_t
 	if err := unix.Stat("/proc/thread-self/ns/net", &own); err != nil {
 		return err
 	}
-	if err := unix.Stat("/proc/self/ns/net", &proc); err != nil {
-		return err
-	}
-	if own.Dev != proc.Dev || own.Ino != proc.Ino {
-		return errors.New("the starting thread is in another network namespace than the process")
+	if startNS.ino != 0 && (own.Dev != startNS.dev || own.Ino != startNS.ino) {
+		return errors.New("the starting thread is in another network namespace than the one the process started in")
 	}
 	return nil
 }
