@@ -16,6 +16,7 @@ import (
 
 	"github.com/influxdata/telegraf/plugins/common/shim"
 
+	"github.com/xdp-drop/xdp_drop/internal/flowspec"
 	"github.com/xdp-drop/xdp_drop/internal/handover"
 	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
@@ -24,6 +25,8 @@ func main() {
 	// A stopping instance re-executes this binary to hold its attachments
 	// for a successor: that process does only that.
 	handover.RunHolderIfRequested()
+	// The FlowSpec BGP speaker runs in a process of its own, this binary.
+	flowspec.RunSpeakerIfRequested()
 	if os.Getenv("GOGC") == "" {
 		// Loading a program per interface makes short-lived garbage (ELF and
 		// BTF parsing); collecting it sooner keeps the agent's peak RSS low,

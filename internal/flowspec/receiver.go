@@ -1,6 +1,8 @@
 // Package flowspec receives BGP FlowSpec rules (RFC 8955, RFC 8956) from
 // route reflectors or route servers and hands the accepted set, in
-// RFC 8955 §5.1 order, to the kernel's engine. It runs GoBGP in process.
+// RFC 8955 §5.1 order, to the kernel's engine. The Receiver runs GoBGP
+// in its process; StartSpeaker runs a Receiver in a process of its own
+// (see Speaker), which is how the plugin runs it.
 //
 // Memory is bounded: GoBGP keeps at most 5×MaxRules paths per family and
 // peer (a peer sending more is reset with a CEASE, maximum number of
@@ -110,6 +112,7 @@ type Receiver struct {
 	eor        map[netip.Addr]map[string]bool // families that sent End-of-RIB
 	adopted    []bpf.FlowRule
 	adoptUntil time.Time
+	refreshes  uint64 // rule sets decided, for the speaker process
 
 	// Owned by the loop goroutine.
 	seq         map[string]uint64
@@ -594,6 +597,7 @@ func (r *Receiver) refresh() time.Duration {
 		r.counts[a] = &pc.peerCounts
 	}
 	r.lastApplied = lastApplied
+	r.refreshes++
 	r.mu.Unlock()
 	return retry
 }

@@ -25,7 +25,7 @@ import (
 // it accepts destinations in, and the rules' series.
 type flowSpec struct {
 	opts     *flowSpecSettings // nil without [flowspec]
-	receiver *flowspec.Receiver
+	receiver *flowspec.Speaker // the BGP receiver, in a process of its own
 	table    flowApplier
 	local    atomic.Pointer[[]netip.Prefix]
 	series   flowSeries
@@ -112,12 +112,12 @@ func (x *XDPDrop) startFlowSpec(acc telegraf.Accumulator) {
 	// On a goroutine of its own: its sockets are the process's network
 	// namespace's, not that of the thread Start runs on (namespace).
 	type started struct {
-		r   *flowspec.Receiver
+		r   *flowspec.Speaker
 		err error
 	}
 	done := make(chan started, 1)
 	go func() {
-		r, err := flowspec.Start(cfg, x.flow.table.set)
+		r, err := flowspec.StartSpeaker(cfg, x.flow.table.set)
 		done <- started{r, err}
 	}()
 	st := <-done
