@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdp-drop/xdp_drop/bpf"
+	"github.com/xdp-drop/xdp_drop/internal/quote"
 )
 
 // Speaker runs the Receiver in a process of its own (this binary,
@@ -131,7 +132,7 @@ func (s *Speaker) spawn(adopted []bpf.FlowRule) (*speakerProc, error) {
 			continue
 		}
 		if err == nil && m.T != msgStarted {
-			err = fmt.Errorf("%q before it started", m.T)
+			err = fmt.Errorf("%s before it started", quote.Value(m.T))
 		}
 		if err != nil {
 			p.c.close()
