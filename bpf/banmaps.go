@@ -269,23 +269,12 @@ func (p *Program) banCountersMap() (*ebpf.Map, error) {
 	if p.banCounters != nil || !p.in.policy.Bans.On {
 		return p.banCounters, nil
 	}
-	info, err := p.objs.Prog.Info()
+	m, err := p.progMap(xdpDropMapBanCounters)
 	if err != nil {
-		return nil, fmt.Errorf("read XDP program info: %w", err)
+		return nil, fmt.Errorf("the program has no ban counters: %w", err)
 	}
-	ids, _ := info.MapIDs()
-	for _, id := range ids {
-		m, err := ebpf.NewMapFromID(id)
-		if err != nil {
-			continue
-		}
-		if mi, err := m.Info(); err == nil && mi.Name == xdpDropMapBanCounters {
-			p.banCounters = m
-			return m, nil
-		}
-		m.Close()
-	}
-	return nil, errors.New("the program has no ban counters")
+	p.banCounters = m
+	return m, nil
 }
 
 // addBanMaps puts the ban maps of in, the program's instance or the one it
