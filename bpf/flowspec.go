@@ -265,6 +265,13 @@ const (
 	FlowChain = 8
 )
 
+// flowPeerRecord is the bytes of a peer's record in flowspec_peers: the
+// time it was written (unix ns), its length, and that many bytes.
+const flowPeerRecord = 1024
+
+// FlowMaxPeers is the most peer records flowspec_peers holds.
+const FlowMaxPeers = 16
+
 // FlowExpressible reports why the engine cannot enforce r (nil when it can):
 // the receiver refuses such a rule whole, never half applied.
 func FlowExpressible(r *FlowRule) error {

@@ -91,13 +91,6 @@ const flowSavedChunk = 1024
 // flowSavedChunks is the most chunks a rule's record takes.
 const flowSavedChunks = 16
 
-// flowPeerRecord is the bytes of a peer's record in flowspec_peers: the
-// time it was written (unix ns), its length, and that many bytes.
-const flowPeerRecord = 1024
-
-// FlowMaxPeers is the most peer records flowspec_peers holds.
-const FlowMaxPeers = 16
-
 // flowState is the FlowSpec state of a ban table's maps.
 type flowState struct {
 	mu    sync.Mutex
