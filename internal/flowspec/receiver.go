@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -515,24 +516,20 @@ func (r *Receiver) refresh() time.Duration {
 	adopting := len(r.adopted) > 0 && !over
 	if !adopting {
 		r.adopted = nil
-	} else {
-		// A rule handed over that a peer announces again is the peer's
-		// from then on: its withdrawal lifts it at once, even while
-		// adoption lasts for the others.
-		ids := announced(entries)
-		kept := r.adopted[:0:0]
-		for _, a := range r.adopted {
-			if !ids[a.ID] {
-				kept = append(kept, a)
-			}
-		}
-		r.adopted = kept
 	}
 	adopted := r.adopted
 	lastApplied := r.lastApplied
 	r.mu.Unlock()
 
 	accepted, refused := r.decide(entries, adopted)
+	if adopting {
+		// A rule handed over that a peer's path put in force again is
+		// that peer's from then on: its withdrawal lifts it at once, even
+		// while adoption lasts for the others.
+		r.mu.Lock()
+		r.adopted = reannounced(r.adopted, accepted)
+		r.mu.Unlock()
+	}
 	set := make([]bpf.FlowRule, 0, len(accepted))
 	for _, e := range accepted {
 		set = append(set, e.rec.rule)
@@ -641,9 +638,14 @@ func (r *Receiver) peerSessions() map[string]session {
 // received (it sends no End-of-RIB).
 const quiet = time.Second
 
+// quietEmpty is how long adoption waits for a peer without graceful
+// restart that has sent no UPDATE since its session came up.
+const quietEmpty = 10 * time.Second
+
 // adoptOver: every peer has sent its initial table (End-of-RIB for each
-// family it negotiated, or, a peer without graceful restart, no UPDATE for
-// a second of its session), or the deadline passed. Otherwise it returns
+// family it negotiated, or, a peer without graceful restart, a second
+// without UPDATEs after some came, quietEmpty without any), or the
+// deadline passed. Otherwise it returns
 // when to look again. Called with r.mu held.
 func (r *Receiver) adoptOver(peers map[string]session) (bool, time.Duration) {
 	now := time.Now()
@@ -666,11 +668,15 @@ func (r *Receiver) adoptOver(peers map[string]session) (bool, time.Duration) {
 			continue
 		}
 		if !s.gr {
-			last := s.established
+			// A second without UPDATEs once some came; a peer that has sent
+			// none since its session came up gets quietEmpty, so that a slow
+			// start of its table (a loaded route server) never ends adoption
+			// before its rules arrive.
+			last, wait := s.established, quietEmpty
 			if u := r.lastUpdate[p.Address]; u.After(last) {
-				last = u
+				last, wait = u, quiet
 			}
-			if d := last.Add(quiet).Sub(now); d > 0 {
+			if d := last.Add(wait).Sub(now); d > 0 {
 				recheck = min(recheck, d)
 			} else {
 				continue
@@ -681,15 +687,22 @@ func (r *Receiver) adoptOver(peers map[string]session) (bool, time.Duration) {
 	return over, recheck
 }
 
-// announced are the IDs of the rules GoBGP's table holds.
-func announced(entries map[string]*entry) map[string]bool {
-	ids := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		if e.rec != nil {
-			ids[e.rec.rule.ID] = true
+// reannounced is adopted without the rules accepted from a peer's path
+// (not from adoption).
+func reannounced(adopted []bpf.FlowRule, accepted []*entry) []bpf.FlowRule {
+	fromPeers := make(map[string]bool, len(accepted))
+	for _, e := range accepted {
+		if !strings.HasPrefix(e.key, "adopted ") {
+			fromPeers[e.rec.rule.ID] = true
 		}
 	}
-	return ids
+	kept := adopted[:0:0]
+	for _, a := range adopted {
+		if !fromPeers[a.ID] {
+			kept = append(kept, a)
+		}
+	}
+	return kept
 }
 
 // entry is one NLRI of GoBGP's table, decided.
