@@ -986,6 +986,7 @@ check_limit() {
 	note "Prometheus: XDPDropLimitRuleHighDropShare firing for $RULE_LIMIT, active in Alertmanager ($(since_ms "$t0") ms after steady SCTP began); xdp_drop:limit_rule_drop_share:rate2m: $share"
 }
 check_limit
+check_flowspec_alert
 
 OK=1
 printf '\nxdp_drop e2e: PASS in %d s\n' $(((${EPOCHREALTIME/[.,]/} - START_US) / 1000000))
