@@ -66,6 +66,9 @@ func emptyVarsError(vars []EnvVar) error {
 // Bounds and defaults of the bans options.
 const (
 	DefaultBansMax = bpf.DefaultBanMax
+	// allowOnlyBansMax is max's default for [bans] without a feed (with
+	// [flowspec]: an allow-list only), as when FlowSpec turns bans on.
+	allowOnlyBansMax = 1024
 	// MaxBansMax bounds max: ten times the default, 1,000,000 bans a family
 	// (the README states the memory it takes).
 	MaxBansMax              = 1_000_000
@@ -198,6 +201,10 @@ func parseBans(c *BansConfig, dryRun bool, uid int, view, flowSpec bool) (*bansS
 		// FlowSpec's rules never drop.
 		if c.Detect == nil && !flowSpec {
 			fail(keyBans, errors.New("[inputs.xdp_drop.bans] has no feed; add [inputs.xdp_drop.bans.crowdsec] with the url and api_key_file of a CrowdSec LAPI, or [inputs.xdp_drop.bans.detect], or [inputs.xdp_drop.flowspec] (then allow_prefix is the sources FlowSpec never drops), or remove the bans table"))
+		}
+		if c.Detect == nil && c.Max == 0 {
+			// Nothing bans: the maps hold the allow-list, not 100,000 bans.
+			s.max = allowOnlyBansMax
 		}
 		return s, errors.Join(errs...)
 	}
