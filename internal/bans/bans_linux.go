@@ -41,9 +41,11 @@ type Bans struct {
 	detect *detection
 	// resync: the allowed prefixes changed, so the next pull is a full
 	// one, which bans again what they no longer cover; lastFull is when
-	// the last full pull was put in force.
+	// the last full pull was put in force, resyncAt when the next periodic
+	// one is due (Feed.Resync after it, less a jitter).
 	resync   bool
 	lastFull time.Time
+	resyncAt time.Time
 	// ipRangesNoted: decisions of scope Ip on a range were logged once.
 	ipRangesNoted bool
 }

@@ -5,6 +5,7 @@ package bans
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -17,12 +18,45 @@ import (
 // the churn of a full table.
 const retrySpacing = time.Minute
 
+// resyncJitter is the most a periodic full pull comes early, as a share
+// of Feed.Resync: a fleet started together does not pull in step.
+const resyncJitter = 0.1
+
 // fullPullDue says whether the next pull must be a full one: the allowed
-// prefixes changed, or room came back for decisions refused over max.
+// prefixes changed, room came back for decisions refused over max, or the
+// periodic resync is due.
 func (b *Bans) fullPullDue() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.resync || b.state.RetryDue() && time.Since(b.lastFull) >= retrySpacing
+	return b.resync || b.retryDue() || b.resyncDue(time.Now())
+}
+
+// retryDue says whether room came back for decisions refused over max, a
+// minute or more after the last full pull.
+func (b *Bans) retryDue() bool {
+	return b.state.RetryDue() && time.Since(b.lastFull) >= retrySpacing
+}
+
+// periodicOnly says whether a full pull at now is the periodic one alone:
+// not the first, nor one after a failure, a change of the allowed
+// prefixes or room come back.
+func (b *Bans) periodicOnly(now time.Time) bool {
+	return b.resyncDue(now) && !b.resync && b.reported == "" && !b.retryDue()
+}
+
+// resyncDue says whether the periodic full pull is due at now.
+func (b *Bans) resyncDue(now time.Time) bool {
+	return b.set.Feed != nil && b.set.Feed.Resync > 0 && !b.resyncAt.IsZero() && !now.Before(b.resyncAt)
+}
+
+// nextResync is when the periodic full pull after one made at now is due:
+// Feed.Resync later, less up to a tenth of it.
+func (b *Bans) nextResync(now time.Time) time.Time {
+	r := b.set.Feed.Resync
+	if r <= 0 {
+		return time.Time{}
+	}
+	return now.Add(r - time.Duration(rand.Float64()*resyncJitter*float64(r)))
 }
 
 // poll pulls the feed every interval (startup at first and after any
@@ -70,17 +104,42 @@ func (b *Bans) pull(ctx context.Context, report Errors, startup bool) bool {
 		}
 		return false
 	}
+	periodic := startup && b.periodicOnly(time.Now())
+	before := b.state.Counts()
 	if err := b.state.Apply(b.tableLocked(), d, time.Now()); err != nil {
 		b.failed(report, fmt.Errorf("bans: %w", err))
 		return false
 	}
 	b.noteIPRanges(d)
 	b.state.Synced(time.Now())
+	if periodic {
+		b.noteResync(before, b.state.Counts())
+	}
 	if startup {
-		b.resync, b.lastFull = false, time.Now()
+		now := time.Now()
+		b.resync, b.lastFull, b.resyncAt = false, now, b.nextResync(now)
 	}
 	b.recovered()
 	return true
+}
+
+// noteResync logs what a periodic full pull changed: decisions the delta
+// stream never brought, bans it never lifted. Nothing when nothing changed.
+func (b *Bans) noteResync(before, after Counts) {
+	added, removed := after.Added-before.Added, after.Removed-before.Removed
+	if added == 0 && removed == 0 {
+		return
+	}
+	b.log.Infof("bans: crowdsec: the periodic full pull (resync = %s) found what the LAPI's deltas had missed: banned %s, lifted %s (the LAPI can miss a decision made while it answers a pull)",
+		b.set.Feed.Resync, plural(added, "prefix", "prefixes"), plural(removed, "ban", "bans"))
+}
+
+// plural says n things, in thousands.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return quote.Thousands(uint64(n)) + " " + many
 }
 
 // noteIPRanges says once, in one line for a whole pull, that decisions of

@@ -37,11 +37,15 @@ type Settings struct {
 }
 
 // FeedSettings are the CrowdSec stream's: the bouncer's key, how often it
-// is pulled, the decision types enforced.
+// is pulled and fully pulled again, the decision types enforced.
 type FeedSettings struct {
 	APIKey   string // never logged nor echoed
 	Interval time.Duration
-	Types    []string
+	// Resync is how often the full list is pulled although every delta
+	// succeeded: the LAPI's delta stream can miss a decision made while it
+	// answers a pull, which only a full list then brings. 0: never.
+	Resync time.Duration
+	Types  []string
 }
 
 // DetectSettings are the detection's: the rates a source is held

@@ -136,6 +136,36 @@ func (l *LAPI) DeleteDecisionID(id int64) {
 	l.Cscli("decisions", "delete", "--id", strconv.FormatInt(id, 10))
 }
 
+// AddMissedDecision bans value for d as the LAPI's delta stream misses
+// it: made while the LAPI answers a bouncer's pull (after its query, before
+// it records the pull), a decision is older than every bouncer's last pull,
+// and only a full list (startup=true) brings it. A trigger of the LAPI's
+// SQLite database dates the decision an hour back as cscli writes it.
+func (l *LAPI) AddMissedDecision(value string, d time.Duration) {
+	l.t.Helper()
+	const trigger = "xdp_drop_missed"
+	l.sqlite(fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON decisions BEGIN
+  UPDATE decisions SET created_at = strftime('%%Y-%%m-%%d %%H:%%M:%%S+00:00', 'now', '-1 hour') WHERE id = NEW.id;
+END;`, trigger))
+	defer l.sqlite("DROP TRIGGER " + trigger + ";")
+	l.AddDecision(value, d)
+}
+
+// sqlite runs statements on the LAPI's database with the sqlite3 shell,
+// waiting up to 5 s for the LAPI's lock.
+func (l *LAPI) sqlite(statements string) {
+	l.t.Helper()
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		if os.Getenv(testns.RequireEnv) == "1" {
+			l.t.Fatalf("sqlite3 not found (install Debian's sqlite3 package), and %s=1 forbids skipping", testns.RequireEnv)
+		}
+		l.t.Skipf("sqlite3 not found: install Debian's sqlite3 package to change the LAPI's database")
+	}
+	cmd := testproc.Command("sqlite3", "-bail", "-cmd", ".timeout 5000", filepath.Join(l.dir, "data", "crowdsec.db"))
+	cmd.Stdin = strings.NewReader(statements)
+	l.run(cmd, "sqlite3")
+}
+
 // Decision is one line of a bulk import.
 type Decision struct {
 	Value    string        // an address, or a prefix when it holds a "/"
@@ -221,22 +251,29 @@ func (l *LAPI) Cscli(args ...string) string {
 	full := append([]string{"-c", l.config, "--error"}, args...)
 	cmd := testproc.Command("cscli", full...)
 	cmd.Dir = l.dir
+	return l.run(cmd, "cscli "+strings.Join(args, " "))
+}
+
+// run runs cmd, named what in its errors, and returns its stdout; a
+// failure, or no exit within wait, fails the test with its output.
+func (l *LAPI) run(cmd *exec.Cmd, what string) string {
+	l.t.Helper()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
-		l.t.Fatalf("lapi: cscli %s: %v", strings.Join(args, " "), err)
+		l.t.Fatalf("lapi: %s: %v", what, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			l.t.Fatalf("lapi: cscli %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+			l.t.Fatalf("lapi: %s: %v\n%s%s", what, err, out.String(), errOut.String())
 		}
 	case <-time.After(wait):
 		_ = cmd.Process.Kill()
 		<-done
-		l.t.Fatalf("lapi: cscli %s: no exit within %s", strings.Join(args, " "), wait)
+		l.t.Fatalf("lapi: %s: no exit within %s", what, wait)
 	}
 	return out.String()
 }

@@ -84,3 +84,24 @@ func TestLAPIImport(t *testing.T) {
 		}
 	}
 }
+
+// TestLAPIMissedDecision checks the harness's missed decision against the
+// LAPI: a bouncer's deltas never bring it, while one made after it comes
+// in the next delta, and a full list holds both.
+func TestLAPIMissedDecision(t *testing.T) {
+	l := Start(t)
+	key := l.AddBouncer("missed")
+	stream(t, l, key, true)
+	stream(t, l, key, false)
+	l.AddMissedDecision("192.0.2.1", time.Hour)
+	l.AddDecision("192.0.2.2", time.Hour)
+	if news, _ := stream(t, l, key, false); len(news) != 1 || news[0] != "Ip:192.0.2.2" {
+		t.Fatalf("delta new = %v, want [Ip:192.0.2.2]: the missed one not in it", news)
+	}
+	if news, _ := stream(t, l, key, false); len(news) != 0 {
+		t.Fatalf("second delta new = %v, want none", news)
+	}
+	if news, _ := stream(t, l, key, true); len(news) != 2 {
+		t.Fatalf("full list new = %v, want both", news)
+	}
+}

@@ -36,6 +36,7 @@ type CrowdSecConfig struct {
 	APIKey     string          `toml:"api_key"`
 	APIKeyFile string          `toml:"api_key_file"`
 	Interval   config.Duration `toml:"interval"`
+	Resync     config.Duration `toml:"resync"`
 	Types      []string        `toml:"types"`
 	tls.ClientConfig
 	// APIKeyVars are the environment variables api_key named ("${NAME}")
@@ -75,6 +76,11 @@ const (
 	DefaultCrowdSecInterval = 10 * time.Second
 	MinCrowdSecInterval     = 100 * time.Millisecond
 	MaxCrowdSecInterval     = time.Hour
+	// DefaultCrowdSecResync is how often the full list is pulled again
+	// (never more often than interval): a decision the LAPI's deltas
+	// missed is banned within it.
+	DefaultCrowdSecResync = 15 * time.Minute
+	MaxCrowdSecResync     = 24 * time.Hour
 	// maxAPIKeyFile bounds api_key_file: a key is a few dozen bytes.
 	maxAPIKeyFile = 4096
 )
@@ -90,6 +96,7 @@ const (
 	keyAPIKey          = "bans.crowdsec.api_key"
 	keyAPIKeyFile      = "bans.crowdsec.api_key_file"
 	keyInterval        = "bans.crowdsec.interval"
+	keyResync          = "bans.crowdsec.resync"
 	keyTypes           = "bans.crowdsec.types"
 	keyTLS             = "bans.crowdsec.tls_ca"
 )
@@ -161,7 +168,7 @@ type bansSettings struct {
 	resolvConf               string // RunOptions.ResolvConf
 	url                      string
 	apiKey                   string // never logged nor echoed
-	interval                 time.Duration
+	interval, resync         time.Duration
 	types                    []string
 	tls                      *gotls.Config
 	version                  string          // the binary's, as the LAPI is told it
@@ -243,6 +250,14 @@ func (s *bansSettings) parseCrowdSec(c *CrowdSecConfig, uid int) []error {
 		fail(keyInterval, fmt.Errorf(`bans.crowdsec.interval = "%s" is out of range; poll the LAPI every %s to %s (default "%s"): one request per host per interval`, d, MinCrowdSecInterval, MaxCrowdSecInterval, DefaultCrowdSecInterval))
 	default:
 		s.interval = d
+	}
+	switch d := time.Duration(c.Resync); {
+	case d == 0:
+		s.resync = max(DefaultCrowdSecResync, s.interval)
+	case d < s.interval || d > MaxCrowdSecResync:
+		fail(keyResync, fmt.Errorf(`bans.crowdsec.resync = "%s" is out of range; pull the full list every interval (%s) to %s (default "%s"): a decision the LAPI's deltas missed is banned within resync, at the cost of one full list per host per resync`, d, s.interval, MaxCrowdSecResync, DefaultCrowdSecResync))
+	default:
+		s.resync = d
 	}
 	s.types, err = checkDecisionTypes(c.Types)
 	fail(keyTypes, err)

@@ -19,7 +19,7 @@ func (s *bansSettings) settings() (bans.Settings, error) {
 		UserAgent: s.userAgent(), Namespace: s.ns, ResolvConf: s.resolvConf,
 	}
 	if s.url != "" && !s.view {
-		out.Feed = &bans.FeedSettings{APIKey: s.apiKey, Interval: s.interval, Types: s.types}
+		out.Feed = &bans.FeedSettings{APIKey: s.apiKey, Interval: s.interval, Resync: s.resync, Types: s.types}
 	}
 	if d := s.detect; d != nil && !s.view {
 		dry, _ := detectDryRun(s.pluginDryRun, s.bansDryRun, &d.dryRun)

@@ -39,7 +39,7 @@ func TestBansConfig(t *testing.T) {
 
 	p := bansPlugin(&BansConfig{
 		AllowPrefix: []string{"192.0.2.0/24"}, AllowPrefixFile: []string{allowFile}, Max: 5000,
-		CrowdSec: &CrowdSecConfig{URL: "https://lapi.example:8080/", APIKeyFile: keyFile, Interval: config.Duration(time.Second), Types: []string{"ban", "captcha"}},
+		CrowdSec: &CrowdSecConfig{URL: "https://lapi.example:8080/", APIKeyFile: keyFile, Interval: config.Duration(time.Second), Resync: config.Duration(time.Minute), Types: []string{"ban", "captcha"}},
 	})
 	p.DryRun = true
 	require.NoError(t, p.Init())
@@ -49,6 +49,7 @@ func TestBansConfig(t *testing.T) {
 	set := p.banOpts
 	require.Equal(t, testBouncerKey, set.apiKey)
 	require.Equal(t, time.Second, set.interval)
+	require.Equal(t, time.Minute, set.resync)
 	require.Equal(t, []string{"ban", "captcha"}, set.types)
 	require.Equal(t, "[192.0.2.0/24 198.51.100.0/24 2001:db8::1/128]", fmtPrefixes(mustUnion(t, &set.allow)))
 
@@ -57,6 +58,12 @@ func TestBansConfig(t *testing.T) {
 	require.Equal(t, DefaultBansMax, p.links.policy.Bans.Max)
 	require.False(t, p.links.policy.Bans.DryRun)
 	require.Equal(t, DefaultCrowdSecInterval, p.banOpts.interval)
+	require.Equal(t, DefaultCrowdSecResync, p.banOpts.resync)
+	slow := goodCrowdSec()
+	slow.Interval = config.Duration(time.Hour)
+	p = bansPlugin(&BansConfig{CrowdSec: slow})
+	require.NoError(t, p.Init())
+	require.Equal(t, time.Hour, p.banOpts.resync, "resync's default is never shorter than interval")
 	require.Equal(t, []string{"ban"}, p.banOpts.types)
 
 	p = withDefaults(&XDPDrop{Interfaces: []string{"eth1"}, Drop: []any{"udp"}, Log: testutil.Logger{}})
@@ -122,6 +129,8 @@ func TestBansConfigRefused(t *testing.T) {
 		{"key file missing", "bans.crowdsec.api_key", "bans.crowdsec.api_key_file: ", with(func(b *BansConfig) { b.CrowdSec.APIKey, b.CrowdSec.APIKeyFile = "", filepath.Join(dir, "none.key") })},
 		{"key file empty", "bans.crowdsec.api_key", "bans.crowdsec.api_key_file: " + emptyKey + ": the key is empty", with(func(b *BansConfig) { b.CrowdSec.APIKey, b.CrowdSec.APIKeyFile = "", emptyKey })},
 		{"interval short", "bans.crowdsec.interval", `bans.crowdsec.interval = "10ms" is out of range; poll the LAPI every 100ms to 1h0m0s`, with(func(b *BansConfig) { b.CrowdSec.Interval = config.Duration(10 * time.Millisecond) })},
+		{"resync under interval", "bans.crowdsec.resync", `bans.crowdsec.resync = "5s" is out of range; pull the full list every interval (10s) to 24h0m0s (default "15m0s")`, with(func(b *BansConfig) { b.CrowdSec.Resync = config.Duration(5 * time.Second) })},
+		{"resync too long", "bans.crowdsec.resync", `bans.crowdsec.resync = "48h0m0s" is out of range`, with(func(b *BansConfig) { b.CrowdSec.Resync = config.Duration(48 * time.Hour) })},
 		{"types empty", "bans.crowdsec.types", "bans.crowdsec.types is empty", with(func(b *BansConfig) { b.CrowdSec.Types = []string{} })},
 		{"types twice", "bans.crowdsec.types", `bans.crowdsec.types: "ban" is listed twice`, with(func(b *BansConfig) { b.CrowdSec.Types = []string{"ban", "ban"} })},
 		{"max negative", "bans.max", "bans.max = -1 is out of range; bans in force at once, per family, are 1-1000000 (default 100000)", with(func(b *BansConfig) { b.Max = -1 })},
